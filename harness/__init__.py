@@ -1,0 +1,26 @@
+"""harness: train several models together, on the same batches, in one compiled TensorFlow step.
+
+    import harness
+    config = harness.load_config("experiments/smoke.yaml", overrides=["train.epochs=2"])
+    result = harness.run(config)
+    result.summary      # pandas DataFrame, one row per model
+    result.losses       # tidy DataFrame: step, epoch, model, split, metric, value
+
+Importing harness selects tf_keras (legacy Keras 2) for TensorFlow; import it before tensorflow.
+"""
+
+from .backend import select_legacy_keras
+
+select_legacy_keras()
+
+__version__ = "0.1.0"
+__all__ = ["load_config", "run", "load_run", "__version__"]
+
+
+def __getattr__(name):
+    # The API pulls in TensorFlow; `harness --help` and config checks should not pay for that.
+    if name in ("run", "load_run", "load_config"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

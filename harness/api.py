@@ -1,0 +1,45 @@
+"""The Python API: the same operations as the CLI, returning pandas DataFrames."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .config import ExperimentConfig, load_config
+from .errors import ConfigError
+
+__all__ = ["load_config", "run", "load_run"]
+
+
+def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
+    """Train every model of the experiment together; return a `RunResult` with
+    `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
+    from .runner import run_experiment
+
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config, overrides)
+    elif overrides:
+        raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
+    return run_experiment(config, Path(results_dir) if results_dir else None)
+
+
+def load_run(run_dir: str | Path):
+    """Read a finished (or interrupted) run directory back as a `RunResult`."""
+    from .config import validate_config
+    from .runner import RunResult
+    from .tables import load_losses
+    import pandas as pd
+    import yaml
+
+    path = Path(run_dir)
+    if not (path / "run.json").is_file():
+        raise ConfigError(f"{path} is not a run directory (no run.json)")
+    config = validate_config(yaml.safe_load((path / "config.yaml").read_text()), source=str(path / "config.yaml"))
+    summary_file = path / "summary.csv"
+    return RunResult(
+        run_dir=path,
+        config=config,
+        summary=pd.read_csv(summary_file) if summary_file.exists() else pd.DataFrame(),
+        losses=load_losses(path / "losses.csv"),
+        info=json.loads((path / "run.json").read_text()),
+    )

@@ -1,0 +1,129 @@
+"""The `harness` command line: parses arguments, calls the library, maps errors to exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from .errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, HarnessError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args.func(args) or EXIT_OK
+    except HarnessError as exc:
+        print(f"harness: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # a bug: keep the traceback, show a short message
+        return _report_bug()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Train several models together, on the same batches, in one compiled TensorFlow step.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    run = commands.add_parser("run", help="train every model of an experiment and write a run directory")
+    run.add_argument("config", type=Path, help="experiment YAML file")
+    run.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+        help="override a config value, e.g. --set train.epochs=3 --set models.unet.backbone=resnet34",
+    )
+    run.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+    run.set_defaults(func=cmd_run)
+
+    models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def cmd_run(args) -> int:
+    from .config import load_config
+
+    config = load_config(args.config, args.overrides)
+    from .api import run
+
+    result = run(config, results_dir=args.results)
+    _print_summary(result.summary)
+    print(f"results: {result.run_dir}")
+    return EXIT_OK
+
+
+def cmd_models(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import zoo
+
+    table = Table(title="architectures (models.*.arch)")
+    for column in ("arch", "family", "notes"):
+        table.add_column(column)
+    for row in zoo.describe():
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(zoo.SM_BACKBONES))
+    console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'")
+    return EXIT_OK
+
+
+SUMMARY_COLUMNS = {
+    "model": "model",
+    "status": "status",
+    "params": "params",
+    "steps": "steps",
+    "final_train_loss": "train loss",
+    "best_val_loss": "best val loss",
+    "val_iou": "val IoU",
+    "val_f1": "val F1",
+    "ms_per_step": "ms/step",
+}
+
+
+def _print_summary(summary) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = [c for c in SUMMARY_COLUMNS if c in summary.columns]
+    table = Table(title="summary (all columns in summary.csv)")
+    for column in columns:
+        table.add_column(SUMMARY_COLUMNS[column], justify="left" if column in ("model", "status") else "right")
+    for _, row in summary.iterrows():
+        table.add_row(*(_cell(row[c]) for c in columns))
+    Console(width=max(100, Console().width)).print(table)
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return "-" if value != value else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _report_bug() -> int:
+    crash = Path(tempfile.gettempdir()) / "harness-crash.txt"
+    text = traceback.format_exc()
+    try:
+        crash.write_text(text, encoding="utf-8")
+        where = f"the traceback is in {crash}"
+    except OSError:
+        where = "traceback:\n" + text
+    last = text.strip().splitlines()[-1]
+    print(
+        f"harness: internal error ({last}). This is a bug in harness, not in your config: "
+        f"please report it on the harness issue tracker with the command you ran; {where}",
+        file=sys.stderr,
+    )
+    return EXIT_BUG

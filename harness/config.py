@@ -1,0 +1,386 @@
+"""Experiment config: YAML in, a frozen, validated, fully resolved object out.
+
+Every problem is collected and reported at once (exit code 2), each with its key path. Durations
+are converted to steps here and nowhere else (`TrainSpec.total_steps`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from . import zoo
+from .errors import ConfigError
+from .losses import parse_loss
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OptimizerSpec(Strict):
+    name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0)] | None = None
+    clipnorm: Annotated[float, Field(gt=0)] | None = None
+
+
+class ModelSpec(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+    arch: str
+    backbone: str | None = None
+    weights: Path | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    loss: str | None = None
+    optimizer: OptimizerSpec | None = None
+    jit_compile: bool | None = None
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_loss(value)
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_exist(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"weights file {str(value)!r} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _arch_known(self) -> "ModelSpec":
+        problems = zoo.check_spec(self.arch, self.backbone, self.options)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class DataSpec(Strict):
+    source: Literal["synthetic"] = "synthetic"
+    image_size: tuple[Annotated[int, Field(ge=8, le=4096)], Annotated[int, Field(ge=8, le=4096)]] = (
+        96,
+        96,
+    )
+    channels: Annotated[int, Field(ge=1, le=4)] = 3
+    classes: Annotated[int, Field(ge=1, le=16)] = 1
+    train_size: Annotated[int, Field(ge=1)] = 512
+    val_size: Annotated[int, Field(ge=1)] = 64
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    max_shapes: Annotated[int, Field(ge=1, le=8)] = 4
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _square_from_int(cls, value: Any) -> Any:
+        return (value, value) if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _batch_fits(self) -> "DataSpec":
+        if self.batch_size > self.train_size:
+            raise ValueError(
+                f"batch_size {self.batch_size} is larger than train_size {self.train_size}"
+            )
+        return self
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.train_size // self.batch_size
+
+
+class TrainSpec(Strict):
+    epochs: Annotated[int, Field(ge=1)] = 1
+    steps: Annotated[int, Field(ge=1)] | None = None
+    steps_per_call: Annotated[int, Field(ge=1, le=10_000)] = 10
+    loss: str = "bce+dice"
+    optimizer: OptimizerSpec = OptimizerSpec()
+    deterministic: bool = False
+    jit_compile: bool = False
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_parses(cls, value: str) -> str:
+        parse_loss(value)
+        return value
+
+
+class PlacementSpec(Strict):
+    strategy: Literal["auto", "one_device"] = "auto"
+    device: str | None = None
+
+
+class OutputSpec(Strict):
+    results_dir: Path = Path("results")
+    probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+
+
+class ExperimentConfig(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
+    data: DataSpec = DataSpec()
+    models: Annotated[list[ModelSpec], Field(min_length=1)]
+    train: TrainSpec = TrainSpec()
+    placement: PlacementSpec = PlacementSpec()
+    output: OutputSpec = OutputSpec()
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        seen: set[str] = set()
+        dupes = [m.name for m in models if m.name in seen or seen.add(m.name)]
+        if dupes:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(sorted(set(dupes)))}")
+        return models
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "ExperimentConfig":
+        size_problems = zoo.check_input_size(
+            [(m.name, m.arch, m.options) for m in self.models], self.data.image_size
+        )
+        if size_problems:
+            raise ValueError("\n".join(size_problems))
+        # Defaults are filled into each model so config.yaml says exactly what each one used.
+        filled = [
+            m.model_copy(
+                update={
+                    "loss": m.loss or self.train.loss,
+                    "optimizer": m.optimizer or self.train.optimizer,
+                    "jit_compile": self.train.jit_compile if m.jit_compile is None else m.jit_compile,
+                }
+            )
+            for m in self.models
+        ]
+        object.__setattr__(self, "models", filled)
+        return self
+
+    @property
+    def total_steps(self) -> int:
+        return self.train.steps or self.train.epochs * self.data.steps_per_epoch
+
+    def fingerprint(self) -> str:
+        """A short hash of everything that changes what is trained (not where results go)."""
+        payload = self.to_dict()
+        payload.pop("output", None)
+        blob = json.dumps(payload, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment, apply `key.path=value` overrides and validate it all at once."""
+    raw = _read_yaml(Path(path))
+    problems: list[str] = []
+    for override in overrides or []:
+        try:
+            apply_override(raw, override)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError(f"bad --set override in {path}:", problems)
+    return validate_config(raw, source=str(path))
+
+
+def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{source}: {exc.error_count()} problem(s) in the config:",
+            [_describe_error(err, raw) for err in exc.errors()],
+        ) from None
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# --set overrides
+
+
+def apply_override(raw: dict, override: str) -> None:
+    """Apply `a.b.c=value` in place. The value is parsed as YAML so `3`, `true`, `[96, 96]` are typed;
+    pydantic then checks it against the schema like any other value. A list of models may be
+    indexed by position (`models.0.backbone`) or by model name (`models.unet.backbone`)."""
+    if "=" not in override:
+        raise ConfigError(f"{override!r}: expected key.path=value")
+    key, _, text = override.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"{override!r}: empty key path")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    schema: Any = ExperimentConfig
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            index = _list_index(node, part, where)
+            if last:
+                node[index] = value
+                return
+            node = node[index]
+            schema = _item_type(schema)
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping")
+        fields = _field_names(schema)
+        if fields is not None and part not in fields:
+            raise ConfigError(f"--set {key}: unknown key {where!r}{_did_you_mean(part, fields)}")
+        if last:
+            node[part] = value
+            return
+        child_schema = _field_type(schema, part)
+        if part not in node or node[part] is None:
+            node[part] = [] if _is_list(child_schema) else {}
+        node = node[part]
+        schema = child_schema
+
+
+def _list_index(items: list, part: str, where: str) -> int:
+    if part.lstrip("-").isdigit():
+        index = int(part)
+        if -len(items) <= index < len(items):
+            return index
+        raise ConfigError(f"--set {where}: index {index} out of range (the list has {len(items)} items)")
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    if part in names:
+        return names.index(part)
+    raise ConfigError(f"--set {where}: no item named {part!r}{_did_you_mean(part, [n for n in names if n])}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema introspection, for did-you-mean hints on unknown keys
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated so `OptimizerSpec | None` gives OptimizerSpec."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _unwrap(args[0]) if len(args) == 1 else annotation
+    return annotation
+
+
+def _field_names(schema: Any) -> list[str] | None:
+    schema = _unwrap(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return list(schema.model_fields)
+    return None
+
+
+def _field_type(schema: Any, name: str) -> Any:
+    schema = _unwrap(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel) and name in schema.model_fields:
+        return schema.model_fields[name].annotation
+    return None
+
+
+def _is_list(schema: Any) -> bool:
+    return typing.get_origin(_unwrap(schema)) is list
+
+
+def _item_type(schema: Any) -> Any:
+    args = typing.get_args(_unwrap(schema))
+    return args[0] if args else None
+
+
+def _schema_at(loc: tuple) -> Any:
+    schema: Any = ExperimentConfig
+    for part in loc:
+        if isinstance(part, int):
+            schema = _item_type(schema)
+        else:
+            schema = _field_type(schema, part)
+        if schema is None:
+            return None
+    return schema
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; expected one of: {', '.join(choices)}"
+
+
+def _loc_name(loc: tuple, raw: Any) -> str:
+    """`models.1.backbone`, with the model's name added when it has one: `models.1(unet).backbone`."""
+    parts: list[str] = []
+    node = raw
+    for part in loc:
+        label = str(part)
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            node = node[part]
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                label = f"{part}({node['name']})"
+        elif isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = None
+        parts.append(label)
+    return ".".join(parts) or "(top level)"
+
+
+def _describe_error(err: dict, raw: Any) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
+    loc = tuple(p for p in loc if p not in ("int", "str", "float", "bool"))
+    where = _loc_name(loc, raw)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        choices = _field_names(_schema_at(loc[:-1])) or []
+        return f"{where}: unknown key{_did_you_mean(str(loc[-1]), choices)}"
+    if kind == "missing":
+        return f"{where}: required key is missing"
+    message = re.sub(r"^(Value error|Assertion failed), ", "", err["msg"])
+    got = err.get("input")
+    shown = "" if kind.startswith("value_error") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    return f"{where}: {message}{shown}"

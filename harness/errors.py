@@ -1,0 +1,60 @@
+"""Errors a user can act on, each carrying the exit code the contract gives it.
+
+Anything that is not a `HarnessError` is a bug in harness: the CLI reports it with exit code 1.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_USAGE = 2
+EXIT_DATA = 3
+EXIT_RESOURCES = 4
+EXIT_LOCKED = 5
+EXIT_REGRESSION = 6
+EXIT_INTERRUPTED = 75
+
+
+class HarnessError(Exception):
+    """An error whose message is meant for the user, not a traceback."""
+
+    exit_code = EXIT_BUG
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        self.problems = list(problems or [])
+        super().__init__(message)
+
+    def render(self) -> str:
+        lines = [str(self)]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class ConfigError(HarnessError):
+    """Bad command line or bad config; every problem is listed at once."""
+
+    exit_code = EXIT_USAGE
+
+
+class DataError(HarnessError):
+    """Bad input data; every bad file is named with its reason."""
+
+    exit_code = EXIT_DATA
+
+
+class ResourceError(HarnessError):
+    """Disk full or out of memory."""
+
+    exit_code = EXIT_RESOURCES
+
+
+class LockedError(HarnessError):
+    """Another live process holds the results directory."""
+
+    exit_code = EXIT_LOCKED
+
+
+class Interrupted(HarnessError):
+    """SIGTERM/SIGINT arrived; a clean checkpoint was written before stopping."""
+
+    exit_code = EXIT_INTERRUPTED
