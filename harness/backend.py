@@ -8,16 +8,19 @@ through `import_tf()`, which makes the order impossible to get wrong inside the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from .errors import ConfigError
 
 _REQUIRED_ENV = {"TF_USE_LEGACY_KERAS": "1", "SM_FRAMEWORK": "tf.keras"}
-# TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) is printed before its own log level
-# applies unless the level is 3; it hides harness's messages. Errors still surface as Python
-# exceptions. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# TensorFlow's C++ start-up lines (oneDNN notice, CUDA probing, "failed call to cuInit" on machines
+# without a GPU) are written to stderr before any log level applies, and bury harness's own
+# messages. Unless the user chose a level, they are dropped while TensorFlow loads; failures still
+# surface as Python exceptions. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
+_USER_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL" in os.environ
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def select_legacy_keras() -> None:
@@ -53,9 +56,34 @@ def _uses_legacy_keras(tf) -> bool:
 def import_tf():
     """Return the `tensorflow` module, imported with tf_keras selected."""
     select_legacy_keras()
-    import tensorflow as tf
+    if "tensorflow" in sys.modules or _USER_LOG_LEVEL:
+        import tensorflow as tf
 
+        return tf
+    with _stderr_silenced():
+        import tensorflow as tf
+
+        tf.config.list_logical_devices()  # platform (CUDA) probing happens here
     return tf
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Point file descriptor 2 at /dev/null (C++ writes there directly), then restore it."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def import_keras():

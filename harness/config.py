@@ -114,6 +114,9 @@ class TrainSpec(Strict):
     optimizer: OptimizerSpec = OptimizerSpec()
     deterministic: bool = False
     jit_compile: bool = False
+    # None keeps each model's own (Keras: 0.99). Short comparisons want ~0.9: with 0.99 the moving
+    # averages lag the weights for hundreds of steps and inference-mode validation is meaningless.
+    batchnorm_momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
 
     @field_validator("loss")
     @classmethod

@@ -91,10 +91,23 @@ class Member:
         return list(self.model.variables) + list(self.optimizer.variables) + [self.diverged, self.diverged_step]
 
 
-def build_member(spec: ModelSpec, data: DataSpec, seed: int) -> Member:
+def set_batchnorm_momentum(model, momentum: float) -> int:
+    """Set the momentum of every BatchNormalization layer, nested models included; return how many.
+    It is read when the layer is called, so setting it before the step is traced is enough."""
+    count = 0
+    for layer in model.submodules:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = momentum
+            count += 1
+    return count
+
+
+def build_member(spec: ModelSpec, data: DataSpec, seed: int, batchnorm_momentum: float | None = None) -> Member:
     keras.utils.set_random_seed(member_seed(seed, spec.name))
     input_shape = (*data.image_size, data.channels)
     model = zoo.build_model(spec.arch, spec.backbone, spec.options, input_shape, data.classes, spec.weights)
+    if batchnorm_momentum is not None:
+        set_batchnorm_momentum(model, batchnorm_momentum)
     optimizer = build_optimizer(spec.optimizer)
     optimizer.build(model.trainable_variables)  # slots exist before tracing, and before restore
     return Member(
@@ -109,4 +122,5 @@ def build_member(spec: ModelSpec, data: DataSpec, seed: int) -> Member:
 
 
 def build_members(config: ExperimentConfig) -> list[Member]:
-    return [build_member(spec, config.data, config.seed) for spec in config.models]
+    momentum = config.train.batchnorm_momentum
+    return [build_member(spec, config.data, config.seed, momentum) for spec in config.models]

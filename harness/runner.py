@@ -13,8 +13,9 @@ The order matters and is the same for every run:
 from __future__ import annotations
 
 import errno
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ class RunResult:
     summary: pd.DataFrame
     losses: pd.DataFrame
     info: dict[str, Any]
+    models: dict[str, Any] = field(default_factory=dict)  # name -> trained tf_keras model (in memory)
 
 
 def steps_in_next_call(step: int, steps_per_call: int, steps_per_epoch: int, total: int) -> int:
@@ -140,8 +142,11 @@ class Runner:
         ms = probe_ms_per_step(members, strategy, *probe_batch, steps=config.output.probe_steps)
         for name, value in ms.items():
             self.model_facts[name]["ms_per_step"] = round(value, 3)
-        self._write_summary()
-        self._update_info(status="completed", ended=rd.utc_now(), models=self._models_info())
+        summary = self._write_summary()
+        warnings = validation_warnings(summary, self.config)
+        for warning in warnings:
+            print(f"harness: warning: {warning}", file=sys.stderr)
+        self._update_info(status="completed", ended=rd.utc_now(), models=self._models_info(), warnings=warnings)
 
     def _call_train_loop(self, train_loop, iterator, k: int):
         try:
@@ -182,9 +187,10 @@ class Runner:
                 at = int(m.diverged_step.numpy())
                 facts.update(status="diverged", changed_at_step=at, diverged_step=at)
 
-    def _write_summary(self) -> None:
+    def _write_summary(self) -> pd.DataFrame:
         summary = build_summary(load_losses(self.run_dir.losses_csv), self.model_facts)
         save_summary(summary, self.run_dir.summary_csv)
+        return summary
 
     # -- run.json -------------------------------------------------------------------------------
 
@@ -230,7 +236,23 @@ class Runner:
             summary=pd.read_csv(self.run_dir.summary_csv),
             losses=load_losses(self.run_dir.losses_csv),
             info=self.info,
+            models={m.name: m.model for m in self.members},
         )
+
+
+def validation_warnings(summary: pd.DataFrame, config: ExperimentConfig) -> list[str]:
+    """Point at the usual cause when validation is far worse than training: BatchNorm moving
+    averages (momentum 0.99) that have not caught up with the weights in a short run."""
+    if config.train.batchnorm_momentum is not None or "val_loss" not in summary:
+        return []
+    suspicious = summary[summary["val_loss"] > 3 * summary["final_train_loss"]]["model"].tolist()
+    if not suspicious:
+        return []
+    return [
+        f"validation loss is over 3x the training loss for {', '.join(suspicious)}. In short runs "
+        "this is usually BatchNorm moving averages lagging the weights; try "
+        "--set train.batchnorm_momentum=0.9"
+    ]
 
 
 class _StepTiming:

@@ -1,0 +1,64 @@
+"""Shared test helpers. harness is imported first so tf_keras is selected before TensorFlow."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import harness  # noqa: F401  (selects legacy Keras before anything imports TensorFlow)
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY_CONFIG = {
+    "name": "tiny",
+    "seed": 3,
+    "data": {"image_size": [16, 16], "train_size": 16, "val_size": 8, "batch_size": 4},
+    "models": [
+        {"name": "fcn", "arch": "tiny_fcn"},
+        {"name": "unet", "arch": "tiny_unet"},
+        {"name": "deconv", "arch": "tiny_deconv", "loss": "focal+dice", "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9}},
+    ],
+    "train": {"epochs": 2, "steps_per_call": 3, "deterministic": True},
+    "output": {"probe_steps": 0, "progress": "none"},
+}
+
+
+def tiny_config(**changes) -> dict:
+    """A deep copy of TINY_CONFIG with top-level sections replaced or updated."""
+    config = copy.deepcopy(TINY_CONFIG)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    return config
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user or a cron job runs it."""
+    # A user's environment: without the variables `import harness` set in this test process.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    full_env = {**inherited, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+    )
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    return tmp_path / "results"

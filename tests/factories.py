@@ -1,0 +1,46 @@
+"""User model factories, named from configs as `factories:<function>` (tests/ is on sys.path)."""
+
+from __future__ import annotations
+
+from harness.backend import import_keras, import_tf
+
+tf = import_tf()
+keras = import_keras()
+
+
+class NanAfter(keras.layers.Layer):
+    """Passes its input through, until its `n`th training call, from which it outputs NaN."""
+
+    def __init__(self, n: int, **kwargs):
+        super().__init__(**kwargs)
+        self.n = n
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(name="calls", shape=(), dtype=tf.int64, initializer="zeros", trainable=False)
+
+    def call(self, inputs, training=None):
+        if training:
+            self.calls.assign_add(1)
+        poison = tf.where(self.calls >= self.n, tf.constant(float("nan")), tf.constant(0.0))
+        return inputs + tf.cast(poison, inputs.dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "n": self.n}
+
+
+def nan_after(input_shape, classes, activation, n: int = 3):
+    """A one-conv model whose loss becomes NaN at training step n exactly."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(classes, 3, padding="same")(inputs)
+    x = NanAfter(n)(x)
+    return keras.Model(inputs, keras.layers.Activation(activation)(x))
+
+
+def small_convnet(input_shape, classes, activation, width: int = 4):
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(width, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(classes, 1)(x)
+    return keras.Model(inputs, keras.layers.Activation(activation)(x))
+
+
+small_convnet.input_multiple = 2

@@ -1,0 +1,213 @@
+"""Config validation: every problem named with its key path, all at once, exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REPO, run_cli, tiny_config, write_yaml
+
+from harness import zoo
+from harness.config import apply_override, load_config, validate_config
+from harness.errors import ConfigError
+
+
+def problems_of(raw) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    return info.value.problems
+
+
+def test_valid_config_fills_defaults_into_each_model():
+    config = validate_config(tiny_config())
+    fcn = config.models[0]
+    assert fcn.loss == "bce+dice" and fcn.optimizer.name == "adam" and fcn.jit_compile is False
+    deconv = config.models[2]
+    assert deconv.loss == "focal+dice" and deconv.optimizer.name == "sgd"
+    assert config.total_steps == 2 * (16 // 4)
+
+
+def test_unknown_top_level_key_gets_did_you_mean():
+    raw = tiny_config()
+    raw["modles"] = []
+    (problem,) = problems_of(raw)
+    assert problem.startswith("modles: unknown key") and "did you mean 'models'" in problem
+
+
+def test_unknown_nested_key_names_its_path():
+    raw = tiny_config(train={"epoch": 3})
+    (problem,) = problems_of(raw)
+    assert problem.startswith("train.epoch:") and "'epochs'" in problem
+
+
+def test_wrong_type_and_out_of_range_are_reported_together():
+    raw = tiny_config(train={"epochs": "many"}, data={"batch_size": 0})
+    raw["models"][1]["optimizer"] = {"learning_rate": -1}
+    problems = problems_of(raw)
+    assert len(problems) == 3
+    text = "\n".join(problems)
+    assert "train.epochs:" in text and "'many'" in text
+    assert "data.batch_size:" in text and "greater than or equal to 1" in text
+    assert "models.1(unet).optimizer.learning_rate:" in text
+
+
+def test_no_models():
+    assert "models:" in problems_of(tiny_config(models=[]))[0]
+    raw = tiny_config()
+    del raw["models"]
+    assert problems_of(raw) == ["models: required key is missing"]
+
+
+def test_duplicate_model_names():
+    raw = tiny_config()
+    raw["models"][1]["name"] = "fcn"
+    (problem,) = problems_of(raw)
+    assert "unique" in problem and "fcn" in problem
+
+
+def test_unknown_arch_lists_choices_with_hint():
+    raw = tiny_config()
+    raw["models"][0]["arch"] = "Unet3"
+    (problem,) = problems_of(raw)
+    assert problem.startswith("models.0(fcn):")
+    assert "unknown arch 'Unet3'" in problem and "did you mean 'Unet'" in problem and "PSPNet" in problem
+
+
+def test_unknown_backbone():
+    raw = tiny_config(models=[{"name": "u", "arch": "Unet", "backbone": "resnet19"}], data={"image_size": 32})
+    (problem,) = problems_of(raw)
+    assert "unknown backbone 'resnet19'" in problem and "resnet18" in problem
+
+
+def test_image_size_names_model_and_nearest_size_for_all():
+    raw = tiny_config(
+        models=[{"name": "u", "arch": "Unet"}, {"name": "p", "arch": "PSPNet"}],
+        data={"image_size": [100, 90]},
+    )
+    text = "\n".join(problems_of(raw))
+    assert "model 'u' (Unet) needs each side to be a multiple of 32" in text
+    assert "model 'p' (PSPNet) needs each side to be a multiple of 48" in text
+    assert "nearest size that suits every model is 96x96" in text
+
+
+def test_pspnet_downsample_factor_changes_the_rule():
+    assert zoo.input_multiple("PSPNet", {"downsample_factor": 4}) == 24
+    raw = tiny_config(models=[{"name": "p", "arch": "PSPNet", "options": {"downsample_factor": 4}}], data={"image_size": 48})
+    assert validate_config(raw).data.image_size == (48, 48)
+
+
+def test_missing_weights_file(tmp_path):
+    raw = tiny_config()
+    raw["models"][0]["weights"] = str(tmp_path / "nope.h5")
+    (problem,) = problems_of(raw)
+    assert problem.startswith("models.0(fcn).weights:") and "does not exist" in problem
+
+
+def test_bad_loss_term():
+    (problem,) = problems_of(tiny_config(train={"loss": "bce+dise"}))
+    assert problem.startswith("train.loss:") and "'dise'" in problem
+
+
+def test_factory_that_cannot_be_imported():
+    raw = tiny_config()
+    raw["models"][0]["arch"] = "no_such_pkg.models:build"
+    (problem,) = problems_of(raw)
+    assert "cannot import module 'no_such_pkg.models'" in problem
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: x\nmodels:\n  - {name: a, arch: tiny_fcn\ntrain: {}\n")
+    with pytest.raises(ConfigError, match=r"YAML syntax error at line \d+, column \d+"):
+        load_config(path)
+
+
+def test_overrides_are_typed_against_the_schema(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    config = load_config(path, ["train.epochs=5", "models.unet.optimizer.learning_rate=0.01", "data.image_size=[32, 32]"])
+    assert config.train.epochs == 5
+    assert config.models[1].optimizer.learning_rate == 0.01
+    assert config.data.image_size == (32, 32)
+    assert load_config(path, ["models.0.arch=tiny_unet"]).models[0].arch == "tiny_unet"
+
+
+def test_override_with_wrong_type_names_the_key(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["train.epochs=abc"])
+    assert any(p.startswith("train.epochs:") for p in info.value.problems)
+
+
+def test_override_of_unknown_key_or_model(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["train.epohcs=3", "models.unte.arch=Unet", "nokey"])
+    text = "\n".join(info.value.problems)
+    assert "unknown key 'train.epohcs'; did you mean 'epochs'" in text
+    assert "no item named 'unte'; did you mean 'unet'" in text
+    assert "expected key.path=value" in text
+
+
+def test_override_creates_missing_sections():
+    raw = {"name": "x", "models": [{"name": "a", "arch": "tiny_fcn"}]}
+    apply_override(raw, "train.optimizer.name=sgd")
+    assert validate_config(raw).train.optimizer.name == "sgd"
+
+
+def test_fingerprint_ignores_output_but_not_training():
+    base = validate_config(tiny_config())
+    moved = validate_config(tiny_config(output={"results_dir": "elsewhere"}))
+    changed = validate_config(tiny_config(train={"epochs": 3}))
+    assert base.fingerprint() == moved.fingerprint() != changed.fingerprint()
+
+
+def test_static_backbone_list_matches_segmentation_models():
+    sm = zoo.import_segmentation_models()
+    assert sorted(zoo.SM_BACKBONES) == sorted(sm.Backbones.models_names())
+
+
+def test_every_experiment_file_is_valid_and_explains_itself():
+    for path in sorted((REPO / "experiments").glob("*.yaml")):
+        text = path.read_text()
+        assert text.startswith("#"), f"{path.name} must start with a comment saying what it compares"
+        assert "harness run" in text or "harness nightly" in text, f"{path.name}: give the command"
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda raw: raw.update(extra=1), "extra: unknown key"),
+        (lambda raw: raw["data"].update(image_size=[30, 30]), "multiple of 4"),
+        (lambda raw: raw["models"][0].update(arch="Unet3"), "unknown arch"),
+    ],
+)
+def test_cli_bad_config_exits_2_without_traceback(tmp_path, mutate, expected):
+    raw = tiny_config()
+    mutate(raw)
+    result = run_cli("run", write_yaml(tmp_path / "bad.yaml", raw), "--results", tmp_path / "r")
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "r").exists(), "a bad config must not create a run directory"
+
+
+def test_cli_bad_override_exits_2(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    result = run_cli("run", path, "--set", "train.epochs=abc", "--results", tmp_path / "r")
+    assert result.returncode == 2 and "train.epochs" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_keras3_already_imported_stops_with_advice():
+    import subprocess
+    import sys
+
+    code = "import tensorflow as tf; tf.keras.layers.Dense; import harness"
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert "TensorFlow was imported with Keras 3" in result.stderr
+    assert "Import harness before tensorflow" in result.stderr

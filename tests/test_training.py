@@ -1,0 +1,161 @@
+"""The fused step: one trace, each model learning exactly what it learns alone, divergence isolated."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_config
+from reference import train_alone
+
+from harness.api import run
+from harness.config import validate_config
+from harness.errors import ConfigError
+from harness.runner import steps_in_next_call
+
+
+def train_losses(result, name: str) -> list[float]:
+    rows = result.losses.query("model == @name and split == 'train' and metric == 'loss'")
+    return rows.sort_values("step")["value"].tolist()
+
+
+def assert_same_weights(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """Three tiny architectures trained together, deterministic mode; shared by several tests."""
+    config = validate_config(tiny_config(train={"epochs": 3, "steps_per_call": 5}))
+    return run(config, results_dir=tmp_path_factory.mktemp("results"))
+
+
+def test_traced_once_despite_calls_of_different_length(tiny_run):
+    # 12 steps, 4 per epoch, 5 per call: calls of 4 steps (cut at epoch ends); still one trace.
+    assert tiny_run.info["trace_count"] == 1
+    assert tiny_run.info["steps_done"] == 12
+
+
+@pytest.mark.parametrize("name", ["fcn", "unet", "deconv"])
+def test_trained_together_equals_trained_alone_bitwise(tiny_run, name):
+    losses, weights = train_alone(tiny_run.config, name)
+    assert train_losses(tiny_run, name) == losses  # exact float equality, every step
+    assert_same_weights(tiny_run.models[name].get_weights(), weights)
+
+
+def test_losses_table_is_tidy_and_complete(tiny_run):
+    losses = tiny_run.losses
+    assert list(losses.columns) == ["step", "epoch", "model", "split", "metric", "value"]
+    assert not losses.duplicated(["model", "split", "metric", "step"]).any()
+    train = losses[losses["split"] == "train"]
+    assert sorted(train["step"].unique()) == list(range(1, 13))
+    assert set(train["epoch"]) == {1, 2, 3}
+    val = losses[losses["split"] == "val"]
+    assert sorted(val["step"].unique()) == [4, 8, 12]  # every epoch, the last one being the end
+    assert set(val["metric"]) == {"loss", "iou", "f1"}
+    assert val["value"].between(0, 10).all()
+
+
+def test_run_directory_files(tiny_run):
+    run_dir = tiny_run.run_dir
+    for name in ("config.yaml", "run.json", "losses.csv", "summary.csv"):
+        assert (run_dir / name).is_file(), name
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["ended"]
+    assert set(info["versions"]) >= {"python", "tensorflow", "tf_keras", "segmentation_models", "harness"}
+    assert info["placement"]["strategy"] == "one_device"
+    assert info["models"]["fcn"]["status"] == "ok"
+    summary = pd.read_csv(run_dir / "summary.csv")
+    for column in ("model", "params", "status", "steps", "final_train_loss", "best_val_loss", "best_step", "ms_per_step", "val_iou", "val_f1"):
+        assert column in summary.columns, column
+    assert summary["model"].tolist() == ["fcn", "unet", "deconv"]
+    assert (summary["params"] > 0).all() and (summary["steps"] == 12).all()
+
+
+def test_a_model_alone_in_harness_equals_the_same_model_among_others(tiny_run, tmp_path):
+    raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
+    raw["models"] = [m for m in raw["models"] if m["name"] == "unet"]
+    alone = run(validate_config(raw), results_dir=tmp_path)
+    assert train_losses(alone, "unet") == train_losses(tiny_run, "unet")
+    assert_same_weights(alone.models["unet"].get_weights(), tiny_run.models["unet"].get_weights())
+
+
+def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path):
+    raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
+    raw["models"].insert(1, {"name": "boom", "arch": "factories:nan_after", "options": {"n": 6}})
+    result = run(validate_config(raw), results_dir=tmp_path)
+
+    facts = result.info["models"]["boom"]
+    assert facts["status"] == "diverged" and facts["changed_at_step"] == 6
+    summary = result.summary.set_index("model")
+    assert summary.loc["boom", "status"] == "diverged"
+    assert summary.loc["boom", "diverged_step"] == 6
+    assert result.info["status"] == "completed"
+    boom = result.losses.query("model == 'boom'")
+    assert boom["step"].max() == 6, "no rows after the model froze"
+    assert np.isnan(boom.query("step == 6")["value"]).all()
+    # validated after epoch 1 (steps 1-4) only: loss, iou, f1 from before it broke
+    assert boom.query("split == 'val'")["step"].tolist() == [4, 4, 4]
+    for name in ("fcn", "unet", "deconv"):
+        assert train_losses(result, name) == train_losses(tiny_run, name)
+        assert_same_weights(result.models[name].get_weights(), tiny_run.models[name].get_weights())
+
+
+def test_jit_compile_runs_a_model_xla_can_compile(tmp_path):
+    raw = tiny_config(models=[{"name": "deconv", "arch": "tiny_deconv", "jit_compile": True}], train={"deterministic": False})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    assert result.info["status"] == "completed"
+    assert np.isfinite(train_losses(result, "deconv")).all()
+
+
+def test_jit_compile_names_the_model_xla_cannot_compile(tmp_path):
+    # Nearest-neighbour upsampling has no XLA gradient kernel on CPU (as in sm's Unet).
+    raw = tiny_config(
+        models=[{"name": "deconv", "arch": "tiny_deconv"}, {"name": "unet", "arch": "tiny_unet"}],
+        train={"jit_compile": True, "deterministic": False},
+    )
+    with pytest.raises(ConfigError) as info:
+        run(validate_config(raw), results_dir=tmp_path)
+    assert "XLA cannot compile" in str(info.value)
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith("unet (tiny_unet)")
+    run_json = next((tmp_path / "tiny").glob("*/run.json"))
+    assert json.loads(run_json.read_text())["status"] == "failed"
+
+
+def test_multiclass_task_trains_with_softmax_and_scores_per_class(tmp_path):
+    raw = tiny_config(data={"classes": 3}, models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "cce+dice"}])
+    result = run(validate_config(raw), results_dir=tmp_path)
+    assert result.models["fcn"].output_shape[-1] == 3
+    val = result.losses.query("split == 'val'")
+    assert val["value"].notna().all()
+
+
+@pytest.mark.parametrize(
+    "step, expected",
+    [(0, 4), (3, 1), (4, 4), (8, 2), (9, 1)],
+)
+def test_calls_stop_at_epoch_ends_and_at_the_last_step(step, expected):
+    assert steps_in_next_call(step, steps_per_call=5, steps_per_epoch=4, total=10) == expected
+
+
+@pytest.mark.slow
+def test_segmentation_models_trained_together_equal_trained_alone(tmp_path):
+    """The case where Grappler made fused and solo graphs drift apart: three sm architectures."""
+    raw = tiny_config(
+        data={"image_size": [32, 32], "train_size": 4, "val_size": 2, "batch_size": 2},
+        models=[
+            {"name": "unet", "arch": "Unet", "backbone": "resnet18"},
+            {"name": "linknet", "arch": "Linknet", "backbone": "resnet18"},
+            {"name": "fpn", "arch": "FPN", "backbone": "resnet18"},
+        ],
+        train={"epochs": 2, "steps_per_call": 4},
+    )
+    result = run(validate_config(raw), results_dir=tmp_path)
+    for name in ("unet", "linknet", "fpn"):
+        losses, weights = train_alone(result.config, name)
+        assert train_losses(result, name) == losses, name
+        assert_same_weights(result.models[name].get_weights(), weights)
