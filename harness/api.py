@@ -8,7 +8,7 @@ from pathlib import Path
 from .config import ExperimentConfig, load_config
 from .errors import ConfigError
 
-__all__ = ["load_config", "run", "load_run"]
+__all__ = ["load_config", "run", "resume", "load_run"]
 
 
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
@@ -21,6 +21,13 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
     elif overrides:
         raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
     return run_experiment(config, Path(results_dir) if results_dir else None)
+
+
+def resume(run_dir: str | Path):
+    """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`."""
+    from .runner import resume_run
+
+    return resume_run(Path(run_dir))
 
 
 def load_run(run_dir: str | Path):

@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .backend import import_tf
-from .errors import HarnessError
+from .errors import ConfigError
 
 tf = import_tf()
 
 _CKPT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 
 
-class NoValidCheckpoint(HarnessError):
-    exit_code = 1
+class NoValidCheckpoint(ConfigError):
+    """Checkpoints exist but none fits this run's models (changed code, corrupt files)."""
 
 
 def make_checkpoint(members, global_step) -> "tf.train.Checkpoint":

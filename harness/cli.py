@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
     run.set_defaults(func=cmd_run)
 
+    resume = commands.add_parser("resume", help="continue an interrupted run from its newest valid checkpoint")
+    resume.add_argument("run_dir", type=Path, help="results/<name>/<run_id>")
+    resume.set_defaults(func=cmd_resume)
+
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
     return parser
@@ -58,6 +62,16 @@ def cmd_run(args) -> int:
 
     result = run(config, results_dir=args.results)
     _print_summary(result.summary)
+    print(f"results: {result.run_dir}")
+    return EXIT_OK
+
+
+def cmd_resume(args) -> int:
+    from .api import resume
+
+    result = resume(args.run_dir)
+    if len(result.summary):
+        _print_summary(result.summary)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 

@@ -117,6 +117,9 @@ class TrainSpec(Strict):
     # None keeps each model's own (Keras: 0.99). Short comparisons want ~0.9: with 0.99 the moving
     # averages lag the weights for hundreds of steps and inference-mode validation is meaningless.
     batchnorm_momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
+    # None: at the end of every epoch. A checkpoint is always written at the end of the run.
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
+    keep_checkpoints: Annotated[int, Field(ge=1, le=1000)] = 3
 
     @field_validator("loss")
     @classmethod
@@ -133,6 +136,7 @@ class PlacementSpec(Strict):
 class OutputSpec(Strict):
     results_dir: Path = Path("results")
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
+    export: bool = True
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
 
 

@@ -1,37 +1,46 @@
 """The runner: eager Python around the compiled step, and the only place that does I/O.
 
-The order matters and is the same for every run:
+A fresh run and a resumed run are the same code path. The order matters:
   1. process settings (determinism) and placement, before any variable exists;
-  2. the run directory, with config.yaml and run.json (status `running`);
+  2. the run directory and its lock; run.json says `running`;
   3. under the strategy's scope: every member's model, optimizer and flags, and the global step;
-  4. the input pipeline, starting at the global step;
-  5. the train loop and the eval function, each traced once, on first call;
-  6. the outer loop: train up to the next event, write rows, validate when an epoch ends;
-  7. the per-model probe, the summary table, run.json `completed`.
+  4. restore the newest checkpoint that restores completely (none: start at step 0), then drop
+     rows measured after it from losses.csv: that work is redone, and recorded once;
+  5. the input pipeline, starting at the restored step (it is a function of the step);
+  6. the train loop and the eval function, each traced once, on first call;
+  7. the outer loop: train up to the next event; write rows; validate at epoch ends; checkpoint
+     when due; on SIGTERM/SIGINT, checkpoint and stop with exit code 75;
+  8. the last checkpoint, the per-model probe, exports, the summary table, run.json `completed`.
 """
 
 from __future__ import annotations
 
 import errno
+import json
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
+from . import checkpoints as ckpt
 from . import rundir as rd
 from .backend import import_tf
-from .config import ExperimentConfig
+from .config import ExperimentConfig, validate_config
 from .data import build_datasets
-from .errors import ConfigError, HarnessError, ResourceError
+from .errors import ConfigError, HarnessError, Interrupted, ResourceError
+from .export import BestTracker, export_model
+from .lock import FolderLock
 from .members import Member, build_members
 from .probe import probe_ms_per_step
 from .runtime import Placement, build_placement, configure_determinism, device_names
 from .step import make_eval_fn, make_train_loop
 from .tables import build_summary, load_losses, save_summary
-from .writers import CsvRowsWriter, MultiWriter, Row, TerminalWriter
+from .writers import CsvRowsWriter, MultiWriter, Row, TerminalWriter, truncate_rows_after
 
 tf = import_tf()
 
@@ -48,11 +57,95 @@ class RunResult:
     models: dict[str, Any] = field(default_factory=dict)  # name -> trained tf_keras model (in memory)
 
 
-def steps_in_next_call(step: int, steps_per_call: int, steps_per_epoch: int, total: int) -> int:
-    """How many steps the next call runs: up to k, but never past an epoch end or the last step,
-    where the runner has something to do (validate, finish)."""
-    to_epoch_end = steps_per_epoch - step % steps_per_epoch
-    return max(1, min(steps_per_call, to_epoch_end, total - step))
+# ---------------------------------------------------------------------------------------------
+# Entry points
+
+
+def run_experiment(config: ExperimentConfig, results_dir: Path | None = None) -> RunResult:
+    configure_determinism(config.train.deterministic)
+    placement = build_placement(config)
+    run = rd.create_run_dir(config, results_dir)
+    with FolderLock(run.path):
+        return Runner(config, run, placement, resuming=False).run()
+
+
+def resume_run(run_dir: Path) -> RunResult:
+    """Continue an interrupted run from its newest valid checkpoint."""
+    run = rd.RunDir(Path(run_dir))
+    info = _read_info(run)
+    config = _read_resolved_config(run)
+    _refuse_changed_config(config, info)
+    configure_determinism(config.train.deterministic)
+    placement = build_placement(config)
+    with FolderLock(run.path):
+        info = _read_info(run)  # again, now that no other process can be writing it
+        if info.get("status") == "completed":
+            print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
+            return _load_result(run, config)
+        return Runner(config, run, placement, resuming=True).run()
+
+
+def _read_info(run: rd.RunDir) -> dict[str, Any]:
+    if not run.run_json.is_file():
+        raise ConfigError(f"{run.path} is not a run directory (no run.json)")
+    try:
+        return run.read_run_info()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{run.run_json} cannot be read: {exc}") from None
+
+
+def _read_resolved_config(run: rd.RunDir) -> ExperimentConfig:
+    import yaml
+
+    try:
+        raw = yaml.safe_load(run.config_file.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{run.config_file} cannot be read: {exc}") from None
+    return validate_config(raw, source=str(run.config_file))
+
+
+def _refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> None:
+    if info.get("config_fingerprint") in (None, config.fingerprint()):
+        return
+    differences = _differences(info.get("config", {}), config.to_dict())
+    raise ConfigError(
+        "config.yaml changed since this run started, so its checkpoints do not belong to it; "
+        "start a new run instead (harness run). What differs (started -> now):",
+        differences or ["(the config fingerprint differs)"],
+    )
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            if key == "output":
+                continue
+            out += _differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in _differences(a, b, f"{prefix}{i}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def _load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
+    summary = pd.read_csv(run.summary_csv) if run.summary_csv.exists() else pd.DataFrame()
+    return RunResult(run.path, config, summary, load_losses(run.losses_csv), run.read_run_info())
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling helpers
+
+
+def steps_in_next_call(step: int, steps_per_call: int, periods: Iterable[int], total: int) -> int:
+    """How many steps the next call runs: up to k, but never past the next multiple of any period
+    (epoch end, checkpoint) or the last step: there the runner has something to do."""
+    to_event = min((p - step % p for p in periods), default=steps_per_call)
+    return max(1, min(steps_per_call, to_event, total - step))
+
+
+def is_due(step: int, period: int | None) -> bool:
+    return bool(period) and step % period == 0
 
 
 def epoch_of(step: int, steps_per_epoch: int) -> int:
@@ -60,28 +153,28 @@ def epoch_of(step: int, steps_per_epoch: int) -> int:
     return (step - 1) // steps_per_epoch + 1
 
 
-def run_experiment(config: ExperimentConfig, results_dir: Path | None = None) -> RunResult:
-    configure_determinism(config.train.deterministic)
-    placement = build_placement(config)
-    run = rd.create_run_dir(config, results_dir)
-    return Runner(config, run, placement).run()
+# ---------------------------------------------------------------------------------------------
 
 
 class Runner:
-    def __init__(self, config: ExperimentConfig, run: rd.RunDir, placement: Placement):
+    def __init__(self, config: ExperimentConfig, run: rd.RunDir, placement: Placement, resuming: bool):
         self.config = config
         self.run_dir = run
         self.placement = placement
         self.strategy = placement.strategy
-        self.info = self._initial_info()
+        self.resuming = resuming
+        self.info = self._starting_info()
         self.model_facts: dict[str, dict[str, Any]] = {}
-
-    # -- public ---------------------------------------------------------------------------------
+        self.members: list[Member] = []
+        self._stop_signal: int | None = None
 
     def run(self) -> RunResult:
         self.run_dir.write_run_info(self.info)
         try:
-            self._train()
+            with self._graceful_stop():
+                self._train()
+        except Interrupted:
+            raise
         except BaseException as exc:
             self._mark_failed(exc)
             translated = _translate(exc, self.run_dir.path)
@@ -93,7 +186,7 @@ class Runner:
     # -- the steps of a run ---------------------------------------------------------------------
 
     def _train(self) -> None:
-        config, strategy = self.config, self.strategy
+        config, strategy, run = self.config, self.strategy, self.run_dir
         with strategy.scope():
             members = build_members(config)
             global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -102,48 +195,77 @@ class Runner:
             m.name: {"params": m.params, "status": "ok", "changed_at_step": 0, "diverged_step": None}
             for m in members
         }
-        self._update_info(models=self._models_info())
+        checkpoint = ckpt.make_checkpoint(members, global_step)
+        start = self._restore(checkpoint)
+        self._read_statuses(members)
+        best = BestTracker(run.path / "models", [m.name for m in members], start)
+        self._update_info(steps_done=start, models=self._models_info())
 
         total = config.total_steps
-        start = int(global_step.numpy())
         datasets = build_datasets(config.data, config.seed, start, total)
+        spe = datasets.steps_per_epoch
+        ckpt_every = config.train.checkpoint_every_steps or spe
         iterator = iter(strategy.experimental_distribute_dataset(datasets.train))
         train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size)
         evaluate = make_eval_fn(members, config.data.classes)
-        self.train_loop = train_loop
 
         writer = MultiWriter(
             [
-                CsvRowsWriter(self.run_dir.losses_csv),
+                CsvRowsWriter(run.losses_csv),
                 TerminalWriter(total, [m.name for m in members], config.output.progress, start),
             ]
         )
-        spe = datasets.steps_per_epoch
         timing = _StepTiming()
+        step = start
         try:
-            step = start
             while step < total:
-                k = steps_in_next_call(step, config.train.steps_per_call, spe, total)
+                k = steps_in_next_call(step, config.train.steps_per_call, (spe, ckpt_every), total)
                 began = time.perf_counter()
                 outputs = self._call_train_loop(train_loop, iterator, k)
                 timing.add(k, time.perf_counter() - began)
                 self._read_statuses(members)
                 rows = self._train_rows(outputs, step, spe)
                 step += k
-                if step % spe == 0 or step == total:
-                    rows += self._validate(evaluate, datasets.val, members, step, spe)
+                if is_due(step, spe) or step == total:
+                    rows += self._validate(evaluate, datasets.val, best, step, spe)
                 writer.write(rows, step)
+                if is_due(step, ckpt_every) or step == total or self._stop_signal:
+                    ckpt.save(checkpoint, run.checkpoints, step, config.train.keep_checkpoints)
                 self._update_info(steps_done=step, models=self._models_info(), timing=timing.as_dict())
+                if self._stop_signal and step < total:
+                    self._stop(step)
         finally:
             writer.close()
+        self._finish(members, datasets, best, train_loop)
 
+    def _restore(self, checkpoint) -> int:
+        """Step 4 of the order above: restore, and forget what was measured after the checkpoint."""
+        restored = ckpt.restore_newest_valid(checkpoint, self.run_dir.checkpoints)
+        for reason in restored.skipped:
+            print(f"harness: skipped a checkpoint that does not restore completely: {reason}", file=sys.stderr)
+        if self.resuming:
+            where = f"step {restored.step} ({Path(restored.path).name})" if restored.path else "step 0 (no checkpoint was written yet)"
+            print(f"harness: resuming {self.run_dir.path} from {where}", file=sys.stderr)
+        dropped = truncate_rows_after(self.run_dir.losses_csv, restored.step)
+        self.info.setdefault("resumes", [])
+        if self.resuming:
+            self.info["resumes"].append(
+                {"at": rd.utc_now(), "from_step": restored.step, "rows_redone": dropped, "skipped_checkpoints": restored.skipped}
+            )
+        return restored.step
+
+    def _finish(self, members, datasets, best: "BestTracker", train_loop) -> None:
+        config = self.config
         self._update_info(trace_count=int(train_loop.experimental_get_tracing_count()))
         probe_batch = next(iter(datasets.val))
-        ms = probe_ms_per_step(members, strategy, *probe_batch, steps=config.output.probe_steps)
+        ms = probe_ms_per_step(members, self.strategy, *probe_batch, steps=config.output.probe_steps)
         for name, value in ms.items():
             self.model_facts[name]["ms_per_step"] = round(value, 3)
+        if config.output.export:
+            for m in members:
+                export_model(m.model, self.run_dir.path / "models" / m.name / "model.keras")
         summary = self._write_summary()
-        warnings = validation_warnings(summary, self.config)
+        warnings = validation_warnings(summary, config)
         for warning in warnings:
             print(f"harness: warning: {warning}", file=sys.stderr)
         self._update_info(status="completed", ended=rd.utc_now(), models=self._models_info(), warnings=warnings)
@@ -170,15 +292,18 @@ class Runner:
                     rows.append(Row(s, epoch_of(s, steps_per_epoch), name, "train", metric, float(value)))
         return rows
 
-    def _validate(self, evaluate, val_dataset, members: list[Member], step: int, spe: int) -> list[Row]:
+    def _validate(self, evaluate, val_dataset, best: "BestTracker", step: int, spe: int) -> list[Row]:
         scores = tf.nest.map_structure(lambda t: float(t.numpy()), evaluate(val_dataset))
         epoch = epoch_of(step, spe)
-        return [
-            Row(step, epoch, name, "val", metric, value)
-            for name, metrics in scores.items()
-            if self.model_facts[name]["status"] == "ok"
-            for metric, value in metrics.items()
-        ]
+        rows = []
+        for member in self.members:
+            if self.model_facts[member.name]["status"] != "ok":
+                continue
+            metrics = scores[member.name]
+            rows += [Row(step, epoch, member.name, "val", metric, value) for metric, value in metrics.items()]
+            if self.config.output.export:
+                best.update(member.name, member.model, step, metrics["loss"])
+        return rows
 
     def _read_statuses(self, members: list[Member]) -> None:
         for m in members:
@@ -192,9 +317,45 @@ class Runner:
         save_summary(summary, self.run_dir.summary_csv)
         return summary
 
+    # -- stopping on a signal -------------------------------------------------------------------
+
+    def _graceful_stop(self):
+        runner = self
+
+        class _Handlers:
+            def __enter__(self):
+                self.previous = {}
+                if threading.current_thread() is not threading.main_thread():
+                    return self  # signals can only be handled in the main thread
+                for signum in (signal.SIGTERM, signal.SIGINT):
+                    self.previous[signum] = signal.signal(signum, self._request)
+                return self
+
+            def _request(self, signum, frame):
+                # Only a flag: the compiled call in progress finishes, then the loop saves and stops.
+                runner._stop_signal = signum
+
+            def __exit__(self, *exc):
+                for signum, handler in self.previous.items():
+                    signal.signal(signum, handler)
+
+        return _Handlers()
+
+    def _stop(self, step: int) -> None:
+        name = signal.Signals(self._stop_signal).name
+        self._update_info(status="interrupted", ended=rd.utc_now(), interrupted_by=name)
+        raise Interrupted(
+            f"stopped by {name} after step {step}/{self.config.total_steps}; a checkpoint was saved. "
+            f"Continue with: harness resume {self.run_dir.path}"
+        )
+
     # -- run.json -------------------------------------------------------------------------------
 
-    def _initial_info(self) -> dict[str, Any]:
+    def _starting_info(self) -> dict[str, Any]:
+        if self.resuming:
+            info = self.run_dir.read_run_info()
+            info.update(status="running", ended=None, error=None, devices=device_names(), placement=self.placement.plan)
+            return info
         return {
             "status": "running",
             "name": self.config.name,
@@ -205,6 +366,7 @@ class Runner:
             "devices": device_names(),
             "placement": self.placement.plan,
             "config_fingerprint": self.config.fingerprint(),
+            "config": self.config.to_dict(),
             "deterministic": self.config.train.deterministic,
             "total_steps": self.config.total_steps,
             "steps_done": 0,
@@ -288,15 +450,14 @@ def _explain_jit_failure(members: list[Member], exc: Exception) -> ConfigError:
         shape = (1, *m.model.input_shape[1:])
         images = tf.zeros(shape)
         masks = tf.zeros((*shape[:-1], m.model.output_shape[-1]))
+        snapshot = [v.numpy() for v in m.state_variables()]
         try:
-            fn = tf.function(m.train_step, jit_compile=True)
-            fn.get_concrete_function(images, masks, 1, tf.constant(0, tf.int64))
-            snapshot = [v.numpy() for v in m.state_variables()]
-            fn(images, masks, 1, tf.constant(0, tf.int64))
-            for variable, value in zip(m.state_variables(), snapshot):
-                variable.assign(value)
+            tf.function(m.train_step, jit_compile=True)(images, masks, 1, tf.constant(0, tf.int64))
         except Exception as inner:  # XLA reports unsupported ops under several error classes
             failing.append(f"{m.name} ({m.spec.arch}): {str(inner).splitlines()[0][:200]}")
+        finally:
+            for variable, value in zip(m.state_variables(), snapshot):
+                variable.assign(value)
     detail = failing or [f"XLA error: {str(exc).splitlines()[0][:300]}"]
     return ConfigError(
         "jit_compile: XLA cannot compile these models on this device; set jit_compile: false for "
@@ -306,16 +467,23 @@ def _explain_jit_failure(members: list[Member], exc: Exception) -> ConfigError:
 
 
 def _translate(exc: BaseException, where: Path) -> BaseException:
-    """Turn resource failures into errors that say which resource, and what to try."""
+    """Turn resource failures into errors that say which resource, and what to try.
+
+    TensorFlow raises ResourceExhaustedError both for a full disk (writing a checkpoint) and for
+    device memory; the message tells them apart."""
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return ResourceError(
             f"disk full while writing {exc.filename or where}: free some space on that disk or "
-            "choose another results directory (--results DIR)"
+            "choose another results directory (--results DIR). The last checkpoint is intact: "
+            f"harness resume {where} continues once there is room."
         )
     if isinstance(exc, tf.errors.ResourceExhaustedError):
         text = str(exc)
-        if "No space left" in text or "disk" in text.lower():
-            return ResourceError(f"disk full while writing under {where}: free space or use --results DIR")
+        if "No space left" in text or "disk" in text.lower() or "write" in text.lower():
+            return ResourceError(
+                f"disk full while writing under {where} ({text.splitlines()[0][:200]}): free some "
+                f"space, then harness resume {where}"
+            )
         return ResourceError(
             "out of memory while training: lower data.batch_size or data.image_size, train fewer "
             "models at once, or use placement.precision mixed_float16 on a GPU. "

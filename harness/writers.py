@@ -53,7 +53,7 @@ class CsvRowsWriter:
     def __init__(self, path: Path):
         new = not path.exists() or path.stat().st_size == 0
         self._handle = path.open("a", newline="", encoding="utf-8")
-        self._csv = csv.writer(self._handle)
+        self._csv = csv.writer(self._handle, lineterminator="\n")
         if new:
             self._csv.writerow(COLUMNS)
             self._handle.flush()
@@ -71,6 +71,33 @@ class CsvRowsWriter:
 def _format(value: float) -> str:
     # repr keeps every bit of a float32 loss; the table must hold exactly what was computed.
     return repr(float(value)) if math.isfinite(value) else str(float(value))
+
+
+def truncate_rows_after(path: Path, step: int) -> int:
+    """Drop rows measured after `step` (work a resume will redo), keeping every other byte as it was.
+    Returns how many rows were dropped. This is what makes each (model, split, metric, step)
+    appear exactly once however many times a run is resumed."""
+    from .rundir import atomic_write_text
+
+    if not path.exists():
+        return 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    header, body = lines[:1], lines[1:]
+    kept = [line for line in body if _row_step(line) is not None and _row_step(line) <= step]
+    if len(kept) != len(body):
+        atomic_write_text(path, "".join(header + kept))
+    return len(body) - len(kept)
+
+
+def _row_step(line: str) -> int | None:
+    # A line cut short by a kill mid-write has no newline, or no value: it is dropped too.
+    if not line.endswith("\n") or line.count(",") < len(COLUMNS) - 1:
+        return None
+    try:
+        return int(line.split(",", 1)[0])
+    except ValueError:
+        return None
 
 
 class TerminalWriter:

@@ -1,0 +1,282 @@
+"""Checkpoint, resume, export: a run killed at any moment loses nothing.
+
+Kill/resume tests drive the real CLI in subprocesses and compare, bit for bit, with a run that was
+never interrupted: losses.csv byte for byte, final weights, optimizer state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, run_cli, tiny_config, write_yaml
+
+from harness.backend import import_keras, import_tf
+from harness.lock import FolderLock
+
+tf = import_tf()
+keras = import_keras()
+
+# 2 models, 4 steps per epoch, 24 steps, a checkpoint every 2 steps, one step per call: many
+# checkpoint saves, so random kills land before, during and after them.
+KILL_CONFIG = tiny_config(
+    models=[{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet", "optimizer": {"name": "adam", "learning_rate": 0.01}}],
+    train={"epochs": 6, "steps_per_call": 1, "checkpoint_every_steps": 2, "keep_checkpoints": 2},
+    output={"progress": "lines"},
+)
+TOTAL_STEPS = 24
+
+
+def start_cli(*args, env=None) -> subprocess.Popen:
+    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=REPO, env={**inherited, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def only_run_dir(results: Path, name: str = "tiny") -> Path:
+    (run_dir,) = (results / name).iterdir()
+    return run_dir
+
+
+def wait_for_rows(path: Path, at_least: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") > at_least:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {at_least} rows in {timeout}s")
+
+
+def checkpoint_values(run_dir: Path) -> dict[str, np.ndarray]:
+    reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{TOTAL_STEPS}"))
+    names = [n for n in reader.get_variable_to_shape_map() if "OBJECT_GRAPH" not in n and "save_counter" not in n]
+    return {n: reader.get_tensor(n) for n in names}
+
+
+def load_exported(run_dir: Path, name: str):
+    return keras.models.load_model(run_dir / "models" / name / "model.keras", compile=False)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    result = run_cli("run", write_yaml(folder / "c.yaml", KILL_CONFIG), "--results", folder / "r")
+    assert result.returncode == 0, result.stderr
+    return only_run_dir(folder / "r")
+
+
+def test_killed_repeatedly_then_resumed_equals_uninterrupted(uninterrupted, tmp_path):
+    rng = random.Random(7)
+    config = write_yaml(tmp_path / "c.yaml", KILL_CONFIG)
+    results = tmp_path / "r"
+    kills = 0
+    process = start_cli("run", config, "--results", results)
+    run_dir = None
+    for cycle in range(12):
+        # Kill once some progress exists, at a random moment: mid-step, mid-save or mid-write.
+        if run_dir is None:
+            deadline = time.monotonic() + 120
+            while not (results / "tiny").exists() or not any((results / "tiny").iterdir()):
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            run_dir = only_run_dir(results)
+        rows_before = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
+        try:
+            wait_for_rows(run_dir / "losses.csv", rows_before + 2 * rng.randint(1, 4), timeout=60)
+            time.sleep(rng.uniform(0.0, 0.3))
+        except AssertionError:
+            pass  # it finished before we could kill it
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            kills += 1
+        process.wait(timeout=60)
+        status = json.loads((run_dir / "run.json").read_text())["status"]
+        if status == "completed":
+            break
+        process = start_cli("resume", run_dir)
+    else:
+        process.wait(timeout=300)
+    assert kills >= 3, f"only {kills} kills landed; the test must interrupt the run several times"
+    if process.poll() is None or json.loads((run_dir / "run.json").read_text())["status"] != "completed":
+        process.wait(timeout=300)
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "completed" and info["steps_done"] == TOTAL_STEPS
+    assert len(info["resumes"]) >= kills
+
+    assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+    for name in ("fcn", "unet"):
+        for a, b in zip(load_exported(run_dir, name).get_weights(), load_exported(uninterrupted, name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+    resumed_state, clean_state = checkpoint_values(run_dir), checkpoint_values(uninterrupted)
+    assert resumed_state.keys() == clean_state.keys()
+    assert any("optimizer" in key and "iter" in key for key in resumed_state), "optimizer state is checkpointed"
+    for key in clean_state:
+        np.testing.assert_array_equal(resumed_state[key], clean_state[key], err_msg=key)
+
+
+def test_sigterm_saves_exits_75_and_resume_finishes(uninterrupted, tmp_path):
+    results = tmp_path / "r"
+    process = start_cli("run", write_yaml(tmp_path / "c.yaml", KILL_CONFIG), "--results", results)
+    deadline = time.monotonic() + 120
+    while not (results / "tiny").exists() or not any((results / "tiny").iterdir()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run_dir = only_run_dir(results)
+    wait_for_rows(run_dir / "losses.csv", 6)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 75, stderr
+    assert "harness resume" in stderr and "Traceback" not in stderr
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["interrupted_by"] == "SIGTERM"
+    assert (run_dir / "checkpoints" / f"ckpt-{info['steps_done']}.index").exists()
+
+    resumed = run_cli("resume", run_dir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+
+
+def copy_run(source: Path, target: Path, keep_until_step: int) -> Path:
+    """A copy of a finished run as if it had been killed after `keep_until_step`."""
+    import shutil
+
+    shutil.copytree(source, target)
+    info = json.loads((target / "run.json").read_text())
+    info.update(status="running", steps_done=keep_until_step)
+    (target / "run.json").write_text(json.dumps(info))
+    (target / "summary.csv").unlink()
+    shutil.rmtree(target / "models")
+    return target
+
+
+def test_corrupt_newest_checkpoint_falls_back_and_leftovers_are_cleaned(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run", TOTAL_STEPS)
+    checkpoints = run_dir / "checkpoints"
+    steps = sorted(int(p.name.split("-")[1].split(".")[0]) for p in checkpoints.glob("ckpt-*.index"))
+    newest, previous = steps[-1], steps[-2]
+    data = next(checkpoints.glob(f"ckpt-{newest}.data-*"))
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 3])  # a save cut short
+    (checkpoints / "checkpoint").write_text("garbage \x00 not a pointer")
+    (checkpoints / f"ckpt-{newest + 2}_temp").mkdir()  # what a kill during a save leaves
+    (checkpoints / f"ckpt-{newest + 2}_temp" / "part-0").write_bytes(b"x")
+
+    result = run_cli("resume", run_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"skipped a checkpoint that does not restore completely: ckpt-{newest}" in result.stderr
+    assert f"from step {previous}" in result.stderr
+    assert not (checkpoints / f"ckpt-{newest + 2}_temp").exists()
+    assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+
+
+def test_no_checkpoint_restores_is_refused_not_restarted(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run", TOTAL_STEPS)
+    for data in (run_dir / "checkpoints").glob("ckpt-*.data-*"):
+        data.write_bytes(b"not a checkpoint")
+    before = (run_dir / "losses.csv").read_bytes()
+    result = run_cli("resume", run_dir)
+    assert result.returncode == 2 and "refusing to restart from step 0" in result.stderr
+    assert (run_dir / "losses.csv").read_bytes() == before, "nothing the user had is lost"
+
+
+def test_changed_config_is_refused_with_what_differs(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run", 8)
+    text = (run_dir / "config.yaml").read_text().replace("learning_rate: 0.01", "learning_rate: 0.02")
+    (run_dir / "config.yaml").write_text(text)
+    result = run_cli("resume", run_dir)
+    assert result.returncode == 2, result.stderr
+    assert "models.1.optimizer.learning_rate: 0.01 -> 0.02" in result.stderr
+
+
+def test_locked_run_exits_5_naming_the_holder(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run", 8)
+    with FolderLock(run_dir):
+        result = run_cli("resume", run_dir)
+    assert result.returncode == 5, result.stderr
+    assert f"pid {os.getpid()}" in result.stderr and "since" in result.stderr
+
+
+def test_lock_of_a_killed_process_is_taken_over(uninterrupted, tmp_path):
+    run_dir = copy_run(uninterrupted, tmp_path / "run", 20)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"from harness.lock import FolderLock; import time; FolderLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout.readline().strip() == "locked"
+    holder.kill()
+    holder.wait()
+    result = run_cli("resume", run_dir)
+    assert result.returncode == 0, result.stderr
+
+
+def test_resume_of_a_completed_run_does_nothing(uninterrupted):
+    before = (uninterrupted / "losses.csv").read_bytes()
+    result = run_cli("resume", uninterrupted)
+    assert result.returncode == 0 and "already completed" in result.stderr
+    assert (uninterrupted / "losses.csv").read_bytes() == before
+
+
+def test_exported_models_load_with_plain_tf_keras_and_predict_the_same(uninterrupted, tmp_path):
+    images = np.random.default_rng(0).uniform(size=(2, 16, 16, 3)).astype("float32")
+    np.save(tmp_path / "images.npy", images)
+    script = (
+        "import os, sys, numpy as np\n"
+        "assert 'harness' not in sys.modules\n"
+        "import tf_keras\n"
+        f"m = tf_keras.models.load_model({str(uninterrupted / 'models' / 'unet' / 'model.keras')!r}, compile=False)\n"
+        f"np.save({str(tmp_path / 'plain.npy')!r}, m.predict(np.load({str(tmp_path / 'images.npy')!r}), verbose=0))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TF_USE_LEGACY_KERAS"] = "1"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    expected = load_exported(uninterrupted, "unet")(images, training=False).numpy()
+    np.testing.assert_array_equal(np.load(tmp_path / "plain.npy"), expected)
+    best = json.loads((uninterrupted / "models" / "unet" / "best.json").read_text())
+    assert best["step"] in (4, 8, 12, 16, 20, 24) and (uninterrupted / "models" / "unet" / "best.keras").exists()
+
+
+def test_disk_full_exits_4_and_the_last_checkpoint_still_restores(uninterrupted, tmp_path):
+    mount = tmp_path / "small_disk"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        results = mount / "r"
+        process = start_cli("run", write_yaml(tmp_path / "c.yaml", KILL_CONFIG), "--results", results)
+        deadline = time.monotonic() + 120
+        while not list((results / "tiny").glob("*/checkpoints/ckpt-*.index")) if (results / "tiny").exists() else True:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        filler = mount / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True)  # fill the disk
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 4, stderr
+        assert "disk full" in stderr and str(results) in stderr and "out of memory" not in stderr
+        assert "Traceback" not in stderr
+        filler.unlink()
+        run_dir = only_run_dir(results)
+        resumed = run_cli("resume", run_dir)
+        assert resumed.returncode == 0, resumed.stderr
+        assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def test_out_of_memory_and_disk_full_are_told_apart():
+    from harness.runner import _translate
+
+    oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[64,512,512]")
+    disk = tf.errors.ResourceExhaustedError(None, None, "results/x/ckpt-4_temp/part; No space left on device")
+    assert "out of memory" in str(_translate(oom, Path("run")))
+    assert "disk full" in str(_translate(disk, Path("run")))
+    assert _translate(OSError(28, "No space left on device", "losses.csv"), Path("run")).exit_code == 4
