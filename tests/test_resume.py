@@ -48,11 +48,13 @@ def only_run_dir(results: Path, name: str = "tiny") -> Path:
     return run_dir
 
 
-def wait_for_rows(path: Path, at_least: int, timeout: float = 120) -> None:
+def wait_for_rows(path: Path, at_least: int, timeout: float = 120, process=None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists() and path.read_text().count("\n") > at_least:
             return
+        if process is not None and process.poll() is not None:
+            raise AssertionError("the process ended first")
         time.sleep(0.05)
     raise AssertionError(f"{path} did not reach {at_least} rows in {timeout}s")
 
@@ -92,7 +94,7 @@ def test_killed_repeatedly_then_resumed_equals_uninterrupted(uninterrupted, tmp_
             run_dir = only_run_dir(results)
         rows_before = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
         try:
-            wait_for_rows(run_dir / "losses.csv", rows_before + 2 * rng.randint(1, 4), timeout=60)
+            wait_for_rows(run_dir / "losses.csv", rows_before + 2 * rng.randint(2, 5), timeout=60, process=process)
             time.sleep(rng.uniform(0.0, 0.3))
         except AssertionError:
             pass  # it finished before we could kill it
@@ -100,6 +102,11 @@ def test_killed_repeatedly_then_resumed_equals_uninterrupted(uninterrupted, tmp_
             process.send_signal(signal.SIGKILL)
             kills += 1
         process.wait(timeout=60)
+        # Everything is deterministic, so what was written so far is a byte prefix of the clean
+        # run's table (but for a line the kill cut short).
+        written = (run_dir / "losses.csv").read_bytes() if (run_dir / "losses.csv").exists() else b""
+        complete = written[: written.rfind(b"\n") + 1]
+        assert (uninterrupted / "losses.csv").read_bytes().startswith(complete), f"cycle {cycle}"
         status = json.loads((run_dir / "run.json").read_text())["status"]
         if status == "completed":
             break
@@ -107,11 +114,12 @@ def test_killed_repeatedly_then_resumed_equals_uninterrupted(uninterrupted, tmp_
     else:
         process.wait(timeout=300)
     assert kills >= 3, f"only {kills} kills landed; the test must interrupt the run several times"
+    print(f"kill/resume cycles: {kills} kills, every intermediate table a prefix of the clean one")
     if process.poll() is None or json.loads((run_dir / "run.json").read_text())["status"] != "completed":
         process.wait(timeout=300)
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["steps_done"] == TOTAL_STEPS
-    assert len(info["resumes"]) >= kills
+    assert 1 <= len(info["resumes"]) <= kills  # a kill during a resume's start-up records none
 
     assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
     for name in ("fcn", "unet"):
