@@ -23,11 +23,12 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
     return run_experiment(config, Path(results_dir) if results_dir else None)
 
 
-def resume(run_dir: str | Path):
-    """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`."""
+def resume(run_dir: str | Path, overrides: list[str] | None = None):
+    """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
+    `overrides` may change only where it runs (`placement.*`)."""
     from .runner import resume_run
 
-    return resume_run(Path(run_dir))
+    return resume_run(Path(run_dir), overrides)
 
 
 def load_run(run_dir: str | Path):

@@ -45,6 +45,14 @@ def select_legacy_keras() -> None:
         os.environ[key] = value
 
 
+def user_environment() -> dict[str, str]:
+    """The environment as the user gave it, for child processes (each makes its own choices)."""
+    env = dict(os.environ)
+    if not _USER_LOG_LEVEL:
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
 def _uses_legacy_keras(tf) -> bool:
     try:
         version = tf.keras.__version__
@@ -63,7 +71,8 @@ def import_tf():
     with _stderr_silenced():
         import tensorflow as tf
 
-        tf.config.list_logical_devices()  # platform (CUDA) probing happens here
+        # CUDA probing happens here; physical listing leaves logical devices configurable.
+        tf.config.list_physical_devices()
     return tf
 
 

@@ -47,7 +47,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = commands.add_parser("resume", help="continue an interrupted run from its newest valid checkpoint")
     resume.add_argument("run_dir", type=Path, help="results/<name>/<run_id>")
+    resume.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="placement.KEY=VALUE",
+        help="resume elsewhere, e.g. --set placement.strategy=one_device (only placement.* may change)",
+    )
     resume.set_defaults(func=cmd_resume)
+
+    workers = commands.add_parser(
+        "workers", help="try multi_worker locally: start N worker processes on 127.0.0.1 running one experiment"
+    )
+    workers.add_argument("count", type=int, help="number of worker processes (2 or more)")
+    workers.add_argument("config", type=Path, help="experiment YAML file")
+    workers.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    workers.add_argument("--results", type=Path, default=None, metavar="DIR")
+    workers.set_defaults(func=cmd_workers)
 
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
@@ -69,11 +82,20 @@ def cmd_run(args) -> int:
 def cmd_resume(args) -> int:
     from .api import resume
 
-    result = resume(args.run_dir)
+    result = resume(args.run_dir, args.overrides)
     if len(result.summary):
         _print_summary(result.summary)
     print(f"results: {result.run_dir}")
     return EXIT_OK
+
+
+def cmd_workers(args) -> int:
+    from .config import load_config
+    from .launch import launch_local_workers
+
+    overrides = [*args.overrides, "placement.strategy=multi_worker"]
+    load_config(args.config, overrides)  # a bad config fails here once, not in every worker
+    return launch_local_workers(args.count, args.config, overrides, args.results)
 
 
 def cmd_models(args) -> int:

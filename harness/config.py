@@ -128,9 +128,19 @@ class TrainSpec(Strict):
         return value
 
 
+class SplitGpuSpec(Strict):
+    count: Annotated[int, Field(ge=2, le=64)] = 2
+    memory_mb: Annotated[int, Field(ge=256)] = 4096
+
+
 class PlacementSpec(Strict):
-    strategy: Literal["auto", "one_device"] = "auto"
-    device: str | None = None
+    strategy: Literal["auto", "one_device", "mirrored", "per_model", "split_gpu", "multi_worker"] = "auto"
+    device: str | None = None  # one_device: e.g. /gpu:1 or /cpu:0
+    devices: list[str] | None = None  # mirrored / per_model: default every GPU (or every CPU device)
+    # Split the CPU into N logical devices, to try mirrored/per_model on a machine with no GPU.
+    logical_cpus: Annotated[int, Field(ge=1, le=64)] | None = None
+    split_gpu: SplitGpuSpec = SplitGpuSpec()
+    precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
 
 
 class OutputSpec(Strict):
@@ -184,9 +194,11 @@ class ExperimentConfig(Strict):
         return self.train.steps or self.train.epochs * self.data.steps_per_epoch
 
     def fingerprint(self) -> str:
-        """A short hash of everything that changes what is trained (not where results go)."""
+        """A short hash of what is trained: not where results go, nor where it runs (a run trained
+        under one placement may be resumed under another)."""
         payload = self.to_dict()
         payload.pop("output", None)
+        payload.pop("placement", None)
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -17,6 +17,15 @@ from .losses import make_loss
 
 tf = import_tf()
 keras = import_keras()
+_FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
+
+
+class _Opaque:
+    """Carries variables through merge_call untouched: the strategy must not unwrap mirrored
+    variables into per-device components, the optimizer expects them whole."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 def member_seed(seed: int, name: str) -> int:
@@ -55,6 +64,7 @@ class Member:
     loss_fn: Callable
     diverged: Any = field(repr=False)  # tf.Variable(bool)
     diverged_step: Any = field(repr=False)  # tf.Variable(int64), -1 while healthy
+    device: str | None = None  # per_model placement: variables and compute pinned here
 
     metric_names = ("loss",)
 
@@ -62,29 +72,71 @@ class Member:
     def params(self) -> int:
         return int(self.model.count_params())
 
+    @property
+    def loss_scaled(self) -> bool:
+        return isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+
     def train_step(self, images, masks, global_batch: int, step):
-        with tf.GradientTape() as tape:
-            predictions = self.model(images, training=True)
-            loss = tf.reduce_sum(self.loss_fn(masks, predictions)) / global_batch
-        gradients = tape.gradient(loss, self.model.trainable_variables)
-        self.apply_if_finite(loss, gradients, self.model.trainable_variables, step)
+        with _maybe_device(self.device):
+            with tf.GradientTape() as tape:
+                predictions = self.model(images, training=True)
+                loss = tf.reduce_sum(self.loss_fn(masks, predictions)) / global_batch
+                scaled = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
+            gradients = tape.gradient(scaled, self.model.trainable_variables)
+            if self.loss_scaled:
+                gradients = self.optimizer.get_unscaled_gradients(gradients)
+            self.apply_if_finite(loss, gradients, self.model.trainable_variables, step)
         return {"loss": loss}
 
     def apply_if_finite(self, loss, gradients, variables, step) -> None:
-        finite = tf.reduce_all([tf.math.is_finite(loss)] + [tf.reduce_all(tf.math.is_finite(g)) for g in gradients])
+        """Apply the update only if loss and gradients are finite and the member is healthy.
+
+        Under several replicas the gradients (and loss) are summed across them first, so every
+        replica takes the same decision. A sync point inside control flow is not supported in
+        replica context, so, as Keras's LossScaleOptimizer does, the cond runs in cross-replica
+        context (merge_call) and re-enters the replicas to apply.
+        """
+        context = tf.distribute.get_replica_context()
+        replicated = context is not None and context.num_replicas_in_sync > 1
+        if replicated:
+            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
+            loss = context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
+        checks = [tf.math.is_finite(loss)]
+        if not self.loss_scaled:  # under float16 the loss scaler skips overflowing gradients itself
+            checks += [tf.reduce_all(tf.math.is_finite(g)) for g in gradients]
+        finite = tf.reduce_all(checks)
         healthy = tf.logical_and(finite, tf.logical_not(self.diverged))
 
-        def apply():
-            self.optimizer.apply_gradients(zip(gradients, variables))
-            return tf.constant(True)
-
-        tf.cond(healthy, apply, lambda: tf.constant(False))
+        if not replicated:
+            tf.cond(healthy, lambda: self._apply(gradients, _Opaque(variables), aggregate=True), lambda: tf.constant(False))
+        elif tf.__internal__.distribute.strategy_supports_no_merge_call():
+            tf.cond(healthy, lambda: self._apply(gradients, _Opaque(variables)), lambda: tf.constant(False))
+        else:
+            context.merge_call(self._apply_cross_replica, args=(healthy, gradients, _Opaque(variables)))
         newly_diverged = tf.logical_and(tf.logical_not(finite), tf.logical_not(self.diverged))
         self.diverged_step.assign(tf.where(newly_diverged, tf.cast(step, tf.int64), self.diverged_step))
         self.diverged.assign(tf.logical_or(self.diverged, tf.logical_not(finite)))
 
+    def _apply(self, gradients, variables: "_Opaque", aggregate: bool = False):
+        pairs = list(zip(gradients, variables.value))
+        if aggregate:
+            self.optimizer.apply_gradients(pairs)
+        else:  # already summed across replicas in apply_if_finite
+            self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+        return tf.constant(True)
+
+    def _apply_cross_replica(self, distribution, healthy, gradients, variables):
+        decision = distribution.experimental_local_results(healthy)[0]
+
+        def apply():
+            distribution.extended.call_for_each_replica(self._apply, args=(gradients, variables))
+            return tf.constant(True)
+
+        tf.cond(decision, apply, lambda: tf.constant(False))
+
     def predict(self, images):
-        return self.model(images, training=False)
+        with _maybe_device(self.device):
+            return self.model(images, training=False)
 
     def state_variables(self) -> list:
         """Every variable a step may change: what a probe snapshots and a checkpoint saves."""
@@ -102,13 +154,34 @@ def set_batchnorm_momentum(model, momentum: float) -> int:
     return count
 
 
-def build_member(spec: ModelSpec, data: DataSpec, seed: int, batchnorm_momentum: float | None = None) -> Member:
+def _maybe_device(device: str | None):
+    import contextlib
+
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
+def build_member(
+    spec: ModelSpec,
+    data: DataSpec,
+    seed: int,
+    batchnorm_momentum: float | None = None,
+    device: str | None = None,
+    precision: str = "float32",
+) -> Member:
+    with _maybe_device(device):
+        return _build_member(spec, data, seed, batchnorm_momentum, device, precision)
+
+
+def _build_member(spec, data, seed, batchnorm_momentum, device, precision) -> Member:
     keras.utils.set_random_seed(member_seed(seed, spec.name))
     input_shape = (*data.image_size, data.channels)
     model = zoo.build_model(spec.arch, spec.backbone, spec.options, input_shape, data.classes, spec.weights)
     if batchnorm_momentum is not None:
         set_batchnorm_momentum(model, batchnorm_momentum)
     optimizer = build_optimizer(spec.optimizer)
+    if precision == "mixed_float16":
+        # One loss scale per model: one model's overflow skips only its own update.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
     optimizer.build(model.trainable_variables)  # slots exist before tracing, and before restore
     return Member(
         name=spec.name,
@@ -116,11 +189,20 @@ def build_member(spec: ModelSpec, data: DataSpec, seed: int, batchnorm_momentum:
         model=model,
         optimizer=optimizer,
         loss_fn=make_loss(spec.loss),
-        diverged=tf.Variable(False, trainable=False, name=f"{spec.name}_diverged"),
-        diverged_step=tf.Variable(tf.constant(-1, tf.int64), trainable=False, name=f"{spec.name}_diverged_step"),
+        # Replicas compute the same value (after the all-reduce): any replica may write it.
+        diverged=tf.Variable(False, trainable=False, name=f"{spec.name}_diverged", aggregation=_FIRST_REPLICA),
+        diverged_step=tf.Variable(
+            tf.constant(-1, tf.int64), trainable=False, name=f"{spec.name}_diverged_step", aggregation=_FIRST_REPLICA
+        ),
+        device=device,
     )
 
 
-def build_members(config: ExperimentConfig) -> list[Member]:
-    momentum = config.train.batchnorm_momentum
-    return [build_member(spec, config.data, config.seed, momentum) for spec in config.models]
+def build_members(config: ExperimentConfig, model_devices: dict[str, str | None] | None = None) -> list[Member]:
+    devices = model_devices or {}
+    return [
+        build_member(
+            spec, config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision
+        )
+        for spec in config.models
+    ]

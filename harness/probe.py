@@ -35,7 +35,8 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int) -> flo
 
     @tf.function(jit_compile=bool(member.spec.jit_compile))
     def one(images, masks):
-        return strategy.run(member.train_step, args=(images, masks, batch, step))
+        outputs = strategy.run(member.train_step, args=(images, masks, batch, step))
+        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
 
     with strategy.scope():
         tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))  # trace + warm-up, untimed

@@ -37,7 +37,15 @@ from .export import BestTracker, export_model
 from .lock import FolderLock
 from .members import Member, build_members
 from .probe import probe_ms_per_step
-from .runtime import Placement, build_placement, configure_determinism, device_names
+from .runtime import (
+    Placement,
+    build_placement,
+    configure_determinism,
+    configure_devices,
+    configure_precision,
+    describe_plan,
+    device_names,
+)
 from .step import make_eval_fn, make_train_loop
 from .tables import build_summary, load_losses, save_summary
 from .writers import CsvRowsWriter, MultiWriter, Row, TerminalWriter, truncate_rows_after
@@ -61,28 +69,71 @@ class RunResult:
 # Entry points
 
 
-def run_experiment(config: ExperimentConfig, results_dir: Path | None = None) -> RunResult:
+def prepare_process(config: ExperimentConfig) -> Placement:
+    """Process-wide settings, in the order TensorFlow needs them: devices before anything
+    initialises the runtime, then determinism and precision, then the strategy."""
+    configure_devices(config.placement)
     configure_determinism(config.train.deterministic)
-    placement = build_placement(config)
+    configure_precision(config.placement.precision)
+    return build_placement(config)
+
+
+def run_experiment(config: ExperimentConfig, results_dir: Path | None = None) -> RunResult:
+    placement = prepare_process(config)
+    if not placement.is_chief:
+        # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
+        with _scratch_run_dir(config) as scratch:
+            return Runner(config, scratch, placement, resuming=False).run()
     run = rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         return Runner(config, run, placement, resuming=False).run()
 
 
-def resume_run(run_dir: Path) -> RunResult:
-    """Continue an interrupted run from its newest valid checkpoint."""
+RESUME_OVERRIDABLE = ("placement.", "output.progress", "output.probe_steps")
+
+
+def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
+    """Continue an interrupted run from its newest valid checkpoint, optionally elsewhere
+    (`placement.*` overrides: trained mirrored on GPUs, resumed on a CPU)."""
     run = rd.RunDir(Path(run_dir))
     info = _read_info(run)
-    config = _read_resolved_config(run)
+    config = _read_resolved_config(run, overrides or [])
     _refuse_changed_config(config, info)
-    configure_determinism(config.train.deterministic)
-    placement = build_placement(config)
+    placement = prepare_process(config)
+    if not placement.is_chief:
+        with _scratch_run_dir(config, copy_from=run) as scratch:
+            return Runner(config, scratch, placement, resuming=True).run()
     with FolderLock(run.path):
         info = _read_info(run)  # again, now that no other process can be writing it
         if info.get("status") == "completed":
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return _load_result(run, config)
         return Runner(config, run, placement, resuming=True).run()
+
+
+class _scratch_run_dir:
+    """A temporary run directory for a non-chief worker (a copy of the real one's checkpoints when
+    resuming: the real one must be on a filesystem every worker sees)."""
+
+    def __init__(self, config: ExperimentConfig, copy_from: rd.RunDir | None = None):
+        self.config, self.source = config, copy_from
+
+    def __enter__(self) -> rd.RunDir:
+        import shutil
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="harness-worker-"))
+        if self.source is None:
+            run = rd.create_run_dir(self.config, self.folder)
+        else:
+            run = rd.RunDir(self.folder / "run")
+            shutil.copytree(self.source.path, run.path, ignore=shutil.ignore_patterns(".lock", "models"))
+        return run
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _read_info(run: rd.RunDir) -> dict[str, Any]:
@@ -94,13 +145,24 @@ def _read_info(run: rd.RunDir) -> dict[str, Any]:
         raise ConfigError(f"{run.run_json} cannot be read: {exc}") from None
 
 
-def _read_resolved_config(run: rd.RunDir) -> ExperimentConfig:
+def _read_resolved_config(run: rd.RunDir, overrides: list[str]) -> ExperimentConfig:
     import yaml
+
+    from .config import apply_override
 
     try:
         raw = yaml.safe_load(run.config_file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise ConfigError(f"{run.config_file} cannot be read: {exc}") from None
+    refused = [o for o in overrides if not o.strip().startswith(RESUME_OVERRIDABLE)]
+    if refused:
+        raise ConfigError(
+            "resume continues the same training; only where it runs may change "
+            f"({', '.join(RESUME_OVERRIDABLE)}). Not allowed:",
+            refused,
+        )
+    for override in overrides:
+        apply_override(raw, override)
     return validate_config(raw, source=str(run.config_file))
 
 
@@ -170,6 +232,9 @@ class Runner:
 
     def run(self) -> RunResult:
         self.run_dir.write_run_info(self.info)
+        if self.placement.is_chief and self.config.output.progress != "none":
+            for line in describe_plan(self.placement.plan):
+                print(line, file=sys.stderr)
         try:
             with self._graceful_stop():
                 self._train()
@@ -188,7 +253,7 @@ class Runner:
     def _train(self) -> None:
         config, strategy, run = self.config, self.strategy, self.run_dir
         with strategy.scope():
-            members = build_members(config)
+            members = build_members(config, self.placement.model_devices)
             global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.members = members
         self.model_facts = {

@@ -1,12 +1,18 @@
-"""Process-wide TensorFlow settings a run depends on: determinism and the distribution strategy."""
+"""Process-wide TensorFlow settings a run depends on: determinism, devices, precision, placement.
+
+Order matters: logical devices (split CPU, split GPU) can only be configured before TensorFlow
+initialises its runtime, so `configure_devices` runs before anything creates a tensor.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .backend import import_tf
-from .config import ExperimentConfig
+from .backend import import_keras, import_tf
+from .config import ExperimentConfig, PlacementSpec
 from .errors import ConfigError
 
 tf = import_tf()
@@ -40,44 +46,195 @@ def _disable_op_determinism() -> None:
         pass
 
 
+def configure_devices(spec: PlacementSpec) -> None:
+    """Split the CPU or the first GPU into logical devices, if the placement asks for it."""
+    if spec.logical_cpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        _set_logical(cpu, [tf.config.LogicalDeviceConfiguration()] * spec.logical_cpus, "CPU", spec.logical_cpus)
+    if spec.strategy == "split_gpu":
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            raise ConfigError("placement.strategy: split_gpu needs a GPU, and this machine has none")
+        config = [tf.config.LogicalDeviceConfiguration(memory_limit=spec.split_gpu.memory_mb)] * spec.split_gpu.count
+        _set_logical(gpus[0], config, "GPU", spec.split_gpu.count)
+
+
+def _set_logical(physical, config, kind: str, count: int) -> None:
+    try:
+        tf.config.set_logical_device_configuration(physical, config)
+    except RuntimeError:
+        # Already initialised (a notebook or a test process that ran something before): fine if
+        # the split is already the one asked for.
+        have = len(tf.config.list_logical_devices(kind))
+        if have < count:
+            raise ConfigError(
+                f"placement: TensorFlow is already initialised with {have} logical {kind} device(s) in "
+                f"this process; {count} cannot be made now. Start a new process (the harness CLI does)."
+            ) from None
+
+
+def configure_precision(precision: str) -> None:
+    keras = import_keras()
+    keras.mixed_precision.set_global_policy(precision)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class Placement:
-    """Where the step runs: the strategy and the plan that run.json records."""
+    """Where the step runs: the strategy, each model's device, and the plan run.json records."""
 
     strategy: Any
+    model_devices: dict[str, str | None] = field(default_factory=dict)  # per_model pins
     plan: dict[str, Any] = field(default_factory=dict)
+    is_chief: bool = True
 
 
 def build_placement(config: ExperimentConfig) -> Placement:
     spec = config.placement
-    devices = [d.name for d in tf.config.list_logical_devices()]
-    if spec.strategy == "one_device" and spec.device:
-        wanted = _normalise_device(spec.device)
-        if not any(_normalise_device(d) == wanted for d in devices):
-            raise ConfigError(
-                f"placement.device: device {spec.device!r} does not exist; "
-                f"this machine has {', '.join(devices)}"
-            )
-        device = spec.device
-    else:
-        gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
-        device = gpus[0] if gpus else "/cpu:0"
-    strategy = tf.distribute.OneDeviceStrategy(device)
-    plan = {
-        "strategy": "one_device",
-        "devices": [device],
-        "replicas": 1,
-        "global_batch": config.data.batch_size,
-        "per_replica_batch": config.data.batch_size,
-        "models": {m.name: [device] for m in config.models},
-    }
-    return Placement(strategy, plan)
+    kind = spec.strategy
+    if kind == "auto":
+        gpus = _names("GPU")
+        kind = "mirrored" if len(gpus) > 1 else "one_device"
+    if kind == "one_device":
+        return _one_device(config)
+    if kind == "mirrored":
+        return _mirrored(config, _chosen_devices(spec, "mirrored"))
+    if kind == "per_model":
+        return _per_model(config, _chosen_devices(spec, "per_model"))
+    if kind == "split_gpu":
+        return _per_model(config, _names("GPU"), label="split_gpu")
+    return _multi_worker(config)
 
 
-def _normalise_device(name: str) -> str:
-    name = name.lower().replace("/job:localhost/replica:0/task:0", "")
-    return name.replace("/device:", "/").lstrip("/")
+def _names(kind: str | None = None) -> list[str]:
+    return [d.name for d in tf.config.list_logical_devices(kind)]
 
 
 def device_names() -> list[str]:
-    return [d.name for d in tf.config.list_logical_devices()]
+    return _names()
+
+
+def _normalise(name: str) -> str:
+    name = name.lower().replace("/job:localhost/replica:0/task:0", "")
+    return name.replace("/device:", "/").strip("/")
+
+
+def _check_exists(devices: list[str], key: str) -> None:
+    existing = {_normalise(d) for d in _names()}
+    missing = [d for d in devices if _normalise(d) not in existing]
+    if missing:
+        raise ConfigError(
+            f"{key}: device(s) {', '.join(missing)} do not exist; this machine has {', '.join(_names())}"
+        )
+
+
+def _chosen_devices(spec: PlacementSpec, label: str) -> list[str]:
+    if spec.devices:
+        _check_exists(spec.devices, "placement.devices")
+        if len(set(map(_normalise, spec.devices))) != len(spec.devices):
+            raise ConfigError(f"placement.devices: a device is listed twice: {spec.devices}")
+        return list(spec.devices)
+    devices = _names("GPU") or _names("CPU")
+    if label == "mirrored" and len(devices) < 2:
+        raise ConfigError(
+            "placement.strategy: mirrored needs two or more devices and this machine has "
+            f"{', '.join(_names())}; use one_device, or placement.logical_cpus: 2 to try it on a CPU"
+        )
+    return devices
+
+
+def _one_device(config: ExperimentConfig) -> Placement:
+    spec = config.placement
+    if spec.device:
+        _check_exists([spec.device], "placement.device")
+        device = spec.device
+    else:
+        gpus = _names("GPU")
+        device = gpus[0] if gpus else "/cpu:0"
+    plan = _plan("one_device", [device], 1, config, {m.name: [device] for m in config.models})
+    return Placement(tf.distribute.OneDeviceStrategy(device), plan=plan)
+
+
+def _mirrored(config: ExperimentConfig, devices: list[str]) -> Placement:
+    _check_divisible(config.data.batch_size, len(devices), "mirrored")
+    plan = _plan("mirrored", devices, len(devices), config, {m.name: list(devices) for m in config.models})
+    return Placement(tf.distribute.MirroredStrategy(devices), plan=plan)
+
+
+def _per_model(config: ExperimentConfig, devices: list[str], label: str = "per_model") -> Placement:
+    if not devices:
+        raise ConfigError(f"placement.strategy: {label} found no devices to pin models to")
+    pins = {m.name: devices[i % len(devices)] for i, m in enumerate(config.models)}
+    plan = _plan(label, devices, 1, config, {name: [d] for name, d in pins.items()})
+    return Placement(tf.distribute.get_strategy(), model_devices=pins, plan=plan)
+
+
+def _multi_worker(config: ExperimentConfig) -> Placement:
+    cluster = read_tf_config()
+    workers = cluster["cluster"].get("worker", [])
+    task = cluster["task"]
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    replicas = strategy.num_replicas_in_sync
+    _check_divisible(config.data.batch_size, replicas, "multi_worker")
+    devices = [f"/job:worker/replica:0/task:{i}" for i in range(len(workers))]
+    plan = _plan("multi_worker", devices, replicas, config, {m.name: devices for m in config.models})
+    plan["task"] = task
+    is_chief = task.get("type") == "chief" or (task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in cluster["cluster"])
+    return Placement(strategy, plan=plan, is_chief=is_chief)
+
+
+def read_tf_config() -> dict[str, Any]:
+    """TF_CONFIG, checked: a cluster with workers, and this process's task in it."""
+    raw = os.environ.get("TF_CONFIG")
+    hint = (
+        'set TF_CONFIG to e.g. {"cluster": {"worker": ["host1:12345", "host2:12345"]}, '
+        '"task": {"type": "worker", "index": 0}} on each machine (index differs), or try it locally '
+        "with: harness workers 2 CONFIG"
+    )
+    if not raw:
+        raise ConfigError(f"placement.strategy: multi_worker needs TF_CONFIG in the environment; {hint}")
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise ConfigError(f"TF_CONFIG is not valid JSON ({exc}); {hint}") from None
+    cluster, task = parsed.get("cluster") if isinstance(parsed, dict) else None, parsed.get("task") if isinstance(parsed, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise ConfigError(f"TF_CONFIG needs 'cluster' and 'task' mappings; {hint}")
+    members = cluster.get(task.get("type"), [])
+    index = task.get("index")
+    if not isinstance(index, int) or not isinstance(members, list) or not 0 <= index < len(members):
+        raise ConfigError(f"TF_CONFIG task {task} is not in its cluster {cluster}; {hint}")
+    return parsed
+
+
+def _check_divisible(batch: int, replicas: int, label: str) -> None:
+    if batch % replicas:
+        raise ConfigError(
+            f"data.batch_size: {label} splits the global batch over {replicas} replicas, and "
+            f"{batch} is not divisible by {replicas}; use e.g. {max(replicas, batch // replicas * replicas)}"
+        )
+
+
+def _plan(strategy: str, devices: list[str], replicas: int, config: ExperimentConfig, models: dict) -> dict[str, Any]:
+    batch = config.data.batch_size
+    return {
+        "strategy": strategy,
+        "devices": devices,
+        "replicas": replicas,
+        "global_batch": batch,
+        "per_replica_batch": batch // replicas,
+        "precision": config.placement.precision,
+        "models": models,
+    }
+
+
+def describe_plan(plan: dict[str, Any]) -> list[str]:
+    """Lines for the terminal: the strategy, the batch split, and each model's device(s)."""
+    lines = [
+        f"placement: {plan['strategy']}, {plan['replicas']} replica(s), global batch {plan['global_batch']} "
+        f"({plan['per_replica_batch']} per replica), {plan['precision']}"
+    ]
+    lines += [f"  {name}: {', '.join(devices)}" for name, devices in plan["models"].items()]
+    return lines

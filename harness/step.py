@@ -17,14 +17,19 @@ def make_train_loop(members, strategy, global_step, global_batch: int):
     fragments = [_compile_fragment(m) for m in members]
 
     def replica_step(images, masks, step):
-        return {m.name: fragment(images, masks, global_batch, step) for m, fragment in zip(members, fragments)}
+        outputs = {m.name: fragment(images, masks, global_batch, step) for m, fragment in zip(members, fragments)}
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            # Each replica's loss is already divided by the GLOBAL batch: their sum is the batch
+            # mean. Summed here, in replica context, every replica holds the same result.
+            outputs = context.all_reduce(tf.distribute.ReduceOp.SUM, outputs)
+        return outputs
 
     def one_step(iterator):
         images, masks = next(iterator)
         step = global_step + 1
         per_replica = strategy.run(replica_step, args=(images, masks, step))
-        # Each replica's loss is already divided by the GLOBAL batch: their sum is the batch mean.
-        outputs = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
         global_step.assign_add(1)
         return outputs
 
