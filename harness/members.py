@@ -78,6 +78,10 @@ class Member:
 
     def train_step(self, images, masks, global_batch: int, step):
         with _maybe_device(self.device):
+            if self.device:
+                # The batch lives on the input pipeline's device; copy it once, here, so every op
+                # of this member's step reads a local tensor (as on a single device).
+                images, masks = tf.identity(images), tf.identity(masks)
             with tf.GradientTape() as tape:
                 predictions = self.model(images, training=True)
                 loss = tf.reduce_sum(self.loss_fn(masks, predictions)) / global_batch

@@ -11,6 +11,14 @@ from pathlib import Path
 import harness  # noqa: F401  (selects legacy Keras before anything imports TensorFlow)
 import pytest
 import yaml
+from harness.backend import import_tf
+
+# Multi-device code is tested on two logical CPU devices, which must exist before TensorFlow
+# initialises; every in-process test shares them (one_device runs use /cpu:0).
+_tf = import_tf()
+_tf.config.set_logical_device_configuration(
+    _tf.config.list_physical_devices("CPU")[0], [_tf.config.LogicalDeviceConfiguration()] * 2
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,0 +1,206 @@
+"""Placement on two logical CPU devices: mirrored, per_model, multi_worker, precision, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REPO, run_cli, tiny_config, write_yaml
+
+from harness import checkpoints as ckpt
+from harness.api import resume, run
+from harness.backend import import_tf
+from harness.config import validate_config
+from harness.errors import ConfigError
+from harness.members import build_members
+from harness.runtime import build_placement
+
+tf = import_tf()
+
+# No BatchNorm: under data parallelism BN normalises each replica's half batch, so only BN-free
+# models can match one device up to float rounding.
+NO_BN_MODELS = [
+    {"name": "a", "arch": "factories:small_convnet"},
+    {"name": "b", "arch": "factories:small_convnet", "options": {"width": 6}, "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}},
+]
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32 sums taken in another order
+
+
+def placed(strategy: str, models=None, **placement) -> dict:
+    raw = tiny_config(placement={"strategy": strategy, "logical_cpus": 2, **placement})
+    if models is not None:
+        raw["models"] = models
+    return raw
+
+
+def losses_of(result) -> pd.DataFrame:
+    return result.losses.sort_values(["model", "split", "metric", "step"]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def one_device_no_bn(tmp_path_factory):
+    return run(validate_config(placed("one_device", NO_BN_MODELS)), results_dir=tmp_path_factory.mktemp("r"))
+
+
+def test_mirrored_matches_one_device_within_tolerance(one_device_no_bn, tmp_path):
+    mirrored = run(validate_config(placed("mirrored", NO_BN_MODELS)), results_dir=tmp_path)
+    plan = mirrored.info["placement"]
+    assert plan["strategy"] == "mirrored" and plan["replicas"] == 2 and plan["per_replica_batch"] == 2
+    a, b = losses_of(mirrored), losses_of(one_device_no_bn)
+    assert a[["model", "split", "metric", "step"]].equals(b[["model", "split", "metric", "step"]])
+    np.testing.assert_allclose(a["value"], b["value"], **TOLERANCE)
+    for name in ("a", "b"):
+        for x, y in zip(mirrored.models[name].get_weights(), one_device_no_bn.models[name].get_weights()):
+            np.testing.assert_allclose(x, y, **TOLERANCE)
+
+
+def test_per_model_pins_each_model_and_equals_one_device_bitwise(tmp_path):
+    one = run(validate_config(placed("one_device")), results_dir=tmp_path / "one")
+    pinned = run(validate_config(placed("per_model")), results_dir=tmp_path / "pinned")
+    assert pinned.info["placement"]["models"] == {"fcn": ["/device:CPU:0"], "unet": ["/device:CPU:1"], "deconv": ["/device:CPU:0"]}
+    for name, device in (("fcn", "CPU:0"), ("unet", "CPU:1"), ("deconv", "CPU:0")):
+        model = pinned.models[name]
+        assert all(v.device.endswith(device) for v in model.variables), name
+    assert losses_of(pinned)["value"].tolist() == losses_of(one)["value"].tolist()
+    for name in ("fcn", "unet", "deconv"):
+        for x, y in zip(pinned.models[name].get_weights(), one.models[name].get_weights()):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_optimizer_state_lives_with_its_pinned_model():
+    config = validate_config(placed("per_model"))
+    members = build_members(config, build_placement(config).model_devices)
+    unet = members[1]
+    assert unet.device == "/device:CPU:1"
+    assert all(v.device.endswith("CPU:1") for v in unet.optimizer.variables)
+
+
+def test_checkpoint_of_a_mirrored_run_restores_under_one_device(tmp_path):
+    raw = placed("mirrored", NO_BN_MODELS)
+    raw["train"].update(checkpoint_every_steps=4)
+    mirrored = run(validate_config(raw), results_dir=tmp_path / "r")
+    saved = tf.train.load_checkpoint(str(mirrored.run_dir / "checkpoints" / "ckpt-4"))
+
+    one_config = validate_config(placed("one_device", NO_BN_MODELS))
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        members = build_members(one_config)
+        step = tf.Variable(0, dtype=tf.int64)
+    restored = ckpt.restore_newest_valid(ckpt.make_checkpoint(members, step), mirrored.run_dir / "checkpoints")
+    assert restored.step == 8  # newest
+    checkpoint = ckpt.make_checkpoint(members, step)
+    checkpoint.read(str(mirrored.run_dir / "checkpoints" / "ckpt-4")).assert_consumed()
+    kernel = members[0].model.trainable_variables[0]
+    key = next(k for k in saved.get_variable_to_shape_map() if k.startswith("member_0_model") and "kernel" in k and "OPTIMIZER" not in k and saved.get_variable_to_shape_map()[k] == kernel.shape)
+    np.testing.assert_array_equal(saved.get_tensor(key), kernel.numpy())
+
+    # And through the API: interrupted at step 4 under mirrored, resumed on one device.
+    copy = tmp_path / "copy"
+    shutil.copytree(mirrored.run_dir, copy)
+    for f in (copy / "checkpoints").glob("ckpt-8.*"):
+        f.unlink()
+    info = json.loads((copy / "run.json").read_text())
+    info["status"] = "interrupted"
+    (copy / "run.json").write_text(json.dumps(info))
+    result = resume(copy, ["placement.strategy=one_device"])
+    assert result.info["status"] == "completed" and result.info["resumes"][-1]["from_step"] == 4
+    assert result.info["placement"]["strategy"] == "one_device"
+
+
+def test_resume_refuses_to_change_what_is_trained(one_device_no_bn):
+    with pytest.raises(ConfigError, match="only where it runs may change") as info:
+        resume(one_device_no_bn.run_dir, ["placement.strategy=mirrored", "train.epochs=9"])
+    assert info.value.problems == ["train.epochs=9"]
+
+
+def test_bfloat16_trains_close_to_float32(tmp_path):
+    f32 = run(validate_config(placed("one_device")), results_dir=tmp_path / "f32")
+    bf16 = run(validate_config(placed("one_device", precision="mixed_bfloat16")), results_dir=tmp_path / "bf16")
+    model = bf16.models["unet"]
+    assert model.get_layer("e1_conv").compute_dtype == "bfloat16" and model.output.dtype == tf.float32
+    a, b = losses_of(bf16), losses_of(f32)
+    assert np.isfinite(a["value"]).all()
+    first = (a["split"] == "train") & (a["step"] <= 2)
+    np.testing.assert_allclose(a.loc[first, "value"], b.loc[first, "value"], rtol=0.02)  # bfloat16 has 8 mantissa bits
+
+
+def test_float16_has_one_loss_scale_optimizer_per_model(tmp_path):
+    from harness.backend import import_keras
+
+    keras = import_keras()
+    config = validate_config(placed("one_device", precision="mixed_float16"))
+    try:
+        members = build_members(config)
+        assert all(isinstance(m.optimizer, keras.mixed_precision.LossScaleOptimizer) for m in members)
+        assert len({id(m.optimizer) for m in members}) == len(members)
+        result = run(config, results_dir=tmp_path)
+        assert np.isfinite(result.losses["value"]).all()
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize(
+    "placement, message",
+    [
+        ({"strategy": "one_device", "device": "/gpu:3"}, "device(s) /gpu:3 do not exist"),
+        ({"strategy": "per_model", "devices": ["/cpu:0", "/cpu:7"]}, "device(s) /cpu:7 do not exist"),
+        ({"strategy": "mirrored", "devices": ["/cpu:0", "/cpu:0"]}, "listed twice"),
+        ({"strategy": "split_gpu"}, "needs a GPU"),
+    ],
+)
+def test_bad_placement_is_one_clear_message(placement, message):
+    from harness.runtime import configure_devices
+
+    config = validate_config(tiny_config(placement=placement))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        configure_devices(config.placement)
+        build_placement(config)
+
+
+def test_global_batch_not_divisible_by_replicas():
+    raw = placed("mirrored")
+    raw["data"].update(batch_size=5, train_size=20)
+    with pytest.raises(ConfigError, match="5 is not divisible by 2"):
+        build_placement(validate_config(raw))
+
+
+@pytest.mark.parametrize(
+    "tf_config, message",
+    [
+        (None, "multi_worker needs TF_CONFIG"),
+        ("{not json", "not valid JSON"),
+        ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 3}}', "is not in its cluster"),
+    ],
+)
+def test_multi_worker_without_valid_tf_config(tmp_path, tf_config, message):
+    env = {"TF_CONFIG": tf_config} if tf_config else {}
+    path = write_yaml(tmp_path / "c.yaml", tiny_config(placement={"strategy": "multi_worker"}))
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CONFIG"}
+    result = subprocess.run(
+        [__import__("sys").executable, "-m", "harness", "run", str(path), "--results", str(tmp_path / "r")],
+        env={**{k: v for k, v in clean.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}, **env},
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_multi_worker_two_processes_match_one_process(tmp_path):
+    raw = tiny_config(models=NO_BN_MODELS)
+    raw["output"]["progress"] = "lines"
+    config = write_yaml(tmp_path / "c.yaml", raw)
+    env = {"PYTHONPATH": str(REPO / "tests")}
+    single = run_cli("run", config, "--results", tmp_path / "single", env=env, timeout=300)
+    assert single.returncode == 0, single.stderr
+    workers = run_cli("workers", "2", config, "--results", tmp_path / "multi", env=env, timeout=300)
+    assert workers.returncode == 0, workers.stderr
+    assert "multi_worker, 2 replica(s), global batch 4 (2 per replica)" in workers.stderr
+    runs = list((tmp_path / "multi" / "tiny").iterdir())
+    assert len(runs) == 1, "only the chief writes a run directory"
+    multi = pd.read_csv(runs[0] / "losses.csv").sort_values(["model", "split", "metric", "step"])
+    one = pd.read_csv(next((tmp_path / "single" / "tiny").iterdir()) / "losses.csv").sort_values(["model", "split", "metric", "step"])
+    np.testing.assert_allclose(multi["value"].to_numpy(), one["value"].to_numpy(), **TOLERANCE)
