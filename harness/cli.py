@@ -62,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     workers.add_argument("--results", type=Path, default=None, metavar="DIR")
     workers.set_defaults(func=cmd_workers)
 
+    bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
+    bench.add_argument("--tiny", action="store_true", help="tiny models, a few seconds: checks the benchmark works")
+    bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv")
+    bench.add_argument("--rounds", type=int, default=None)
+    bench.add_argument("--steps", type=int, default=None, help="steps per timed call")
+    bench.set_defaults(func=cmd_bench)
+
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
     return parser
@@ -96,6 +103,14 @@ def cmd_workers(args) -> int:
     overrides = [*args.overrides, "placement.strategy=multi_worker"]
     load_config(args.config, overrides)  # a bad config fails here once, not in every worker
     return launch_local_workers(args.count, args.config, overrides, args.results)
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_bench
+
+    table = run_bench(args.tiny, args.out, args.rounds, args.steps)
+    print(table.to_string(index=False))
+    return EXIT_OK
 
 
 def cmd_models(args) -> int:

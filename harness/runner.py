@@ -294,10 +294,13 @@ class Runner:
                 if is_due(step, spe) or step == total:
                     rows += self._validate(evaluate, datasets.val, best, step, spe)
                 writer.write(rows, step)
-                if is_due(step, ckpt_every) or step == total or self._stop_signal:
+                # Read the flag once: a signal arriving after this point is handled next time round,
+                # never between deciding to save and deciding to stop.
+                stopping = self._stop_signal is not None
+                if is_due(step, ckpt_every) or step == total or stopping:
                     ckpt.save(checkpoint, run.checkpoints, step, config.train.keep_checkpoints)
                 self._update_info(steps_done=step, models=self._models_info(), timing=timing.as_dict())
-                if self._stop_signal and step < total:
+                if stopping and step < total:
                     self._stop(step)
         finally:
             writer.close()
