@@ -62,6 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
     workers.add_argument("--results", type=Path, default=None, metavar="DIR")
     workers.set_defaults(func=cmd_workers)
 
+    compare = commands.add_parser("compare", help="print models side by side, across one or several runs")
+    compare.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    compare.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
+    compare.set_defaults(func=cmd_compare)
+
+    report = commands.add_parser("report", help="(re)build the tables, plots and report.html of a run")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.set_defaults(func=cmd_report)
+
     bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
     bench.add_argument("--tiny", action="store_true", help="tiny models, a few seconds: checks the benchmark works")
     bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv")
@@ -103,6 +112,26 @@ def cmd_workers(args) -> int:
     overrides = [*args.overrides, "placement.strategy=multi_worker"]
     load_config(args.config, overrides)  # a bad config fails here once, not in every worker
     return launch_local_workers(args.count, args.config, overrides, args.results)
+
+
+def cmd_compare(args) -> int:
+    from .compare import compare_runs, print_comparison
+
+    table = compare_runs(args.run_dirs)
+    print_comparison(table)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"saved: {args.csv}")
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    from .outputs import rebuild
+
+    summary = rebuild(args.run_dir)
+    _print_summary(summary)
+    print(f"report: {args.run_dir / 'report.html'}")
+    return EXIT_OK
 
 
 def cmd_bench(args) -> int:

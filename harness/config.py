@@ -29,6 +29,7 @@ from .errors import ConfigError
 from .losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+REPEAT_SEPARATOR = "@"  # not allowed in model names, so repeat members never collide with a model
 
 
 class Strict(BaseModel):
@@ -120,6 +121,9 @@ class TrainSpec(Strict):
     # None: at the end of every epoch. A checkpoint is always written at the end of the run.
     checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
     keep_checkpoints: Annotated[int, Field(ge=1, le=1000)] = 3
+    # Each model is trained from this many initial seeds at once, as extra members of the same
+    # step (same batches), so tables can give mean, spread and a 95% interval per model.
+    repeats: Annotated[int, Field(ge=1, le=20)] = 1
 
     @field_validator("loss")
     @classmethod
@@ -143,10 +147,23 @@ class PlacementSpec(Strict):
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
 
 
+RANK_METRICS = ("val_iou", "val_f1", "val_loss", "best_val_loss", "final_train_loss")
+
+
+class MlflowSpec(Strict):
+    tracking_uri: str = "file:./mlruns"
+    experiment: str | None = None  # default: the experiment's name
+
+
 class OutputSpec(Strict):
     results_dir: Path = Path("results")
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
     export: bool = True
+    rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
+    log_scale: bool = False  # loss curves on a log axis
+    sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png
+    tensorboard: bool = True
+    mlflow: MlflowSpec | None = None  # pip install "harness[mlflow]"
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
 
 
@@ -188,6 +205,17 @@ class ExperimentConfig(Strict):
         ]
         object.__setattr__(self, "models", filled)
         return self
+
+    def member_specs(self) -> list[ModelSpec]:
+        """One spec per trained member: each model, or with repeats R each model R times
+        (`unet@1` .. `unet@R`), differing only in their initial weights."""
+        if self.train.repeats == 1:
+            return list(self.models)
+        return [
+            m.model_copy(update={"name": f"{m.name}{REPEAT_SEPARATOR}{r}"})
+            for m in self.models
+            for r in range(1, self.train.repeats + 1)
+        ]
 
     @property
     def total_steps(self) -> int:

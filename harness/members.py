@@ -208,5 +208,5 @@ def build_members(config: ExperimentConfig, model_devices: dict[str, str | None]
         build_member(
             spec, config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision
         )
-        for spec in config.models
+        for spec in config.member_specs()
     ]

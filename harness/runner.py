@@ -47,8 +47,10 @@ from .runtime import (
     device_names,
 )
 from .step import make_eval_fn, make_train_loop
-from .tables import build_summary, load_losses, save_summary
-from .writers import CsvRowsWriter, MultiWriter, Row, TerminalWriter, truncate_rows_after
+from .flops import forward_flops
+from .outputs import samples_from_models, write_outputs, write_report_page
+from .tables import load_losses
+from .writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, truncate_rows_after
 
 tf = import_tf()
 
@@ -274,12 +276,13 @@ class Runner:
         train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size)
         evaluate = make_eval_fn(members, config.data.classes)
 
-        writer = MultiWriter(
-            [
-                CsvRowsWriter(run.losses_csv),
-                TerminalWriter(total, [m.name for m in members], config.output.progress, start),
-            ]
-        )
+        writers = [
+            CsvRowsWriter(run.losses_csv),
+            TerminalWriter(total, [m.name for m in members], config.output.progress, start),
+        ]
+        if config.output.tensorboard:
+            writers.append(TensorBoardWriter(run.path / "tb", {m.name: _hparams(m.spec) for m in members}))
+        writer = MultiWriter(writers)
         timing = _StepTiming()
         step = start
         try:
@@ -327,16 +330,43 @@ class Runner:
         self._update_info(trace_count=int(train_loop.experimental_get_tracing_count()))
         probe_batch = next(iter(datasets.val))
         ms = probe_ms_per_step(members, self.strategy, *probe_batch, steps=config.output.probe_steps)
-        for name, value in ms.items():
-            self.model_facts[name]["ms_per_step"] = round(value, 3)
+        flops: dict[str, int | None] = {}
+        for m in members:
+            facts = self.model_facts[m.name]
+            if m.name in ms:
+                facts["ms_per_step"] = round(ms[m.name], 3)
+                facts["images_per_s"] = round(1000.0 * int(probe_batch[0].shape[0]) / ms[m.name], 1)
+            arch_key = (m.spec.arch, m.spec.backbone, repr(sorted(m.spec.options.items())))
+            if arch_key not in flops:  # repeats share an architecture: count it once
+                flops[arch_key] = forward_flops(m.model)
+            facts["flops_per_example"] = flops[arch_key]
         if config.output.export:
             for m in members:
                 export_model(m.model, self.run_dir.path / "models" / m.name / "model.keras")
-        summary = self._write_summary()
+        self._update_info(models=self._models_info())
+        samples = samples_from_models(config, {m.name: m.predict for m in members})
+        summary = write_outputs(self.run_dir, config, self.info, samples)
         warnings = validation_warnings(summary, config)
         for warning in warnings:
             print(f"harness: warning: {warning}", file=sys.stderr)
-        self._update_info(status="completed", ended=rd.utc_now(), models=self._models_info(), warnings=warnings)
+        self._update_info(status="completed", ended=rd.utc_now(), warnings=warnings)
+        if self.placement.is_chief:
+            write_report_page(self.run_dir, config, self.info)  # run.json facts now final
+            if config.output.mlflow is not None:
+                self._log_mlflow()
+
+    def _log_mlflow(self) -> None:
+        """After completion: a failure here costs the MLflow copy, never the run's own results."""
+        from .mlflow_log import log_run
+
+        try:
+            record = log_run(self.run_dir, self.config, self.info)
+        except ConfigError:
+            raise
+        except Exception as exc:  # MLflow raises its own and its backends' errors
+            record = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            print(f"harness: warning: MLflow logging failed, the run's results are complete: {record['error']}", file=sys.stderr)
+        self._update_info(mlflow=record)
 
     def _call_train_loop(self, train_loop, iterator, k: int):
         try:
@@ -379,11 +409,6 @@ class Runner:
             if facts["status"] == "ok" and bool(m.diverged.numpy()):
                 at = int(m.diverged_step.numpy())
                 facts.update(status="diverged", changed_at_step=at, diverged_step=at)
-
-    def _write_summary(self) -> pd.DataFrame:
-        summary = build_summary(load_losses(self.run_dir.losses_csv), self.model_facts)
-        save_summary(summary, self.run_dir.summary_csv)
-        return summary
 
     # -- stopping on a signal -------------------------------------------------------------------
 
@@ -443,7 +468,10 @@ class Runner:
 
     def _models_info(self) -> dict[str, Any]:
         return {
-            name: {k: facts.get(k) for k in ("status", "changed_at_step", "params", "ms_per_step")}
+            name: {
+                k: facts.get(k)
+                for k in ("status", "changed_at_step", "diverged_step", "params", "flops_per_example", "ms_per_step", "images_per_s")
+            }
             for name, facts in self.model_facts.items()
         }
 
@@ -468,6 +496,17 @@ class Runner:
             info=self.info,
             models={m.name: m.model for m in self.members},
         )
+
+
+def _hparams(spec) -> dict[str, Any]:
+    optimizer = spec.optimizer
+    return {
+        "arch": spec.arch,
+        "backbone": spec.backbone or "",
+        "loss": spec.loss,
+        "optimizer": optimizer.name,
+        "learning_rate": optimizer.learning_rate,
+    }
 
 
 def validation_warnings(summary: pd.DataFrame, config: ExperimentConfig) -> list[str]:

@@ -153,20 +153,20 @@ def _one_device(config: ExperimentConfig) -> Placement:
     else:
         gpus = _names("GPU")
         device = gpus[0] if gpus else "/cpu:0"
-    plan = _plan("one_device", [device], 1, config, {m.name: [device] for m in config.models})
+    plan = _plan("one_device", [device], 1, config, {m.name: [device] for m in config.member_specs()})
     return Placement(tf.distribute.OneDeviceStrategy(device), plan=plan)
 
 
 def _mirrored(config: ExperimentConfig, devices: list[str]) -> Placement:
     _check_divisible(config.data.batch_size, len(devices), "mirrored")
-    plan = _plan("mirrored", devices, len(devices), config, {m.name: list(devices) for m in config.models})
+    plan = _plan("mirrored", devices, len(devices), config, {m.name: list(devices) for m in config.member_specs()})
     return Placement(tf.distribute.MirroredStrategy(devices), plan=plan)
 
 
 def _per_model(config: ExperimentConfig, devices: list[str], label: str = "per_model") -> Placement:
     if not devices:
         raise ConfigError(f"placement.strategy: {label} found no devices to pin models to")
-    pins = {m.name: devices[i % len(devices)] for i, m in enumerate(config.models)}
+    pins = {m.name: devices[i % len(devices)] for i, m in enumerate(config.member_specs())}
     plan = _plan(label, devices, 1, config, {name: [d] for name, d in pins.items()})
     return Placement(tf.distribute.get_strategy(), model_devices=pins, plan=plan)
 
@@ -179,7 +179,7 @@ def _multi_worker(config: ExperimentConfig) -> Placement:
     replicas = strategy.num_replicas_in_sync
     _check_divisible(config.data.batch_size, replicas, "multi_worker")
     devices = [f"/job:worker/replica:0/task:{i}" for i in range(len(workers))]
-    plan = _plan("multi_worker", devices, replicas, config, {m.name: devices for m in config.models})
+    plan = _plan("multi_worker", devices, replicas, config, {m.name: devices for m in config.member_specs()})
     plan["task"] = task
     is_chief = task.get("type") == "chief" or (task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in cluster["cluster"])
     return Placement(strategy, plan=plan, is_chief=is_chief)

@@ -73,6 +73,44 @@ def _format(value: float) -> str:
     return repr(float(value)) if math.isfinite(value) else str(float(value))
 
 
+class TensorBoardWriter:
+    """tb/<model>/ event files, one folder per member so TensorBoard overlays them, with the
+    model's hyperparameters (hparams plugin) so runs can be filtered and compared there too.
+
+    Scalars are named `<split>/<metric>` (train/loss, val/iou); the model is the folder.
+    """
+
+    def __init__(self, folder: Path, hparams: dict[str, dict]):
+        from .backend import import_tf
+
+        self.tf = import_tf()
+        self.writers = {}
+        for name, params in hparams.items():
+            writer = self.tf.summary.create_file_writer(str(folder / name))
+            self.writers[name] = writer
+            try:
+                from tensorboard.plugins.hparams import api as hp
+
+                with writer.as_default():
+                    hp.hparams(params, trial_id=name)
+            except ImportError:  # hparams need the tensorboard package; scalars do not
+                pass
+
+    def write(self, rows: Sequence[Row], step: int) -> None:
+        for name, writer in self.writers.items():
+            mine = [r for r in rows if r.model == name]
+            if not mine:
+                continue
+            with writer.as_default():
+                for r in mine:
+                    self.tf.summary.scalar(f"{r.split}/{r.metric}", r.value, step=r.step)
+            writer.flush()
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
 def truncate_rows_after(path: Path, step: int) -> int:
     """Drop rows measured after `step` (work a resume will redo), keeping every other byte as it was.
     Returns how many rows were dropped. This is what makes each (model, split, metric, step)

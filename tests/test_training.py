@@ -72,7 +72,8 @@ def test_run_directory_files(tiny_run):
     summary = pd.read_csv(run_dir / "summary.csv")
     for column in ("model", "params", "status", "steps", "final_train_loss", "best_val_loss", "best_step", "ms_per_step", "val_iou", "val_f1"):
         assert column in summary.columns, column
-    assert summary["model"].tolist() == ["fcn", "unet", "deconv"]
+    assert sorted(summary["model"]) == ["deconv", "fcn", "unet"]
+    assert summary["rank"].tolist() == [1, 2, 3] and summary["val_iou"].is_monotonic_decreasing
     assert (summary["params"] > 0).all() and (summary["steps"] == 12).all()
 
 

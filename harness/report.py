@@ -1,0 +1,109 @@
+"""report.html: one self-contained page (images embedded as data URIs, no external files, no
+network) with the run's facts, the tables, the plots and the config. Readable offline, mailable."""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .tables import HIGHER_IS_BETTER
+
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1150px; color: #222; }
+h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.88rem; margin: 0.5rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; }
+th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+td.best { font-weight: bold; background: #eef7ee; }
+img { max-width: 100%; border: 1px solid #eee; margin: 0.5rem 0; }
+pre { background: #f8f8f8; padding: 0.8rem; overflow-x: auto; font-size: 0.8rem; }
+.facts td { text-align: left; } .warning { color: #a40; } #broken { display: none; color: #b00; }
+"""
+
+# Marks the page when an image fails to decode, for readers and for the test that opens the page.
+_SCRIPT = """
+window.addEventListener('load', function () {
+  var images = document.querySelectorAll('img'), ok = 0;
+  images.forEach(function (img) { if (img.complete && img.naturalWidth > 0) ok += 1; });
+  document.body.setAttribute('data-images', images.length);
+  document.body.setAttribute('data-images-rendered', ok);
+  if (ok < images.length) { document.getElementById('broken').style.display = 'block'; }
+});
+"""
+
+
+def render_report(
+    info: dict[str, Any],
+    config_yaml: str,
+    summary: pd.DataFrame,
+    pairs: pd.DataFrame,
+    plots: list[Path],
+    rank_by: str,
+    extra_sections: list[tuple[str, str]] | None = None,
+) -> str:
+    title = f"{info.get('name', 'run')} / {info.get('run_id', '')}"
+    parts = [
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>status <b>{html.escape(str(info.get('status')))}</b> &middot; ranked by <b>{html.escape(rank_by)}</b></p>",
+        "<p id='broken'>Some images of this report failed to render.</p>",
+        "<h2>Summary</h2>",
+        _table(summary, highlight=rank_by),
+    ]
+    for warning in info.get("warnings") or []:
+        parts.append(f"<p class='warning'>warning: {html.escape(warning)}</p>")
+    if len(pairs):
+        parts += [
+            "<h2>Pairs, on the same batches</h2>",
+            "<p>mean_loss_diff = train loss of model_a minus model_b, averaged over steps; "
+            "a_beats_b = share of steps where model_a's loss was lower on the very same batch.</p>",
+            _table(pairs),
+        ]
+    parts.append("<h2>Plots</h2>")
+    for plot in plots:
+        data = base64.b64encode(plot.read_bytes()).decode()
+        parts.append(f"<div><img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'></div>")
+    for heading, body in extra_sections or []:
+        parts += [f"<h2>{html.escape(heading)}</h2>", body]
+    parts += ["<h2>Run</h2>", _facts(info), "<h2>Config</h2>", f"<pre>{html.escape(config_yaml)}</pre>", "</body></html>"]
+    return "\n".join(parts)
+
+
+def _table(frame: pd.DataFrame, highlight: str | None = None) -> str:
+    best_row = None
+    if highlight and highlight in frame and frame[highlight].notna().any():
+        values = frame[highlight].astype(float)
+        best_row = values.idxmax() if highlight in HIGHER_IS_BETTER else values.idxmin()
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = []
+    for index, row in frame.iterrows():
+        cells = []
+        for column, value in row.items():
+            css = " class='best'" if index == best_row and column in ("model", highlight) else ""
+            cells.append(f"<td{css}>{html.escape(_cell(value))}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _facts(info: dict[str, Any]) -> str:
+    keys = ["started", "ended", "total_steps", "steps_done", "deterministic", "config_fingerprint", "trace_count", "timing", "versions", "devices", "placement", "resumes"]
+    rows = "".join(
+        f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(json.dumps(info.get(k), default=str))}</code></td></tr>"
+        for k in keys
+        if k in info
+    )
+    return f"<table class='facts'>{rows}</table>"

@@ -1,0 +1,179 @@
+"""Comparison outputs: ranked tables with repeats, pairs, plots, report.html, TensorBoard, MLflow,
+`harness compare` and `harness report`."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli, tiny_config
+
+from harness.api import run
+from harness.config import validate_config
+from harness.plots import pareto_front
+from harness.tables import _spread, build_pairs
+
+STEPS = 8
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory):
+    """Three tiny models, two seeds each, with TensorBoard and a local MLflow store."""
+    folder = tmp_path_factory.mktemp("outputs")
+    raw = tiny_config(train={"repeats": 2}, output={"probe_steps": 2, "sample_images": 2, "mlflow": {"tracking_uri": f"file:{folder / 'mlruns'}"}})
+    return run(validate_config(raw), results_dir=folder / "results"), folder
+
+
+def test_summary_ranks_models_with_spread_across_seeds(repeated):
+    result, _ = repeated
+    summary = pd.read_csv(result.run_dir / "summary.csv")
+    assert summary["rank"].tolist() == [1, 2, 3]
+    assert summary["val_iou"].is_monotonic_decreasing
+    assert (summary["repeats"] == 2).all()
+    for column in ("val_iou_std", "val_iou_ci95", "flops_per_example", "images_per_s", "ms_per_step", "params", "indistinguishable_from"):
+        assert column in summary, column
+    assert (summary["flops_per_example"] > 0).all() and (summary["images_per_s"] > 0).all()
+    members = pd.read_csv(result.run_dir / "summary_members.csv")
+    assert sorted(members["model"]) == sorted(f"{m}@{r}" for m in ("fcn", "unet", "deconv") for r in (1, 2))
+    # the per-model value is the mean of its seeds
+    unet = members[members["model"].str.startswith("unet@")]["val_iou"].mean()
+    assert summary.set_index("model").loc["unet", "val_iou"] == pytest.approx(unet)
+
+
+def test_interval_is_a_student_t_interval():
+    std, ci = _spread(pd.Series([1.0, 2.0, 3.0]))
+    assert std == pytest.approx(1.0) and ci == pytest.approx(4.303 / math.sqrt(3))
+    assert all(math.isnan(v) for v in _spread(pd.Series([1.0])))
+
+
+def test_pairs_compare_losses_on_the_same_batches(repeated):
+    result, _ = repeated
+    pairs = pd.read_csv(result.run_dir / "pairs.csv")
+    assert len(pairs) == 3 and (pairs["steps"] == STEPS).all()
+    losses = result.losses.query("split == 'train'").copy()
+    losses["base"] = losses["model"].str.split("@").str[0]
+    per_step = losses.groupby(["step", "base"])["value"].mean().unstack()
+    row = pairs[(pairs["model_a"] == "fcn") & (pairs["model_b"] == "unet")].iloc[0]
+    diff = per_step["fcn"] - per_step["unet"]
+    assert row["mean_loss_diff"] == pytest.approx(diff.mean())
+    assert row["a_beats_b"] == pytest.approx((diff < 0).mean())
+
+
+def test_pairs_skip_steps_after_a_model_stopped():
+    losses = pd.DataFrame(
+        {"step": [1, 2, 1], "epoch": 1, "model": ["a", "a", "b"], "split": "train", "metric": "loss", "value": [1.0, 0.5, 2.0]}
+    )
+    row = build_pairs(losses).iloc[0]
+    assert row["steps"] == 1 and row["a_beats_b"] == 1.0
+
+
+def test_pareto_front_keeps_only_unbeaten_models():
+    points = pd.DataFrame({"model": list("abcd"), "params": [1, 2, 3, 4], "val_iou": [0.5, 0.4, 0.7, 0.6]})
+    assert pareto_front(points, "params", "val_iou")["model"].tolist() == ["a", "c"]
+
+
+def test_plots_are_written_as_png_and_svg(repeated):
+    result, _ = repeated
+    plots = result.run_dir / "plots"
+    for stem in ("loss_curves", "val_metrics", "final_val_iou", "quality_vs_cost", "samples"):
+        assert (plots / f"{stem}.png").stat().st_size > 5000, stem
+        assert (plots / f"{stem}.svg").read_text().lstrip().startswith(("<?xml", "<svg")), stem
+
+
+def test_tensorboard_events_read_back_with_tensorboards_reader(repeated):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result, _ = repeated
+    assert sorted(p.name for p in (result.run_dir / "tb").iterdir()) == sorted(f"{m}@{r}" for m in ("fcn", "unet", "deconv") for r in (1, 2))
+    events = EventAccumulator(str(result.run_dir / "tb" / "unet@1"))
+    events.Reload()
+    assert {"train/loss", "val/loss", "val/iou", "val/f1"} <= set(events.Tags()["tensors"])
+    logged = [(e.step, float(np.asarray(tf_value(e)))) for e in events.Tensors("train/loss")]
+    expected = result.losses.query("model == 'unet@1' and split == 'train'").sort_values("step")
+    assert [s for s, _ in logged] == expected["step"].tolist()
+    np.testing.assert_allclose([v for _, v in logged], expected["value"], rtol=1e-6)
+    assert "hparams" in events.PluginTagToContent("hparams") or events.PluginTagToContent("hparams")
+
+
+def tf_value(event):
+    from tensorboard.util import tensor_util
+
+    return tensor_util.make_ndarray(event.tensor_proto)
+
+
+def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
+    from mlflow.tracking import MlflowClient
+
+    result, folder = repeated
+    record = result.info["mlflow"]
+    client = MlflowClient(tracking_uri=f"file:{folder / 'mlruns'}")
+    parent = client.get_run(record["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.params["repeats"] == "2"
+    assert len(record["runs"]) == 6
+    child = client.get_run(record["runs"]["fcn@1"])
+    assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"]
+    assert child.data.params["arch"] == "tiny_fcn"
+    history = client.get_metric_history(record["runs"]["fcn@1"], "train_loss")
+    assert sorted(m.step for m in history) == list(range(1, STEPS + 1))
+
+
+def test_report_is_self_contained(repeated):
+    result, _ = repeated
+    page = (result.run_dir / "report.html").read_text()
+    sources = re.findall(r"<img[^>]*src='([^']*)'", page)
+    assert len(sources) == 5 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "http://" not in page and "https://" not in page
+    for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny"):
+        assert text in page
+
+
+def test_report_renders_every_image_in_headless_chromium(repeated, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs Debian's chromium package")
+        pytest.skip("chromium not installed (apt-get install chromium)")
+    result, _ = repeated
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
+    ]
+    done = subprocess.run([browser, *flags, (result.run_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = re.search(r"<body[^>]*>", done.stdout).group(0)
+    total = int(re.search(r'data-images="(\d+)"', body).group(1))
+    rendered = int(re.search(r'data-images-rendered="(\d+)"', body).group(1))
+    assert total == 5 and rendered == total
+
+
+def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
+    result, _ = repeated
+    out = tmp_path / "cmp.csv"
+    done = run_cli("compare", result.run_dir, result.run_dir, "--csv", out)
+    assert done.returncode == 0, done.stderr
+    assert "unet" in done.stdout and "best of each column" in done.stdout
+    table = pd.read_csv(out)
+    assert len(table) == 6 and {"run", "model", "val_iou", "ms_per_step"} <= set(table.columns)
+    missing = run_cli("compare", tmp_path / "nothing")
+    assert missing.returncode == 2 and "no summary.csv" in missing.stderr
+
+
+def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
+    result, _ = repeated
+    copy = tmp_path / "run"
+    shutil.copytree(result.run_dir, copy)
+    shutil.rmtree(copy / "plots")
+    for name in ("report.html", "summary.csv", "pairs.csv"):
+        (copy / name).unlink()
+    done = run_cli("report", copy)
+    assert done.returncode == 0, done.stderr
+    assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
+    assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
+    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 5
