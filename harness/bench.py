@@ -1,19 +1,30 @@
-"""`harness bench`: measured, side by side, in one process.
+"""`harness bench`: what the fused step is worth, measured side by side in one process.
 
-Contenders are timed alternately (A B C A B C ...), each round running the same number of steps on
-batches from the same pipeline, and the figure quoted is the median over rounds of the ratio to
-the baseline, so a slow moment of the machine hits every contender alike. Tracing is timed apart.
+Contenders are timed alternately (A B C A B C ...), each on its own copy of the same models, fed
+the same batches, and the figure quoted is the median over rounds of the per-round ratio to the
+baseline: a slow moment of the machine hits every contender alike. Tracing is timed apart.
 
-Sections so far:
-  placement   each strategy on the devices at hand vs one device (on two logical CPUs: an
-              overhead check, not a speed-up: they share the same cores);
-  checkpoint  one save of every model and optimizer, and its share of step time at one save per
-              epoch.
+Sections (rows of bench.csv):
+  loop       the harness's fused step vs a hand-written multi-tape tf.function loop (seed 003's
+             pattern), one step per call; and the harness at 10 steps per call
+  fit        the same N models trained one after another with model.fit: per step, and end to
+             end including tracing
+  pipeline   both again with an expensive input pipeline (PNG decode + augmentation): the fused
+             step runs it once for N models; measured saving vs the saving its cost predicts
+  compile    trace time of the fused step vs the sum of the N single-model traces
+  scaling    N = 1..6 models: fused step time vs the sum of single-model step times
+  memory     peak process memory (RSS) vs N, each N in its own process
+  placement  each strategy vs one device (on two logical CPUs: an overhead check only)
+  checkpoint one save of every model and optimizer, and its share of step time
+  gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,8 +33,9 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from .backend import import_tf
+from .backend import import_keras, import_tf
 from .config import ExperimentConfig, validate_config
+from .errors import ConfigError
 
 tf = import_tf()
 
@@ -31,32 +43,136 @@ tf = import_tf()
 @dataclass
 class Contender:
     name: str
-    call: Callable[[int], None]  # run n steps, wait for them to finish
+    call: Callable[[int], None]  # run n steps and wait for them to finish
     trace_s: float
 
 
-def make_fused_contender(config: ExperimentConfig, name: str) -> Contender:
-    """The harness's own fused loop under `config.placement`, on an endless pipeline."""
-    from .data import build_datasets
+# ---------------------------------------------------------------------------------------------
+# Contenders
+
+
+def _members(config: ExperimentConfig):
     from .members import build_members
     from .runtime import build_placement
-    from .step import make_train_loop
 
     placement = build_placement(config)
-    strategy = placement.strategy
-    with strategy.scope():
+    with placement.strategy.scope():
         members = build_members(config, placement.model_devices)
         step = tf.Variable(0, dtype=tf.int64)
-    data = build_datasets(config.data, config.seed, 0, 10**9)
-    iterator = iter(strategy.experimental_distribute_dataset(data.train))
+    return placement.strategy, members, step
+
+
+def _endless_batches(config: ExperimentConfig, expensive: bool = False):
+    from .data import build_datasets
+
+    dataset = build_datasets(config.data, config.seed, 0, 10**9).train
+    return expensive_pipeline(dataset) if expensive else dataset
+
+
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False) -> Contender:
+    """The harness's own fused loop, `steps_per_call` steps per compiled call."""
+    from .step import make_train_loop
+
+    strategy, members, step = _members(config)
+    iterator = iter(strategy.experimental_distribute_dataset(_endless_batches(config, expensive)))
     loop = make_train_loop(members, strategy, step, config.data.batch_size)
 
     def call(n: int) -> None:
-        tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, tf.constant(n, tf.int32)))
+        for _ in range(max(1, n // steps_per_call)):
+            tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, tf.constant(steps_per_call, tf.int32)))
+
+    began = time.perf_counter()
+    call(steps_per_call)
+    return Contender(name, call, time.perf_counter() - began)
+
+
+def make_hand_loop_contender(config: ExperimentConfig, name: str = "hand_loop") -> Contender:
+    """Seed 003's script: one tf.function, a GradientTape and an optimizer per model, a batch fed
+    per call from Python, every loss read back each step (it prints them)."""
+    _, members, _ = _members(config)
+    models = [m.model for m in members]
+    optimizers = [m.optimizer for m in members]
+    losses = [m.loss_fn for m in members]
+    iterator = iter(_endless_batches(config))
+
+    @tf.function
+    def train(images, masks):
+        out = []
+        for model, optimizer, loss_fn in zip(models, optimizers, losses):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(loss_fn(masks, model(images, training=True)))
+            gradients = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            out.append(loss)
+        return out
+
+    def call(n: int) -> None:
+        for _ in range(n):
+            images, masks = next(iterator)
+            [float(v) for v in train(images, masks)]
 
     began = time.perf_counter()
     call(1)
     return Contender(name, call, time.perf_counter() - began)
+
+
+def fit_one_after_another(config: ExperimentConfig, steps: int, expensive: bool = False) -> dict[str, float]:
+    """Each model compiled and trained alone with model.fit, one after another, each with its own
+    pass over the input pipeline. Returns end-to-end seconds (tracing included) and steady ms/step."""
+    _, members, _ = _members(config)
+    total = 0.0
+    steady_ms = 0.0
+    for member in members:
+        dataset = _endless_batches(config, expensive)
+        member.model.compile(optimizer=member.optimizer, loss=lambda y, p, f=member.loss_fn: f(y, p))
+        began = time.perf_counter()
+        member.model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+        total += time.perf_counter() - began
+        began = time.perf_counter()
+        member.model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)  # traced already
+        steady_ms += 1000 * (time.perf_counter() - began) / steps
+    return {"end_to_end_s": total, "ms_per_step": steady_ms}
+
+
+def fused_end_to_end(config: ExperimentConfig, steps: int, expensive: bool = False) -> dict[str, float]:
+    began = time.perf_counter()
+    contender = make_fused_contender(config, "fused", 1, expensive)
+    contender.call(steps - 1)
+    total = time.perf_counter() - began
+    began = time.perf_counter()
+    contender.call(steps)
+    return {"end_to_end_s": total, "ms_per_step": 1000 * (time.perf_counter() - began) / steps, "trace_s": contender.trace_s}
+
+
+def expensive_pipeline(dataset):
+    """What a real pipeline costs: every image PNG-encoded then decoded, and augmented (flips,
+    rotation, brightness/contrast), per example, on the host."""
+
+    def per_example(image, mask):
+        encoded = tf.io.encode_png(tf.cast(image * 255.0, tf.uint8))
+        decoded = tf.cast(tf.io.decode_png(encoded, channels=image.shape[-1]), tf.float32) / 255.0
+        decoded = tf.image.adjust_contrast(tf.image.adjust_brightness(decoded, 0.05), 1.1)
+        both = tf.concat([decoded, mask], axis=-1)
+        both = tf.image.rot90(tf.image.flip_left_right(both), k=1)
+        return both[..., : image.shape[-1]], both[..., image.shape[-1] :]
+
+    def per_batch(images, masks):
+        return tf.map_fn(lambda pair: per_example(*pair), (images, masks), fn_output_signature=(images.dtype, masks.dtype))
+
+    return dataset.map(per_batch, num_parallel_calls=1)
+
+
+def pipeline_ms_per_batch(config: ExperimentConfig, batches: int, expensive: bool) -> float:
+    iterator = iter(_endless_batches(config, expensive))
+    next(iterator)
+    began = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    return 1000 * (time.perf_counter() - began) / batches
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
 
 
 def alternate(contenders: list[Contender], rounds: int, steps: int) -> pd.DataFrame:
@@ -74,42 +190,168 @@ def ratios_to(timings: pd.DataFrame, baseline: str) -> pd.DataFrame:
     wide = timings.pivot(index="round", columns="contender", values="ms_per_step")
     out = []
     for name in timings["contender"].unique():  # contenders in the order they were given
-        ratio = wide[name] / wide[baseline]
         out.append(
             {
                 "contender": name,
                 "median_ms_per_step": round(float(wide[name].median()), 3),
-                "median_ratio_to_" + baseline: round(float(statistics.median(ratio)), 4),
+                "ratio": round(float(statistics.median(wide[name] / wide[baseline])), 4),
+                "baseline": baseline,
             }
         )
     return pd.DataFrame(out)
 
 
-def bench_placement(base: dict[str, Any], rounds: int, steps: int) -> pd.DataFrame:
-    strategies = ["one_device", "mirrored", "per_model"]
-    contenders = []
-    for strategy in strategies:
-        raw = {**base, "placement": {**base.get("placement", {}), "strategy": strategy}}
-        contenders.append(make_fused_contender(validate_config(raw), strategy))
-    timings = alternate(contenders, rounds, steps)
-    table = ratios_to(timings, "one_device")
-    table.insert(0, "section", "placement")
-    table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
+def _section(name: str, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    table.insert(0, "section", name)
     return table
 
 
-def bench_checkpoint(base: dict[str, Any], saves: int, folder: Path) -> pd.DataFrame:
-    """Time of one checkpoint save of all models and optimizers, against the fused step."""
+def _with(base: dict[str, Any], **changes) -> ExperimentConfig:
+    raw = json.loads(json.dumps(base))
+    for key, value in changes.items():
+        if isinstance(value, dict):
+            raw.setdefault(key, {}).update(value)
+        else:
+            raw[key] = value
+    return validate_config(raw)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections
+
+
+def bench_loop(base, rounds, steps) -> pd.DataFrame:
+    config = _with(base)
+    contenders = [
+        make_hand_loop_contender(config),
+        make_fused_contender(config, "harness_k1", 1),
+        make_fused_contender(config, "harness_k10", 10),
+    ]
+    table = ratios_to(alternate(contenders, rounds, steps), "hand_loop")
+    table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
+    table["goal"] = ["", "ratio <= 1.02", ""]
+    return _section("loop", table)
+
+
+def bench_fit(base, steps, expensive: bool) -> pd.DataFrame:
+    config = _with(base)
+    name = "pipeline" if expensive else "fit"
+    fused = fused_end_to_end(config, steps, expensive)
+    sequential = fit_one_after_another(config, steps, expensive)
+    rows = [
+        {"contender": "harness", "median_ms_per_step": round(fused["ms_per_step"], 3), "end_to_end_s": round(fused["end_to_end_s"], 2)},
+        {"contender": "fit_one_after_another", "median_ms_per_step": round(sequential["ms_per_step"], 3), "end_to_end_s": round(sequential["end_to_end_s"], 2)},
+    ]
+    for row in rows:
+        row["ratio"] = round(row["median_ms_per_step"] / rows[0]["median_ms_per_step"], 4)
+        row["end_to_end_ratio"] = round(row["end_to_end_s"] / rows[0]["end_to_end_s"], 4)
+        row["baseline"] = "harness"
+    if expensive:
+        n = len(config.models)
+        cost = pipeline_ms_per_batch(config, max(steps // 2, 3), True)
+        predicted = (n - 1) * cost  # the sequential runs pay the pipeline n times, the harness once
+        measured = sequential["ms_per_step"] - fused["ms_per_step"]
+        rows.append(
+            {
+                "contender": "saving_measured_vs_predicted",
+                "pipeline_ms_per_batch": round(cost, 3),
+                "predicted_saving_ms_per_step": round(predicted, 3),
+                "measured_saving_ms_per_step": round(measured, 3),
+                "ratio": round(measured / predicted, 4) if predicted > 0 else float("nan"),
+                "goal": "ratio >= 0.8",
+            }
+        )
+    return _section(name, rows)
+
+
+def bench_compile(base) -> pd.DataFrame:
+    config = _with(base)
+    fused = make_fused_contender(config, "fused").trace_s
+    singles = [make_fused_contender(_with(base, models=[m]), m["name"]).trace_s for m in base["models"]]
+    return _section(
+        "compile",
+        [
+            {"contender": "fused_trace", "trace_s": round(fused, 2), "ratio": 1.0, "baseline": "fused_trace"},
+            {"contender": "sum_of_single_traces", "trace_s": round(sum(singles), 2), "ratio": round(sum(singles) / fused, 4), "baseline": "fused_trace"},
+        ],
+    )
+
+
+def bench_scaling(base, rounds, steps, max_n: int) -> pd.DataFrame:
+    model = base["models"][0]
+    single = make_fused_contender(_with(base, models=[model]), "n1")
+    single_ms = statistics.median(alternate([single], rounds, steps)["ms_per_step"])
+    rows = []
+    for n in range(1, max_n + 1):
+        copies = [{**model, "name": f"m{i}"} for i in range(n)]
+        fused = make_fused_contender(_with(base, models=copies), f"n{n}")
+        timings = alternate([single, fused], rounds, steps)
+        wide = timings.pivot(index="round", columns="contender", values="ms_per_step")
+        ratio = statistics.median(wide[f"n{n}"] / (n * wide["n1"]))
+        rows.append(
+            {
+                "contender": f"N={n}",
+                "median_ms_per_step": round(float(wide[f"n{n}"].median()), 3),
+                "sum_of_single_ms": round(n * single_ms, 3),
+                "ratio": round(float(ratio), 4),
+                "baseline": "N x single",
+                "trace_s": round(fused.trace_s, 2),
+            }
+        )
+    return _section("scaling", rows)
+
+
+_MEMORY_SCRIPT = """
+import json, resource, sys
+import harness
+from harness.bench import make_fused_contender, _with
+base = json.loads(sys.argv[1]); n = int(sys.argv[2])
+model = base["models"][0]
+make_fused_contender(_with(base, models=[{**model, "name": f"m{i}"} for i in range(n)]), "x").call(3)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def bench_memory(base, max_n: int) -> pd.DataFrame:
+    """Peak RSS of a fresh process per N: one process can only grow, so it cannot compare N's."""
+    from .backend import user_environment
+
+    rows = []
+    for n in range(1, max_n + 1):
+        done = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPT, json.dumps(base), str(n)],
+            capture_output=True, text=True, timeout=900, env=user_environment(),
+        )
+        if done.returncode:
+            raise RuntimeError(f"memory probe for N={n} failed: {done.stderr[-500:]}")
+        peak_mb = int(done.stdout.strip().splitlines()[-1]) / 1024
+        rows.append({"contender": f"N={n}", "peak_rss_mb": round(peak_mb, 1)})
+    base_mb = rows[0]["peak_rss_mb"]
+    for row in rows:
+        row["ratio"] = round(row["peak_rss_mb"] / base_mb, 4)
+        row["baseline"] = "N=1"
+    return _section("memory", rows)
+
+
+def bench_placement(base, rounds, steps) -> pd.DataFrame:
+    contenders = [
+        make_fused_contender(_with(base, placement={"strategy": s, "logical_cpus": 2}), s)
+        for s in ("one_device", "mirrored", "per_model")
+    ]
+    table = ratios_to(alternate(contenders, rounds, steps), "one_device")
+    table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
+    return _section("placement", table)
+
+
+def bench_checkpoint(base, saves: int, folder: Path) -> pd.DataFrame:
     from . import checkpoints as ckpt
 
-    raw = {**base, "placement": {**base.get("placement", {}), "strategy": "one_device"}}
-    config = validate_config(raw)
+    config = _with(base)
     contender = make_fused_contender(config, "one_device")
     step_ms = statistics.median(alternate([contender], 3, 2)["ms_per_step"])
-    from .members import build_members
-
-    members = build_members(config)
-    checkpoint = ckpt.make_checkpoint(members, tf.Variable(0, dtype=tf.int64))
+    _, members, step = _members(config)
+    checkpoint = ckpt.make_checkpoint(members, step)
     times = []
     for i in range(saves):
         began = time.perf_counter()
@@ -117,51 +359,133 @@ def bench_checkpoint(base: dict[str, Any], saves: int, folder: Path) -> pd.DataF
         times.append(1000 * (time.perf_counter() - began))
     save_ms = statistics.median(times)
     steps_per_epoch = config.data.train_size // config.data.batch_size
-    return pd.DataFrame(
+    return _section(
+        "checkpoint",
         [
             {
-                "section": "checkpoint",
                 "contender": "save all models",
                 "median_ms_per_step": round(step_ms, 3),
                 "save_ms": round(save_ms, 1),
-                "overhead_at_one_save_per_epoch": round(save_ms / (steps_per_epoch * step_ms), 4),
+                "ratio": round(save_ms / (steps_per_epoch * step_ms), 4),
+                "baseline": "step time of one epoch",
             }
-        ]
+        ],
     )
 
 
-TINY_EXPERIMENT = {
+def bench_gpu(base, rounds, steps) -> pd.DataFrame:
+    """On GPUs: precision, XLA (models that compile), and the two multi-GPU strategies."""
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        raise ConfigError("bench --gpu needs a GPU, and this machine has none")
+    keras = import_keras()
+    contenders = [make_fused_contender(_with(base, placement={"strategy": "one_device"}), "float32")]
+    contenders.append(make_fused_contender(_with(base, placement={"strategy": "one_device", "precision": "mixed_float16"}), "mixed_float16"))
+    keras.mixed_precision.set_global_policy("float32")
+    contenders.append(make_fused_contender(_with(base, placement={"strategy": "one_device"}, train={"jit_compile": True}), "xla"))
+    if len(gpus) > 1:
+        for strategy in ("mirrored", "per_model"):
+            contenders.append(make_fused_contender(_with(base, placement={"strategy": strategy}), strategy))
+    table = ratios_to(alternate(contenders, rounds, steps), "float32")
+    table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
+    table["peak_gpu_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
+    return _section("gpu", table)
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites
+
+TINY = {
     "name": "bench",
     "seed": 0,
     "data": {"image_size": [32, 32], "train_size": 64, "val_size": 8, "batch_size": 8},
     "models": [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}],
-    "placement": {"logical_cpus": 2},
 }
 
-QUICKSTART_MODELS = {
+# Three built-in models big enough that a step is real work on a CPU, small enough that the whole
+# suite takes minutes: the fixed costs the fused step removes (Python, host syncs, the input
+# pipeline) are then visible, as they are for small models on a GPU.
+STANDARD = {
     "name": "bench",
     "seed": 0,
-    "data": {"image_size": [96, 96], "train_size": 400, "val_size": 8, "batch_size": 8},
+    "data": {"image_size": [64, 64], "train_size": 256, "val_size": 8, "batch_size": 8},
     "models": [
-        {"name": "unet", "arch": "Unet"},
-        {"name": "linknet", "arch": "Linknet"},
-        {"name": "fpn", "arch": "FPN"},
-        {"name": "pspnet", "arch": "PSPNet"},
+        {"name": "unet", "arch": "tiny_unet", "options": {"width": 16}},
+        {"name": "deconv", "arch": "tiny_deconv", "options": {"width": 16}},
+        {"name": "fcn", "arch": "tiny_fcn", "options": {"width": 16}},
     ],
-    "placement": {"logical_cpus": 2},
 }
 
+QUICKSTART = {
+    **STANDARD,
+    "data": {"image_size": [96, 96], "train_size": 400, "val_size": 8, "batch_size": 8},
+    "models": [{"name": n.lower(), "arch": n} for n in ("Unet", "Linknet", "FPN", "PSPNet")],
+}
 
-def run_bench(tiny: bool, out_dir: Path, rounds: int | None = None, steps: int | None = None) -> pd.DataFrame:
-    from .runtime import configure_devices
+SUITES = {"tiny": TINY, "standard": STANDARD, "quickstart": QUICKSTART}
+
+
+def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:
     from .config import PlacementSpec
+    from .runtime import configure_devices
 
-    configure_devices(PlacementSpec(logical_cpus=2))
-    base = TINY_EXPERIMENT if tiny else QUICKSTART_MODELS
-    rounds = rounds or (2 if tiny else 5)
-    steps = steps or (2 if tiny else 5)
+    configure_devices(PlacementSpec(logical_cpus=2))  # for the placement section; before any op
+    base = SUITES[suite]
+    tiny = suite == "tiny"
+    rounds = rounds or (2 if tiny else 7)
+    steps = steps or (2 if tiny else 10)
+    max_n = 2 if tiny else 6
     folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
     folder.mkdir(parents=True, exist_ok=True)
-    table = pd.concat([bench_placement(base, rounds, steps), bench_checkpoint(base, 3, folder)], ignore_index=True)
-    table.to_csv(folder / "bench.csv", index=False)
+    work = {
+        "loop": lambda: bench_loop(base, rounds, steps),
+        "fit": lambda: bench_fit(base, steps * 2, expensive=False),
+        "pipeline": lambda: bench_fit(base, steps * 2, expensive=True),
+        "compile": lambda: bench_compile(base),
+        "scaling": lambda: bench_scaling(base, rounds, steps, max_n),
+        "memory": lambda: bench_memory(base, max_n),
+        "placement": lambda: bench_placement(base, rounds, steps),
+        "checkpoint": lambda: bench_checkpoint(base, 3, folder),
+    }
+    if gpu:
+        work["gpu"] = lambda: bench_gpu(base, rounds, steps)
+    chosen = sections or list(work)
+    unknown = [s for s in chosen if s not in work]
+    if unknown:
+        raise ConfigError(f"bench: unknown section(s) {unknown}; choose from {', '.join(work)}")
+    tables = []
+    for name in chosen:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        tables.append(work[name]())
+        pd.concat(tables, ignore_index=True).to_csv(folder / "bench.csv", index=False)  # keep partial results
+    table = pd.concat(tables, ignore_index=True)
+    _save_plots(table, folder)
     return table
+
+
+def _save_plots(table: pd.DataFrame, folder: Path) -> None:
+    from .plots import plt, save_figure
+
+    scaling = table[table["section"] == "scaling"]
+    memory = table[table["section"] == "memory"]
+    if scaling.empty and memory.empty:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    if not scaling.empty:
+        n = scaling["contender"].str.replace("N=", "").astype(int)
+        axes[0].plot(n, scaling["median_ms_per_step"], marker="o", label="fused step")
+        axes[0].plot(n, scaling["sum_of_single_ms"], marker="o", linestyle="--", label="N x single-model step")
+        axes[0].set_xlabel("models in the step (N)")
+        axes[0].set_ylabel("ms per step")
+        axes[0].set_title("scaling with N")
+        axes[0].legend()
+        axes[0].grid(alpha=0.3)
+    if not memory.empty:
+        n = memory["contender"].str.replace("N=", "").astype(int)
+        axes[1].plot(n, memory["peak_rss_mb"], marker="o")
+        axes[1].set_xlabel("models in the step (N)")
+        axes[1].set_ylabel("peak RSS (MB)")
+        axes[1].set_title("peak memory vs N")
+        axes[1].grid(alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, folder, "bench")

@@ -72,8 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=cmd_report)
 
     bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
-    bench.add_argument("--tiny", action="store_true", help="tiny models, a few seconds: checks the benchmark works")
-    bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv")
+    bench.add_argument("--tiny", action="store_true", help="tiny models, seconds: only checks the benchmark works")
+    bench.add_argument("--suite", choices=["standard", "quickstart"], default="standard", help="the models to measure")
+    bench.add_argument("--section", action="append", default=None, help="run only these sections (repeatable)")
+    bench.add_argument("--gpu", action="store_true", help="add the GPU section (precision, XLA, multi-GPU)")
+    bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv and bench.png")
     bench.add_argument("--rounds", type=int, default=None)
     bench.add_argument("--steps", type=int, default=None, help="steps per timed call")
     bench.set_defaults(func=cmd_bench)
@@ -137,7 +140,8 @@ def cmd_report(args) -> int:
 def cmd_bench(args) -> int:
     from .bench import run_bench
 
-    table = run_bench(args.tiny, args.out, args.rounds, args.steps)
+    suite = "tiny" if args.tiny else args.suite
+    table = run_bench(suite, args.out, args.rounds, args.steps, args.gpu, args.section)
     print(table.to_string(index=False))
     return EXIT_OK
 

@@ -145,10 +145,14 @@ def _rank(summary: pd.DataFrame, rank_by: str) -> pd.DataFrame:
 # Pairs: every model saw the same batches, so per-step losses can be compared pairwise
 
 
+PAIR_COLUMNS = ["model_a", "model_b", "steps", "mean_loss_diff", "std_loss_diff", "a_beats_b"]
+
+
 def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
+    """With one model there are no pairs: the table is empty but keeps its columns."""
     train = losses[(losses["split"] == "train") & (losses["metric"] == "loss")].copy()
     if train.empty:
-        return pd.DataFrame(columns=["model_a", "model_b", "steps", "mean_loss_diff", "std_loss_diff", "a_beats_b"])
+        return pd.DataFrame(columns=PAIR_COLUMNS)
     train["model"] = train["model"].map(base_model)
     per_step = train.groupby(["step", "model"], sort=False)["value"].mean().unstack("model")
     models = list(dict.fromkeys(train["model"]))
@@ -168,7 +172,7 @@ def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
                 "a_beats_b": float((diff < 0).mean()) if len(diff) else float("nan"),
             }
         )
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
 def save_table(table: pd.DataFrame, path: Path) -> None:

@@ -177,3 +177,9 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
     assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
     assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 5
+
+
+def test_one_model_has_an_empty_pairs_table_with_columns():
+    losses = pd.DataFrame({"step": [1], "epoch": 1, "model": ["a"], "split": "train", "metric": "loss", "value": [1.0]})
+    pairs = build_pairs(losses)
+    assert pairs.empty and list(pairs.columns)[:2] == ["model_a", "model_b"]
