@@ -285,14 +285,14 @@ def bench_scaling(base, rounds, steps, max_n: int) -> pd.DataFrame:
     rows = []
     for n in range(1, max_n + 1):
         copies = [{**model, "name": f"m{i}"} for i in range(n)]
-        fused = make_fused_contender(_with(base, models=copies), f"n{n}")
+        fused = make_fused_contender(_with(base, models=copies), f"fused_{n}")
         timings = alternate([single, fused], rounds, steps)
         wide = timings.pivot(index="round", columns="contender", values="ms_per_step")
-        ratio = statistics.median(wide[f"n{n}"] / (n * wide["n1"]))
+        ratio = statistics.median(wide[f"fused_{n}"] / (n * wide["n1"]))
         rows.append(
             {
                 "contender": f"N={n}",
-                "median_ms_per_step": round(float(wide[f"n{n}"].median()), 3),
+                "median_ms_per_step": round(float(wide[f"fused_{n}"].median()), 3),
                 "sum_of_single_ms": round(n * single_ms, 3),
                 "ratio": round(float(ratio), 4),
                 "baseline": "N x single",
@@ -430,6 +430,8 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     from .runtime import configure_devices
 
     configure_devices(PlacementSpec(logical_cpus=2))  # for the placement section; before any op
+    # The bench builds many loops on purpose; TensorFlow would warn about "retracing" each time.
+    tf.get_logger().setLevel("ERROR")
     base = SUITES[suite]
     tiny = suite == "tiny"
     rounds = rounds or (2 if tiny else 7)
