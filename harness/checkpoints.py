@@ -33,21 +33,15 @@ class NoValidCheckpoint(ConfigError):
 
 
 def make_checkpoint(members, global_step) -> "tf.train.Checkpoint":
+    """Every member's objects (models, optimizers, flags: whatever its kind holds), nested models
+    included, and the global step."""
     items = {"global_step": global_step}
     for i, m in enumerate(members):
-        # Positions, not names, key the objects: names are validated equal by the config check,
+        # Positions, not names, key the objects: the config check keeps them in the same order,
         # and positions keep the keys valid identifiers whatever the model is called.
-        items[f"member_{i}_model"] = m.model
-        items[f"member_{i}_optimizer"] = m.optimizer
-        items[f"member_{i}_flags"] = _Flags(m.diverged, m.diverged_step)
+        for key, obj in m.checkpoint_items().items():
+            items[f"member_{i}_{key}"] = obj
     return tf.train.Checkpoint(**items)
-
-
-class _Flags(tf.Module):
-    def __init__(self, diverged, diverged_step):
-        super().__init__()
-        self.diverged = diverged
-        self.diverged_step = diverged_step
 
 
 @dataclass(frozen=True)

@@ -39,13 +39,30 @@ class Strict(BaseModel):
 class OptimizerSpec(Strict):
     name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+    beta_1: Annotated[float, Field(ge=0, lt=1)] = 0.9  # adam/adamw; pix2pix uses 0.5
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
     weight_decay: Annotated[float, Field(ge=0)] | None = None
     clipnorm: Annotated[float, Field(gt=0)] | None = None
 
 
+class GanSpec(Strict):
+    """A conditional (pix2pix-style) GAN member: `arch` is the generator, this is the rest."""
+
+    discriminator: str = "patchgan"
+    discriminator_options: dict[str, Any] = Field(default_factory=dict)
+    discriminator_optimizer: OptimizerSpec = OptimizerSpec(learning_rate=2e-4, beta_1=0.5)
+    l1_lambda: Annotated[float, Field(ge=0)] = 100.0  # generator loss = adversarial + l1_lambda x L1
+    # per_model placement: the discriminator on the generator's device, or on the next one
+    discriminator_device: Literal["same", "next"] = "same"
+
+
+KIND_PATTERN = r"^(supervised|gan|autoencoder|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
+
+
 class ModelSpec(Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+    # supervised (one model, one loss), gan, autoencoder, or your own: package.module:Class
+    kind: Annotated[str, Field(pattern=KIND_PATTERN)] = "supervised"
     arch: str
     backbone: str | None = None
     weights: Path | None = None
@@ -53,6 +70,7 @@ class ModelSpec(Strict):
     loss: str | None = None
     optimizer: OptimizerSpec | None = None
     jit_compile: bool | None = None
+    gan: GanSpec | None = None  # kind: gan only; defaults filled in
 
     @field_validator("loss")
     @classmethod
@@ -71,6 +89,16 @@ class ModelSpec(Strict):
     @model_validator(mode="after")
     def _arch_known(self) -> "ModelSpec":
         problems = zoo.check_spec(self.arch, self.backbone, self.options)
+        if self.gan is not None and self.kind != "gan":
+            problems.append(f"'gan' settings apply to kind: gan, not kind: {self.kind}")
+        if self.kind == "gan":
+            gan = self.gan or GanSpec()
+            problems += [f"gan.discriminator: {p}" for p in zoo.check_spec(gan.discriminator, None, gan.discriminator_options)]
+            object.__setattr__(self, "gan", gan)
+        if ":" in self.kind:
+            from .kinds import check_kind
+
+            problems += check_kind(self.kind)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -187,9 +215,9 @@ class ExperimentConfig(Strict):
 
     @model_validator(mode="after")
     def _resolve(self) -> "ExperimentConfig":
-        size_problems = zoo.check_input_size(
-            [(m.name, m.arch, m.options) for m in self.models], self.data.image_size
-        )
+        networks = [(m.name, m.arch, m.options) for m in self.models]
+        networks += [(f"{m.name}.discriminator", m.gan.discriminator, m.gan.discriminator_options) for m in self.models if m.gan]
+        size_problems = zoo.check_input_size(networks, self.data.image_size)
         if size_problems:
             raise ValueError("\n".join(size_problems))
         # Defaults are filled into each model so config.yaml says exactly what each one used.

@@ -21,8 +21,8 @@ _FIRST_REPLICA = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 
 class _Opaque:
-    """Carries variables through merge_call untouched: the strategy must not unwrap mirrored
-    variables into per-device components, the optimizer expects them whole."""
+    """Carries updates through merge_call untouched: the strategy must not unwrap mirrored
+    variables into per-device components, the optimizers expect them whole."""
 
     def __init__(self, value):
         self.value = value
@@ -40,21 +40,39 @@ def build_optimizer(spec: OptimizerSpec):
     if spec.clipnorm is not None:
         common["clipnorm"] = spec.clipnorm
     if spec.name == "adam":
-        return keras.optimizers.Adam(**common)
+        return keras.optimizers.Adam(beta_1=spec.beta_1, **common)
     if spec.name == "adamw":
-        return keras.optimizers.AdamW(weight_decay=spec.weight_decay or 0.004, **common)
+        return keras.optimizers.AdamW(weight_decay=spec.weight_decay or 0.004, beta_1=spec.beta_1, **common)
     if spec.name == "sgd":
         return keras.optimizers.SGD(momentum=spec.momentum, **common)
     return keras.optimizers.RMSprop(momentum=spec.momentum, **common)
 
 
+@dataclass(frozen=True)
+class Update:
+    """One optimizer's share of a member's step: the gradients for its variables."""
+
+    optimizer: Any
+    gradients: list
+    variables: list
+
+
 @dataclass
 class Member:
-    """A supervised member: one model, one loss, one optimizer.
+    """A member: what the fused step trains as one unit. This base class is the `supervised` kind:
+    one model, one loss, one optimizer. Other kinds (GAN pairs, autoencoders, users' own) subclass
+    it and change what they build, what one step computes, and what they report:
 
-    `train_step` is the member's fragment of the fused step (graph code: tensors in, tensors out).
+      build(...)          classmethod: create every model, optimizer and variable, eagerly
+      train_step(...)     graph code: the member's fragment of the fused step; returns its metrics
+      metric_names        the keys train_step returns (each becomes a `train` row of losses.csv)
+      predict(images)     what validation scores and samples.png shows
+      eval_zeros/eval_batch/eval_scores   validation: sums per batch, then scores
+      checkpoint_items()  every trackable object a checkpoint must hold
+      exported_models()   the models written to models/<name>/<key>.keras
+
     An update whose loss or gradients are not finite is skipped, and the member is marked diverged
-    from then on, so one exploding model never disturbs the others.
+    from then on, so one exploding member never disturbs the others.
     """
 
     name: str
@@ -67,35 +85,50 @@ class Member:
     device: str | None = None  # per_model placement: variables and compute pinned here
 
     metric_names = ("loss",)
+    task = "segmentation"  # or "reconstruction": what predict returns and validation scores
+
+    # -- building -------------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, spec: ModelSpec, data: DataSpec, seed: int, batchnorm_momentum, device, precision) -> "Member":
+        keras.utils.set_random_seed(member_seed(seed, spec.name))
+        model = build_network(spec.arch, spec.backbone, spec.options, data, spec.weights, batchnorm_momentum, cls.task)
+        return cls(
+            name=spec.name,
+            spec=spec,
+            model=model,
+            optimizer=make_optimizer(spec.optimizer, model, precision),
+            loss_fn=make_loss(spec.loss),
+            **divergence_flags(spec.name),
+            device=device,
+        )
 
     @property
     def params(self) -> int:
-        return int(self.model.count_params())
+        return sum(int(m.count_params()) for m in self.exported_models().values())
 
-    @property
-    def loss_scaled(self) -> bool:
-        return isinstance(self.optimizer, keras.mixed_precision.LossScaleOptimizer)
+    # -- one step -------------------------------------------------------------------------------
 
     def train_step(self, images, masks, global_batch: int, step):
         with _maybe_device(self.device):
-            if self.device:
-                # The batch lives on the input pipeline's device; copy it once, here, so every op
-                # of this member's step reads a local tensor (as on a single device).
-                images, masks = tf.identity(images), tf.identity(masks)
+            images, masks = self.local(images, masks)
             with tf.GradientTape() as tape:
                 predictions = self.model(images, training=True)
                 loss = tf.reduce_sum(self.loss_fn(masks, predictions)) / global_batch
-                scaled = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
-            gradients = tape.gradient(scaled, self.model.trainable_variables)
-            if self.loss_scaled:
-                gradients = self.optimizer.get_unscaled_gradients(gradients)
-            self.apply_if_finite(loss, gradients, self.model.trainable_variables, step)
+                scaled = scale_loss(self.optimizer, loss)
+            gradients = unscale(self.optimizer, tape.gradient(scaled, self.model.trainable_variables))
+            self.apply_if_finite([loss], [Update(self.optimizer, gradients, self.model.trainable_variables)], step)
         return {"loss": loss}
 
-    def apply_if_finite(self, loss, gradients, variables, step) -> None:
-        """Apply the update only if loss and gradients are finite and the member is healthy.
+    def local(self, *tensors):
+        """The batch lives on the input pipeline's device; a pinned member copies it once, here, so
+        every op of its step reads a local tensor (as on a single device: bitwise the same)."""
+        return tuple(tf.identity(t) for t in tensors) if self.device else tensors
 
-        Under several replicas the gradients (and loss) are summed across them first, so every
+    def apply_if_finite(self, losses: list, updates: list[Update], step) -> None:
+        """Apply every update only if all losses and gradients are finite and the member is healthy.
+
+        Under several replicas the gradients (and losses) are summed across them first, so every
         replica takes the same decision. A sync point inside control flow is not supported in
         replica context, so, as Keras's LossScaleOptimizer does, the cond runs in cross-replica
         context (merge_call) and re-enters the replicas to apply.
@@ -103,48 +136,129 @@ class Member:
         context = tf.distribute.get_replica_context()
         replicated = context is not None and context.num_replicas_in_sync > 1
         if replicated:
-            gradients = context.all_reduce(tf.distribute.ReduceOp.SUM, gradients)
-            loss = context.all_reduce(tf.distribute.ReduceOp.SUM, loss)
-        checks = [tf.math.is_finite(loss)]
-        if not self.loss_scaled:  # under float16 the loss scaler skips overflowing gradients itself
-            checks += [tf.reduce_all(tf.math.is_finite(g)) for g in gradients]
+            updates = [Update(u.optimizer, context.all_reduce(tf.distribute.ReduceOp.SUM, u.gradients), u.variables) for u in updates]
+            losses = context.all_reduce(tf.distribute.ReduceOp.SUM, losses)
+        checks = [tf.math.is_finite(loss) for loss in losses]
+        for u in updates:
+            if not _loss_scaled(u.optimizer):  # under float16 the loss scaler skips overflows itself
+                checks += [tf.reduce_all(tf.math.is_finite(g)) for g in u.gradients]
         finite = tf.reduce_all(checks)
         healthy = tf.logical_and(finite, tf.logical_not(self.diverged))
+        opaque = _Opaque(updates)
 
         if not replicated:
-            tf.cond(healthy, lambda: self._apply(gradients, _Opaque(variables), aggregate=True), lambda: tf.constant(False))
+            tf.cond(healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False))
         elif tf.__internal__.distribute.strategy_supports_no_merge_call():
-            tf.cond(healthy, lambda: self._apply(gradients, _Opaque(variables)), lambda: tf.constant(False))
+            tf.cond(healthy, lambda: _apply(opaque), lambda: tf.constant(False))
         else:
-            context.merge_call(self._apply_cross_replica, args=(healthy, gradients, _Opaque(variables)))
+            context.merge_call(_apply_cross_replica, args=(healthy, opaque))
         newly_diverged = tf.logical_and(tf.logical_not(finite), tf.logical_not(self.diverged))
         self.diverged_step.assign(tf.where(newly_diverged, tf.cast(step, tf.int64), self.diverged_step))
         self.diverged.assign(tf.logical_or(self.diverged, tf.logical_not(finite)))
 
-    def _apply(self, gradients, variables: "_Opaque", aggregate: bool = False):
-        pairs = list(zip(gradients, variables.value))
-        if aggregate:
-            self.optimizer.apply_gradients(pairs)
-        else:  # already summed across replicas in apply_if_finite
-            self.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
-        return tf.constant(True)
-
-    def _apply_cross_replica(self, distribution, healthy, gradients, variables):
-        decision = distribution.experimental_local_results(healthy)[0]
-
-        def apply():
-            distribution.extended.call_for_each_replica(self._apply, args=(gradients, variables))
-            return tf.constant(True)
-
-        tf.cond(decision, apply, lambda: tf.constant(False))
+    # -- validation -----------------------------------------------------------------------------
 
     def predict(self, images):
         with _maybe_device(self.device):
             return self.model(images, training=False)
 
+    def eval_zeros(self, classes: int):
+        zeros = tf.zeros([max(classes - 1, 1)])
+        return (tf.constant(0.0), zeros, zeros, zeros)
+
+    def eval_batch(self, images, masks, classes: int):
+        """Sums over one batch: loss, and per class intersection, predicted and true pixels."""
+        from .step import segmentation_counts
+
+        probabilities = tf.cast(self.predict(images), tf.float32)
+        return segmentation_counts(tf.reduce_sum(self.loss_fn(masks, probabilities)), probabilities, masks, classes)
+
+    def eval_scores(self, totals, examples):
+        from .step import segmentation_scores
+
+        return segmentation_scores(totals, examples)
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def checkpoint_items(self) -> dict[str, Any]:
+        return {"model": self.model, "optimizer": self.optimizer, "flags": _Flags(self.diverged, self.diverged_step)}
+
+    def exported_models(self) -> dict[str, Any]:
+        return {"model": self.model}
+
     def state_variables(self) -> list:
         """Every variable a step may change: what a probe snapshots and a checkpoint saves."""
-        return list(self.model.variables) + list(self.optimizer.variables) + [self.diverged, self.diverged_step]
+        variables = []
+        for item in self.checkpoint_items().values():
+            variables += list(item.variables) if hasattr(item, "variables") else []
+        return variables
+
+
+class _Flags(tf.Module):
+    def __init__(self, diverged, diverged_step):
+        super().__init__()
+        self.diverged = diverged
+        self.diverged_step = diverged_step
+
+
+def _loss_scaled(optimizer) -> bool:
+    return isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer)
+
+
+def scale_loss(optimizer, loss):
+    return optimizer.get_scaled_loss(loss) if _loss_scaled(optimizer) else loss
+
+
+def unscale(optimizer, gradients):
+    return optimizer.get_unscaled_gradients(gradients) if _loss_scaled(optimizer) else gradients
+
+
+def _apply(updates: "_Opaque", aggregate: bool = False):
+    for u in updates.value:
+        pairs = list(zip(u.gradients, u.variables))
+        if aggregate:
+            u.optimizer.apply_gradients(pairs)
+        else:  # already summed across replicas in apply_if_finite
+            u.optimizer.apply_gradients(pairs, skip_gradients_aggregation=True)
+    return tf.constant(True)
+
+
+def _apply_cross_replica(distribution, healthy, updates):
+    decision = distribution.experimental_local_results(healthy)[0]
+
+    def apply():
+        distribution.extended.call_for_each_replica(_apply, args=(updates,))
+        return tf.constant(True)
+
+    tf.cond(decision, apply, lambda: tf.constant(False))
+
+
+def divergence_flags(name: str) -> dict[str, Any]:
+    # Replicas compute the same value (after the all-reduce): any replica may write it.
+    return {
+        "diverged": tf.Variable(False, trainable=False, name=f"{name}_diverged", aggregation=_FIRST_REPLICA),
+        "diverged_step": tf.Variable(tf.constant(-1, tf.int64), trainable=False, name=f"{name}_diverged_step", aggregation=_FIRST_REPLICA),
+    }
+
+
+def make_optimizer(spec: OptimizerSpec, model, precision: str):
+    optimizer = build_optimizer(spec)
+    if precision == "mixed_float16":
+        # One loss scale per model: one model's overflow skips only its own update.
+        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+    optimizer.build(model.trainable_variables)  # slots exist before tracing, and before restore
+    return optimizer
+
+
+def build_network(arch, backbone, options, data: DataSpec, weights, batchnorm_momentum, task: str = "segmentation"):
+    input_shape = (*data.image_size, data.channels)
+    if task == "reconstruction":
+        model = zoo.build_model(arch, backbone, options, input_shape, data.channels, weights, activation="sigmoid")
+    else:
+        model = zoo.build_model(arch, backbone, options, input_shape, data.classes, weights)
+    if batchnorm_momentum is not None:
+        set_batchnorm_momentum(model, batchnorm_momentum)
+    return model
 
 
 def set_batchnorm_momentum(model, momentum: float) -> int:
@@ -172,34 +286,10 @@ def build_member(
     device: str | None = None,
     precision: str = "float32",
 ) -> Member:
+    from .kinds import member_class
+
     with _maybe_device(device):
-        return _build_member(spec, data, seed, batchnorm_momentum, device, precision)
-
-
-def _build_member(spec, data, seed, batchnorm_momentum, device, precision) -> Member:
-    keras.utils.set_random_seed(member_seed(seed, spec.name))
-    input_shape = (*data.image_size, data.channels)
-    model = zoo.build_model(spec.arch, spec.backbone, spec.options, input_shape, data.classes, spec.weights)
-    if batchnorm_momentum is not None:
-        set_batchnorm_momentum(model, batchnorm_momentum)
-    optimizer = build_optimizer(spec.optimizer)
-    if precision == "mixed_float16":
-        # One loss scale per model: one model's overflow skips only its own update.
-        optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
-    optimizer.build(model.trainable_variables)  # slots exist before tracing, and before restore
-    return Member(
-        name=spec.name,
-        spec=spec,
-        model=model,
-        optimizer=optimizer,
-        loss_fn=make_loss(spec.loss),
-        # Replicas compute the same value (after the all-reduce): any replica may write it.
-        diverged=tf.Variable(False, trainable=False, name=f"{spec.name}_diverged", aggregation=_FIRST_REPLICA),
-        diverged_step=tf.Variable(
-            tf.constant(-1, tf.int64), trainable=False, name=f"{spec.name}_diverged_step", aggregation=_FIRST_REPLICA
-        ),
-        device=device,
-    )
+        return member_class(spec.kind).build(spec, data, seed, batchnorm_momentum, device, precision)
 
 
 def build_members(config: ExperimentConfig, model_devices: dict[str, str | None] | None = None) -> list[Member]:

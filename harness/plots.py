@@ -129,7 +129,11 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
     for r in range(rows):
         panels = [("image", images[r], None), ("truth", _mask_view(masks[r]), "gray")]
-        panels += [(name, _mask_view(pred[r]), "gray") for name, pred in predictions.items()]
+        for name, pred in predictions.items():
+            if pred.shape[-1] == images.shape[-1] != masks.shape[-1]:  # a reconstruction, not a mask
+                panels.append((name, pred[r], None))
+            else:
+                panels.append((name, _mask_view(pred[r]), "gray"))
         for c, (title, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
             ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, picture.max()))

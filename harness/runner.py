@@ -342,7 +342,8 @@ class Runner:
             facts["flops_per_example"] = flops[arch_key]
         if config.output.export:
             for m in members:
-                export_model(m.model, self.run_dir.path / "models" / m.name / "model.keras")
+                for key, model in m.exported_models().items():
+                    export_model(model, self.run_dir.path / "models" / m.name / f"{key}.keras")
         self._update_info(models=self._models_info())
         samples = samples_from_models(config, {m.name: m.predict for m in members})
         summary = write_outputs(self.run_dir, config, self.info, samples)

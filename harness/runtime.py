@@ -157,10 +157,19 @@ def _one_device(config: ExperimentConfig) -> Placement:
     return Placement(tf.distribute.OneDeviceStrategy(device), plan=plan)
 
 
+_MIRRORED: dict[tuple[str, ...], Any] = {}
+
+
 def _mirrored(config: ExperimentConfig, devices: list[str]) -> Placement:
     _check_divisible(config.data.batch_size, len(devices), "mirrored")
     plan = _plan("mirrored", devices, len(devices), config, {m.name: list(devices) for m in config.member_specs()})
-    return Placement(tf.distribute.MirroredStrategy(devices), plan=plan)
+    # One strategy per device set and process: a second MirroredStrategy reuses the first one's
+    # collective keys, and TensorFlow's process-wide cache of collective parameters then mixes the
+    # two runs' all-reduces up (shape mismatch). Reusing the object keeps the keys increasing.
+    key = tuple(_normalise(d) for d in devices)
+    if key not in _MIRRORED:
+        _MIRRORED[key] = tf.distribute.MirroredStrategy(devices)
+    return Placement(_MIRRORED[key], plan=plan)
 
 
 def _per_model(config: ExperimentConfig, devices: list[str], label: str = "per_model") -> Placement:

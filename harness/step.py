@@ -71,38 +71,37 @@ def _compile_fragment(member):
 def make_eval_fn(members, classes: int):
     """One tf.function that runs every member over the whole validation set.
 
-    Returns per member: mean loss, IoU and F1 (dice) of the thresholded (binary) or argmax
-    (multi-class) prediction, from intersection and union counts summed over the set, with
-    background excluded for multi-class tasks.
+    Each member says what it sums per batch (`eval_batch`, from `eval_zeros`) and how the sums
+    become scores (`eval_scores`); for segmentation: mean loss, IoU and F1 (dice) of the
+    thresholded (binary) or argmax (multi-class) prediction, from intersection and union counts
+    summed over the whole set, background excluded for multi-class tasks.
     """
-    channels = max(classes - 1, 1)
 
     def batch_counts(images, masks):
-        counts = {}
-        for m in members:
-            probabilities = tf.cast(m.predict(images), tf.float32)
-            loss_sum = tf.reduce_sum(m.loss_fn(masks, probabilities))
-            predicted, truth = _hard_labels(probabilities, masks, classes)
-            counts[m.name] = (
-                loss_sum,
-                tf.reduce_sum(predicted * truth, axis=[0, 1, 2]),
-                tf.reduce_sum(predicted, axis=[0, 1, 2]),
-                tf.reduce_sum(truth, axis=[0, 1, 2]),
-            )
+        counts = {m.name: m.eval_batch(images, masks, classes) for m in members}
         return counts, tf.cast(tf.shape(images)[0], tf.float32)
 
     @tf.function
     def evaluate(dataset):
-        zeros = tf.zeros([channels])
-        totals = {m.name: (tf.constant(0.0), zeros, zeros, zeros) for m in members}
+        totals = {m.name: m.eval_zeros(classes) for m in members}
         examples = tf.constant(0.0)
         for images, masks in dataset:
             counts, n = batch_counts(images, masks)
             totals = tf.nest.map_structure(tf.add, totals, counts)
             examples += n
-        return {name: _scores(total, examples) for name, total in totals.items()}
+        return {m.name: m.eval_scores(totals[m.name], examples) for m in members}
 
     return evaluate
+
+
+def segmentation_counts(loss_sum, probabilities, masks, classes: int):
+    predicted, truth = _hard_labels(probabilities, masks, classes)
+    return (
+        loss_sum,
+        tf.reduce_sum(predicted * truth, axis=[0, 1, 2]),
+        tf.reduce_sum(predicted, axis=[0, 1, 2]),
+        tf.reduce_sum(truth, axis=[0, 1, 2]),
+    )
 
 
 def _hard_labels(probabilities, masks, classes: int):
@@ -112,7 +111,7 @@ def _hard_labels(probabilities, masks, classes: int):
     return predicted[..., 1:], masks[..., 1:]
 
 
-def _scores(total, examples):
+def segmentation_scores(total, examples):
     loss_sum, intersection, predicted, truth = total
     union = predicted + truth - intersection
     present = tf.cast(union > 0, tf.float32)

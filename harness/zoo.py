@@ -51,10 +51,15 @@ def _builtins() -> dict[str, Builtin]:
         "tiny_fcn": Builtin(bm.tiny_fcn, 1, "three 3x3 convolutions, no downsampling"),
         "tiny_unet": Builtin(bm.tiny_unet, 4, "two-level U-Net with skip connections"),
         "tiny_deconv": Builtin(bm.tiny_deconv, 4, "strided-conv encoder, transpose-conv decoder"),
+        "pix2pix_generator": Builtin(bm.pix2pix_generator, 8, "pix2pix U-Net generator (kind: gan)"),
+        "patchgan": Builtin(bm.patchgan, 4, "PatchGAN discriminator (gan.discriminator)"),
+        "conv_autoencoder": Builtin(bm.conv_autoencoder, 16, "seed 002's convolutional autoencoder (kind: autoencoder)"),
+        "small_autoencoder": Builtin(bm.small_autoencoder, 4, "a two-level autoencoder (kind: autoencoder)"),
     }
 
 
-BUILTIN_NAMES = ("tiny_fcn", "tiny_unet", "tiny_deconv")
+BUILTIN_NAMES = ("tiny_fcn", "tiny_unet", "tiny_deconv", "pix2pix_generator", "patchgan", "conv_autoencoder", "small_autoencoder")
+BUILTIN_OPTIONS = {"pix2pix_generator": {"width", "depth", "dropout"}, "patchgan": {"width", "depth"}, "conv_autoencoder": {"width", "depth"}}
 ALL_ARCHS = SM_ARCHS + BUILTIN_NAMES
 
 
@@ -80,9 +85,10 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
         problems = []
         if backbone is not None:
             problems.append(f"built-in model {arch!r} takes no backbone (got {backbone!r})")
-        unknown = set(options) - {"width"}
+        allowed = BUILTIN_OPTIONS.get(arch, {"width"})
+        unknown = set(options) - allowed
         if unknown:
-            problems.append(f"built-in model {arch!r} takes only the option 'width', not {sorted(unknown)}")
+            problems.append(f"built-in model {arch!r} takes only the options {sorted(allowed)}, not {sorted(unknown)}")
         return problems
     if ":" in arch:
         if not FACTORY_PATTERN.match(arch):
@@ -119,6 +125,8 @@ def input_multiple(arch: str, options: dict[str, Any]) -> int:
     if arch in SM_ARCHS:
         return 32
     if arch in BUILTIN_NAMES:
+        if "depth" in options:  # one halving of the image per level
+            return 2 ** int(options["depth"])
         return _builtins()[arch].input_multiple
     if ":" in arch:
         try:
@@ -165,9 +173,11 @@ def build_model(
     input_shape: tuple[int, int, int],
     classes: int,
     weights: Path | None = None,
+    activation: str | None = None,
 ):
-    """Build one tf_keras model that maps images to per-pixel class probabilities."""
-    activation = output_activation(classes)
+    """Build one tf_keras model that maps images to per-pixel class probabilities (or, for
+    autoencoders, `classes` = channels of the reconstructed image)."""
+    activation = activation or output_activation(classes)
     if arch in SM_ARCHS:
         model = _build_sm(arch, backbone, options, input_shape, classes, activation)
     elif arch in BUILTIN_NAMES:

@@ -22,7 +22,8 @@ def test_tiny_bench_measures_every_section(tmp_path):
     saving = table[(table["section"] == "pipeline") & (table["contender"] == "saving_measured_vs_predicted")].iloc[0]
     assert saving["pipeline_ms_per_batch"] > 0 and saving["predicted_saving_ms_per_step"] > 0
     assert table[table["section"] == "scaling"]["contender"].tolist() == ["N=1", "N=2"]
-    assert (table[table["section"] == "memory"]["peak_rss_mb"] > 100).all()
+    memory = table[table["section"] == "memory"]
+    assert (memory["rss_mb"] > 100).all() and memory["model_rss_mb"].notna().all()
     placement = table[table["section"] == "placement"]
     assert placement["contender"].tolist() == ["one_device", "mirrored", "per_model"]
     assert table[table["section"] == "checkpoint"].iloc[0]["save_ms"] > 0

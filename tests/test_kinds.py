@@ -1,0 +1,132 @@
+"""Member kinds: a GAN pair, an autoencoder and a user's own class, in the same fused step as
+plain models; checkpoints of nested models and both GAN optimizers survive a kill."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import REPO, run_cli, tiny_config, write_yaml
+from test_resume import KILL_CONFIG, TOTAL_STEPS, only_run_dir, start_cli, wait_for_rows
+
+from harness.api import run
+from harness.backend import import_keras
+from harness.config import validate_config
+from harness.errors import ConfigError
+
+keras = import_keras()
+
+GAN = {
+    "name": "gan", "kind": "gan", "arch": "pix2pix_generator", "options": {"width": 4, "depth": 2},
+    "optimizer": {"name": "adam", "learning_rate": 0.0002, "beta_1": 0.5},
+    "gan": {"discriminator_options": {"width": 4}, "l1_lambda": 10},
+}
+AUTOENCODER = {"name": "ae", "kind": "autoencoder", "arch": "small_autoencoder", "options": {"width": 4}}
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """A GAN, an autoencoder, a custom kind and a plain model in one step."""
+    raw = tiny_config(
+        models=[GAN, AUTOENCODER, {"name": "custom", "kind": "custom_kinds:FocalWithCoverage", "arch": "tiny_fcn"}, {"name": "fcn", "arch": "tiny_fcn"}],
+        output={"probe_steps": 1, "sample_images": 2},
+    )
+    return run(validate_config(raw), results_dir=tmp_path_factory.mktemp("r"))
+
+
+def metrics_of(result, name, split):
+    return set(result.losses.query("model == @name and split == @split")["metric"])
+
+
+def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
+    assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss"}
+    assert metrics_of(mixed, "gan", "val") == {"loss", "iou", "f1"}
+    train = mixed.losses.query("model == 'gan' and split == 'train'").pivot(index="step", columns="metric", values="value")
+    np.testing.assert_allclose(train["loss"], train["adv"] + 10 * train["l1"], rtol=1e-5)
+    models = mixed.run_dir / "models" / "gan"
+    generator = keras.models.load_model(models / "model.keras", compile=False)
+    discriminator = keras.models.load_model(models / "discriminator.keras", compile=False)
+    assert generator.output_shape[-1] == 1 and discriminator.input_shape[-1] == 3 + 1
+    summary = mixed.summary.set_index("model")
+    assert summary.loc["gan", "params"] == generator.count_params() + discriminator.count_params()
+
+
+def test_autoencoder_is_scored_by_reconstruction(mixed):
+    assert metrics_of(mixed, "ae", "train") == {"loss"} and metrics_of(mixed, "ae", "val") == {"loss"}
+    model = mixed.models["ae"]
+    assert model.output_shape[-1] == 3  # reconstructs the image, not a mask
+    assert (mixed.run_dir / "plots" / "samples.png").exists()
+
+
+def test_custom_member_kind_from_a_config(mixed):
+    assert metrics_of(mixed, "custom", "train") == {"loss", "coverage"}
+    coverage = mixed.losses.query("model == 'custom' and metric == 'coverage'")["value"]
+    assert coverage.between(0, 1).all()
+
+
+def test_every_kind_trains(mixed):
+    first, last = (mixed.losses.query("split == 'train' and metric == 'loss'").groupby("model")["value"].agg(agg) for agg in ("first", "last"))
+    assert (last < first).sum() >= 3, "most members learn something in 8 steps"
+    assert set(mixed.summary["status"]) == {"ok"}
+
+
+def test_bad_kind_settings_are_config_errors():
+    raw = tiny_config(models=[{"name": "a", "arch": "tiny_fcn", "gan": {"l1_lambda": 1}}, {"name": "b", "kind": "nope.mod:K", "arch": "tiny_fcn"}])
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    text = "\n".join(info.value.problems)
+    assert "'gan' settings apply to kind: gan" in text and "cannot import module 'nope.mod'" in text
+
+
+@pytest.mark.parametrize("placement", [{"strategy": "mirrored"}, {"strategy": "per_model"}])
+def test_gan_under_mirrored_and_per_model(tmp_path, placement):
+    raw = tiny_config(models=[{**GAN, "gan": {**GAN["gan"], "discriminator_device": "next"}}, {"name": "fcn", "arch": "tiny_fcn"}],
+                      placement={**placement, "logical_cpus": 2})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    assert result.info["status"] == "completed"
+    assert np.isfinite(result.losses["value"]).all()
+    if placement["strategy"] == "per_model":
+        member_devices = result.info["placement"]["models"]
+        assert member_devices["gan"] == ["/device:CPU:0"]
+        generator = result.models["gan"]
+        assert all(v.device.endswith("CPU:0") for v in generator.variables)
+
+
+GAN_KILL_CONFIG = {**KILL_CONFIG, "models": [GAN, {"name": "fcn", "arch": "tiny_fcn"}]}
+
+
+def test_gan_killed_and_resumed_equals_uninterrupted(tmp_path):
+    clean = run_cli("run", write_yaml(tmp_path / "c.yaml", GAN_KILL_CONFIG), "--results", tmp_path / "clean")
+    assert clean.returncode == 0, clean.stderr
+    results = tmp_path / "killed"
+    process = start_cli("run", tmp_path / "c.yaml", "--results", results)
+    kills = 0
+    for _ in range(8):
+        try:
+            while not (results / "tiny").exists() or not any((results / "tiny").iterdir()):
+                if process.poll() is not None:
+                    break
+            run_dir = only_run_dir(results)
+            rows = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
+            wait_for_rows(run_dir / "losses.csv", rows + 25, timeout=60, process=process)  # 5 rows a step
+        except AssertionError:
+            pass
+        if process.poll() is None:
+            process.kill()
+            kills += 1
+        process.wait(timeout=60)
+        if json.loads((only_run_dir(results) / "run.json").read_text())["status"] == "completed":
+            break
+        process = start_cli("resume", only_run_dir(results))
+    process.wait(timeout=300)  # the last resume runs to the end
+    assert kills >= 2
+    run_dir, clean_dir = only_run_dir(results), only_run_dir(tmp_path / "clean")
+    assert json.loads((run_dir / "run.json").read_text())["steps_done"] == TOTAL_STEPS
+    assert (run_dir / "losses.csv").read_bytes() == (clean_dir / "losses.csv").read_bytes()
+    for name in ("model.keras", "discriminator.keras"):
+        a = keras.models.load_model(run_dir / "models" / "gan" / name, compile=False).get_weights()
+        b = keras.models.load_model(clean_dir / "models" / "gan" / name, compile=False).get_weights()
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)
