@@ -15,7 +15,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     sections = ["loop", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint"]
     assert list(dict.fromkeys(table["section"])) == sections
     loop = table[table["section"] == "loop"].set_index("contender")
-    assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k10"]
+    assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
     assert loop.loc["hand_loop", "ratio"] == 1.0 and (loop["median_ms_per_step"] > 0).all()
     fit = table[table["section"] == "fit"].set_index("contender")
     assert (fit["end_to_end_s"] > 0).all()

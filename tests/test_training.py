@@ -166,3 +166,12 @@ def test_segmentation_models_trained_together_equal_trained_alone(tmp_path):
         losses, weights = train_alone(result.config, name)
         assert train_losses(result, name) == losses, name
         assert_same_weights(result.models[name].get_weights(), weights)
+
+
+def test_without_divergence_isolation_a_plain_loop_is_reproduced_too(tmp_path):
+    config = validate_config(tiny_config(train={"epochs": 3, "steps_per_call": 5, "isolate_divergence": False}))
+    result = run(config, results_dir=tmp_path)
+    for name in ("fcn", "unet"):
+        losses, weights = train_alone(config, name)
+        assert train_losses(result, name) == losses
+        assert_same_weights(result.models[name].get_weights(), weights)
