@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: no display needed, nightly jobs have none
 import matplotlib.pyplot as plt  # noqa: E402
@@ -21,8 +22,10 @@ SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
 
 def _colours(models: list[str]) -> dict[str, Any]:
+    """A model keeps its colour in every plot (and every run): colours follow the sorted names,
+    not the order a plot happens to draw them in (ranking order differs from config order)."""
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return {m: cycle[i % len(cycle)] for i, m in enumerate(models)}
+    return {m: cycle[i % len(cycle)] for i, m in enumerate(sorted(models))}
 
 
 def _per_model(losses: pd.DataFrame, split: str, metric: str, x: str = "step") -> dict[str, pd.DataFrame]:
@@ -67,6 +70,7 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
         if stats["count"].max() > 1:
             ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[model], alpha=0.15, linewidth=0)
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(f"val {metric}")
     ax.set_title(f"validation {metric}")
     ax.grid(alpha=0.3)
