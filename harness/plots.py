@@ -51,6 +51,9 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
         ax.plot(stats.index, smooth, color=colour, linewidth=2, label=model)
         if stats["count"].max() > 1:
             ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.12, linewidth=0)
+    medians = [stats["mean"].median() for stats in curves.values() if len(stats)]
+    if medians and min(medians) > 0 and max(medians) / min(medians) > 10:
+        log_scale = True  # losses on different scales (a GAN's adversarial + 100 x L1): keep all readable
     ax.set_xlabel("step")
     ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
     if log_scale:
