@@ -9,8 +9,9 @@ Sections (rows of bench.csv):
              pattern), one step per call; and the harness at 10 steps per call
   fit        the same N models trained one after another with model.fit: per step, and end to
              end including tracing
-  pipeline   both again with an expensive input pipeline (PNG decode + augmentation): the fused
-             step runs it once for N models; measured saving vs the saving its cost predicts
+  pipeline   both again with an expensive input pipeline (PNG decode of 4x larger images, resize,
+             augmentation): the fused step runs it once for N models; measured saving vs the
+             saving its cost predicts
   compile    trace time of the fused step vs the sum of the N single-model traces
   scaling    N = 1..6 models: fused step time vs the sum of single-model step times
   memory     resident memory added by building and training N models, each N in its own process
@@ -147,17 +148,20 @@ def fused_end_to_end(config: ExperimentConfig, steps: int, expensive: bool = Fal
     return {"end_to_end_s": total, "ms_per_step": 1000 * (time.perf_counter() - began) / steps, "trace_s": contender.trace_s}
 
 
-def expensive_pipeline(dataset):
-    """What a real pipeline costs: every image PNG-encoded then decoded, and augmented (flips,
-    rotation, brightness/contrast), per example, on the host."""
+def expensive_pipeline(dataset, scale: int = 4):
+    """What a real pipeline costs: source images larger than the training size (here `scale` x per
+    side), PNG-decoded, resized down and augmented (flip, rotation, brightness/contrast), per
+    example, on the host, one example at a time."""
 
     def per_example(image, mask):
-        encoded = tf.io.encode_png(tf.cast(image * 255.0, tf.uint8))
-        decoded = tf.cast(tf.io.decode_png(encoded, channels=image.shape[-1]), tf.float32) / 255.0
+        height, width, channels = image.shape
+        big = tf.image.resize(image, [height * scale, width * scale])
+        encoded = tf.io.encode_png(tf.cast(tf.clip_by_value(big, 0.0, 1.0) * 255.0, tf.uint8))  # the file on disk
+        decoded = tf.cast(tf.io.decode_png(encoded, channels=channels), tf.float32) / 255.0
+        decoded = tf.image.resize(decoded, [height, width], antialias=True)
         decoded = tf.image.adjust_contrast(tf.image.adjust_brightness(decoded, 0.05), 1.1)
-        both = tf.concat([decoded, mask], axis=-1)
-        both = tf.image.rot90(tf.image.flip_left_right(both), k=1)
-        return both[..., : image.shape[-1]], both[..., image.shape[-1] :]
+        both = tf.image.rot90(tf.image.flip_left_right(tf.concat([decoded, mask], axis=-1)), k=1)
+        return both[..., :channels], both[..., channels:]
 
     def per_batch(images, masks):
         return tf.map_fn(lambda pair: per_example(*pair), (images, masks), fn_output_signature=(images.dtype, masks.dtype))
