@@ -281,7 +281,7 @@ class Runner:
             TerminalWriter(total, [m.name for m in members], config.output.progress, start),
         ]
         if config.output.tensorboard:
-            writers.append(TensorBoardWriter(run.path / "tb", {m.name: _hparams(m.spec) for m in members}))
+            writers.append(self._tensorboard_writer(members))
         writer = MultiWriter(writers)
         timing = _StepTiming()
         step = start
@@ -308,6 +308,20 @@ class Runner:
         finally:
             writer.close()
         self._finish(members, datasets, best, train_loop)
+
+    def _tensorboard_writer(self, members) -> TensorBoardWriter:
+        """TensorBoard files are derived data: on resume they are rebuilt from losses.csv (already
+        cut back to the checkpoint), so redone steps never appear twice in TensorBoard either."""
+        import shutil
+
+        folder = self.run_dir.path / "tb"
+        if self.resuming:
+            shutil.rmtree(folder, ignore_errors=True)
+        writer = TensorBoardWriter(folder, {m.name: _hparams(m.spec) for m in members})
+        if self.resuming:
+            rows = [Row(*r) for r in load_losses(self.run_dir.losses_csv).itertuples(index=False)]
+            writer.write(rows, step=0)
+        return writer
 
     def _restore(self, checkpoint) -> int:
         """Step 4 of the order above: restore, and forget what was measured after the checkpoint."""

@@ -152,6 +152,12 @@ def test_sigterm_saves_exits_75_and_resume_finishes(uninterrupted, tmp_path):
     resumed = run_cli("resume", run_dir)
     assert resumed.returncode == 0, resumed.stderr
     assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+    # TensorBoard, too, has every step once
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb" / "unet"), size_guidance={"tensors": 0})  # 0: keep all
+    events.Reload()
+    assert [e.step for e in events.Tensors("train/loss")] == list(range(1, TOTAL_STEPS + 1))
 
 
 def copy_run(source: Path, target: Path, keep_until_step: int) -> Path:
