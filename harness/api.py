@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .config import ExperimentConfig, load_config
@@ -33,21 +32,9 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None):
 
 def load_run(run_dir: str | Path):
     """Read a finished (or interrupted) run directory back as a `RunResult`."""
-    from .config import validate_config
-    from .runner import RunResult
-    from .tables import load_losses
-    import pandas as pd
-    import yaml
+    from .rundir import RunDir
+    from .runner import _load_result, _read_info, _read_resolved_config
 
-    path = Path(run_dir)
-    if not (path / "run.json").is_file():
-        raise ConfigError(f"{path} is not a run directory (no run.json)")
-    config = validate_config(yaml.safe_load((path / "config.yaml").read_text()), source=str(path / "config.yaml"))
-    summary_file = path / "summary.csv"
-    return RunResult(
-        run_dir=path,
-        config=config,
-        summary=pd.read_csv(summary_file) if summary_file.exists() else pd.DataFrame(),
-        losses=load_losses(path / "losses.csv"),
-        info=json.loads((path / "run.json").read_text()),
-    )
+    run = RunDir(Path(run_dir))
+    _read_info(run)  # a clear error if this is not a run directory
+    return _load_result(run, _read_resolved_config(run, []))

@@ -207,6 +207,22 @@ def all_finite(losses: list, gradients: list):
     return tf.math.is_finite(tf.add_n(terms))
 
 
+class preserved_state:
+    """Run trial steps of a member (timing probe, XLA check), then put every variable it may have
+    changed back exactly as it was."""
+
+    def __init__(self, member: Member):
+        self.member = member
+
+    def __enter__(self):
+        self.snapshot = [v.numpy() for v in self.member.state_variables()]
+        return self.member
+
+    def __exit__(self, *exc):
+        for variable, value in zip(self.member.state_variables(), self.snapshot):
+            variable.assign(value)
+
+
 class _Flags(tf.Module):
     def __init__(self, diverged, diverged_step):
         super().__init__()

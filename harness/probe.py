@@ -11,6 +11,7 @@ import statistics
 import time
 
 from .backend import import_tf
+from .members import preserved_state
 
 tf = import_tf()
 
@@ -21,12 +22,8 @@ def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str,
     batch = int(images.shape[0])
     results = {}
     for member in members:
-        snapshot = [v.numpy() for v in member.state_variables()]
-        try:
+        with preserved_state(member):
             results[member.name] = _time_member(member, strategy, images, masks, batch, steps)
-        finally:
-            for variable, value in zip(member.state_variables(), snapshot):
-                variable.assign(value)
     return results
 
 

@@ -35,7 +35,7 @@ from .data import build_datasets
 from .errors import ConfigError, HarnessError, Interrupted, ResourceError
 from .export import BestTracker, export_model
 from .lock import FolderLock
-from .members import Member, build_members
+from .members import Member, build_members, preserved_state
 from .probe import probe_ms_per_step
 from .runtime import (
     Placement,
@@ -572,14 +572,11 @@ def _explain_jit_failure(members: list[Member], exc: Exception) -> ConfigError:
         shape = (1, *m.model.input_shape[1:])
         images = tf.zeros(shape)
         masks = tf.zeros((*shape[:-1], m.model.output_shape[-1]))
-        snapshot = [v.numpy() for v in m.state_variables()]
         try:
-            tf.function(m.train_step, jit_compile=True)(images, masks, 1, tf.constant(0, tf.int64))
+            with preserved_state(m):
+                tf.function(m.train_step, jit_compile=True)(images, masks, 1, tf.constant(0, tf.int64))
         except Exception as inner:  # XLA reports unsupported ops under several error classes
             failing.append(f"{m.name} ({m.spec.arch}): {str(inner).splitlines()[0][:200]}")
-        finally:
-            for variable, value in zip(m.state_variables(), snapshot):
-                variable.assign(value)
     detail = failing or [f"XLA error: {str(exc).splitlines()[0][:300]}"]
     return ConfigError(
         "jit_compile: XLA cannot compile these models on this device; set jit_compile: false for "

@@ -183,3 +183,12 @@ def test_one_model_has_an_empty_pairs_table_with_columns():
     losses = pd.DataFrame({"step": [1], "epoch": 1, "model": ["a"], "split": "train", "metric": "loss", "value": [1.0]})
     pairs = build_pairs(losses)
     assert pairs.empty and list(pairs.columns)[:2] == ["model_a", "model_b"]
+
+
+def test_load_run_reads_a_run_back(repeated):
+    from harness.api import load_run
+
+    result, _ = repeated
+    loaded = load_run(result.run_dir)
+    assert loaded.summary.equals(pd.read_csv(result.run_dir / "summary.csv"))
+    assert loaded.info["status"] == "completed" and loaded.config.train.repeats == 2
