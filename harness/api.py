@@ -7,7 +7,7 @@ from pathlib import Path
 from .config import ExperimentConfig, load_config
 from .errors import ConfigError
 
-__all__ = ["load_config", "run", "resume", "load_run"]
+__all__ = ["load_config", "run", "resume", "load_run", "nightly", "history"]
 
 
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
@@ -38,3 +38,21 @@ def load_run(run_dir: str | Path):
     run = RunDir(Path(run_dir))
     _read_info(run)  # a clear error if this is not a run directory
     return _load_result(run, _read_resolved_config(run, []))
+
+
+def nightly(config: ExperimentConfig | str | Path, results_dir: str | Path | None = None, night: str | None = None):
+    """`harness nightly`: tonight's run, recorded and compared; returns a `NightlyResult`
+    (`.changes`, `.regressions`, `.exit_code`, `.run_dir`)."""
+    from .nightly import run_nightly
+
+    code_dir = Path(config).resolve().parent if not isinstance(config, ExperimentConfig) else None
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config)
+    return run_nightly(config, Path(results_dir) if results_dir else None, night, code_dir)
+
+
+def history(name_or_dir: str | Path, results_dir: str | Path | None = None, metrics: list[str] | None = None):
+    """An experiment's history as a DataFrame: one row per run, one column per model x metric."""
+    from .nightly import find_history, history_table
+
+    return history_table(find_history(name_or_dir, Path(results_dir) if results_dir else None), metrics)

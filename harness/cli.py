@@ -81,6 +81,27 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--steps", type=int, default=None, help="steps per timed call")
     bench.set_defaults(func=cmd_bench)
 
+    nightly = commands.add_parser(
+        "nightly", help="run (or resume) tonight's run, record it in the history, compare with earlier nights (exit 6 on regression)"
+    )
+    nightly.add_argument("config", type=Path, help="experiment YAML file")
+    nightly.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
+    nightly.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+    nightly.add_argument(
+        "--night", default=None, metavar="YYYY-MM-DD",
+        help="the night this run counts for (default: today's, by local time; see output.nightly.night_starts_at_hour)",
+    )
+    nightly.set_defaults(func=cmd_nightly)
+
+    history = commands.add_parser("history", help="print an experiment's history across runs; pin a baseline")
+    history.add_argument("name", metavar="NAME_OR_DIR", help="experiment name (under --results) or its folder results/<name>")
+    history.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: results)")
+    history.add_argument("--metric", action="append", default=None, help="columns to show (default: the watched metrics)")
+    history.add_argument("--pin", default=None, metavar="RUN_ID", help="make this completed run the baseline nightly compares with")
+    history.add_argument("--unpin", action="store_true", help="remove the baseline")
+    history.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
+    history.set_defaults(func=cmd_history)
+
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
     return parser
@@ -143,6 +164,65 @@ def cmd_bench(args) -> int:
     suite = "tiny" if args.tiny else args.suite
     table = run_bench(suite, args.out, args.rounds, args.steps, args.gpu, args.section)
     print(table.to_string(index=False))
+    return EXIT_OK
+
+
+def cmd_nightly(args) -> int:
+    from .config import load_config
+    from .nightly import run_nightly
+
+    config = load_config(args.config, args.overrides)
+    night = _night(args.night)
+    result = run_nightly(config, args.results, night, code_dir=args.config.resolve().parent)
+    print((result.run_dir / "nightly.md").read_text(encoding="utf-8"))
+    if result.regressions:
+        print(f"harness: {len(result.regressions)} regression(s) on the night of {result.night}:", file=sys.stderr)
+        for change in result.regressions:
+            print(f"  - {change.model} {change.metric} vs {change.against} {change.against_run}: "
+                  f"{change.before:.4g} -> {change.now:.4g} (allowed: {change.allowed}) {change.note}", file=sys.stderr)
+    return result.exit_code
+
+
+def _night(text: str | None) -> str | None:
+    from datetime import date
+
+    from .errors import ConfigError
+
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        raise ConfigError(f"--night {text!r}: expected a date like 2026-11-21") from None
+
+
+def cmd_history(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from .nightly import find_history, history_table
+
+    store = find_history(args.name, args.results)
+    if args.pin:
+        store.pin(args.pin)
+        print(f"baseline: {args.pin}")
+    if args.unpin:
+        store.unpin()
+        print("baseline removed")
+    table = history_table(store, args.metric)
+    baseline = store.baseline()
+    view = Table(title=f"history of {store.path.parent.name} (baseline: {baseline or 'none'})")
+    for column in table.columns:
+        view.add_column(str(column), justify="left" if column in ("night", "run_id", "status", "commit") else "right")
+    for _, row in table.iterrows():
+        cells = [_cell(v) for v in row]
+        if row["run_id"] == baseline:
+            cells[1] += " (baseline)"
+        view.add_row(*cells)
+    Console(width=max(120, Console().width)).print(view)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"saved: {args.csv}")
     return EXIT_OK
 
 

@@ -186,6 +186,40 @@ class MlflowSpec(Strict):
     experiment: str | None = None  # default: the experiment's name
 
 
+class ThresholdSpec(Strict):
+    """How much worse a metric may get before `harness nightly` calls it a regression: by an
+    absolute amount (`abs: 0.02` of IoU) or relative to the earlier value (`rel: 0.10` = 10%)."""
+
+    abs: Annotated[float, Field(ge=0)] | None = None
+    rel: Annotated[float, Field(ge=0)] | None = None
+    # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
+    higher_is_better: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "ThresholdSpec":
+        if (self.abs is None) == (self.rel is None):
+            raise ValueError("give exactly one of 'abs' (an amount) or 'rel' (a fraction, 0.1 = 10%)")
+        return self
+
+
+def _default_thresholds() -> dict[str, ThresholdSpec]:
+    return {"val_iou": ThresholdSpec(abs=0.02), "best_val_loss": ThresholdSpec(rel=0.10)}
+
+
+class NightlySpec(Strict):
+    """`harness nightly`: which summary.csv columns are watched, and how runs are kept."""
+
+    # summary.csv column -> threshold. Timing (ms_per_step) is not watched unless you add it:
+    # it depends on the machine's load as much as on your code.
+    thresholds: dict[str, ThresholdSpec] = Field(default_factory=_default_thresholds)
+    # Checkpoints of the newest N nightly runs (and of the pinned baseline) are kept; older runs
+    # keep their tables, plots, exported models and history rows.
+    keep_checkpoints_of_runs: Annotated[int, Field(ge=1, le=10_000)] = 3
+    # A "night" runs from this local hour to the same hour the next day, so a run started at
+    # 23:50 and resumed at 00:20 is the same night.
+    night_starts_at_hour: Annotated[int, Field(ge=0, le=23)] = 12
+
+
 class OutputSpec(Strict):
     results_dir: Path = Path("results")
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
@@ -196,6 +230,7 @@ class OutputSpec(Strict):
     tensorboard: bool = True
     mlflow: MlflowSpec | None = None  # pip install "harness[mlflow]"
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    nightly: NightlySpec = NightlySpec()
 
 
 class ExperimentConfig(Strict):

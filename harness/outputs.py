@@ -6,6 +6,7 @@ Called at the end of a run, and by `harness report RUN_DIR` to rebuild them from
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pandas as pd
 
 from .config import ExperimentConfig
 from .plots import plot_samples, save_figure, save_plots
-from .report import render_report
+from .report import render_nightly_section, render_report
 from .rundir import RunDir, atomic_write_text
 from .tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table
 
@@ -49,7 +50,11 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
     pairs_file = run.path / "pairs.csv"
     pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
     plots = sorted(run.plots.glob("*.png"), key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
-    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by)
+    extra = []
+    nightly_file = run.path / "nightly.json"
+    if nightly_file.exists():
+        extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
+    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by, extra)
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path

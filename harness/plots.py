@@ -197,3 +197,42 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
             fig.tight_layout()
             written.append(save_figure(fig, folder, "quality_vs_cost")[0])
     return written
+
+
+def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None):
+    """One model's `metric` across nights (history.table() rows), one line per model; the
+    baseline night is marked, and (model, run) pairs that regressed get a red ring."""
+    rows = history[history["metric"] == metric].copy()
+    runs = rows.drop_duplicates("run_id")[["run_id", "night"]]
+    labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]
+    position = {run: i for i, run in enumerate(runs["run_id"])}
+    colours = _colours(list(rows["model"].unique()))
+    for model, group in rows.groupby("model"):
+        x = group["run_id"].map(position)
+        ax.plot(x, group["value"], marker="o", color=colours[model], label=model)
+        for run, value in zip(group["run_id"], group["value"]):
+            if regressed and (model, run) in regressed:
+                ax.scatter(position[run], value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)
+    if baseline_run in position:
+        ax.axvline(position[baseline_run], color="grey", linestyle="--", linewidth=1, label="baseline")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} across nights")
+    ax.grid(alpha=0.3)
+    if len(rows):
+        ax.legend(fontsize=8)
+    return ax
+
+
+def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None) -> list[Path]:
+    """trend_<metric>.png (and .svg) for each watched metric the history has."""
+    written = []
+    for metric in metrics:
+        if not (history["metric"] == metric).any():
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4.0))
+        plot_trend(ax, history, metric, baseline_run, regressed)
+        fig.tight_layout()
+        written.append(save_figure(fig, folder, f"trend_{metric}")[0])
+    return written

@@ -66,12 +66,33 @@ def render_report(
             _table(pairs),
         ]
     parts.append("<h2>Plots</h2>")
-    for plot in plots:
-        data = base64.b64encode(plot.read_bytes()).decode()
-        parts.append(f"<div><img alt='{html.escape(plot.stem)}' src='data:image/png;base64,{data}'></div>")
+    parts += [_image(plot) for plot in plots]
     for heading, body in extra_sections or []:
         parts += [f"<h2>{html.escape(heading)}</h2>", body]
     parts += ["<h2>Run</h2>", _facts(info), "<h2>Config</h2>", f"<pre>{html.escape(config_yaml)}</pre>", "</body></html>"]
+    return "\n".join(parts)
+
+
+def _image(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f"<div><img alt='{html.escape(path.stem)}' src='data:image/png;base64,{data}'></div>"
+
+
+def render_nightly_section(nightly: dict[str, Any], run_path: Path) -> str:
+    """What changed since the previous night and the baseline (nightly.json), and the trends."""
+    count = nightly.get("regressions", 0)
+    verdict = f"<b class='warning'>{count} regression(s)</b>" if count else "<b>no regression</b>"
+    parts = [
+        f"<p>night of {html.escape(str(nightly.get('night')))}: {verdict}; previous run "
+        f"<code>{html.escape(str(nightly.get('previous') or '-'))}</code>, baseline "
+        f"<code>{html.escape(str(nightly.get('baseline') or '-'))}</code>.</p>"
+    ]
+    changes = pd.DataFrame(nightly.get("changes") or [])
+    if len(changes):
+        changes["verdict"] = ["REGRESSION" if r else "ok" for r in changes["regressed"]]
+        parts.append(_table(changes[["against", "against_run", "model", "metric", "before", "now", "worse_by", "allowed", "verdict", "note"]]))
+    parts += [f"<p>{html.escape(note)}</p>" for note in nightly.get("notes") or []]
+    parts += [_image(run_path / p) for p in nightly.get("trend_plots") or [] if (run_path / p).exists()]
     return "\n".join(parts)
 
 

@@ -80,13 +80,14 @@ def prepare_process(config: ExperimentConfig) -> Placement:
     return build_placement(config)
 
 
-def run_experiment(config: ExperimentConfig, results_dir: Path | None = None) -> RunResult:
+def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None) -> RunResult:
+    """Train a new run, in `run` if the caller created it already (nightly registers it first)."""
     placement = prepare_process(config)
     if not placement.is_chief:
         # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
         with _scratch_run_dir(config) as scratch:
             return Runner(config, scratch, placement, resuming=False).run()
-    run = rd.create_run_dir(config, results_dir)
+    run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         return Runner(config, run, placement, resuming=False).run()
 

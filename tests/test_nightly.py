@@ -1,0 +1,263 @@
+"""Nightly runs: the history store, regression verdicts, idempotency, locking and retention.
+
+The verdict tests use seeded random histories in a real SQLite file (no training); the end-to-end
+test drives `harness nightly` / `harness history` in subprocesses over three nights.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import REPO, run_cli, tiny_config, write_yaml
+from test_resume import start_cli
+
+from harness.config import NightlySpec, ThresholdSpec, validate_config
+from harness.errors import ConfigError
+from harness.history import HistoryStore, RunMeasurements, RunRecord
+from harness.nightly import current_night, history_pivot
+from harness.regressions import compare
+
+THRESHOLDS = {
+    "val_iou": ThresholdSpec(abs=0.02),
+    "best_val_loss": ThresholdSpec(rel=0.10),
+    "ms_per_step": ThresholdSpec(rel=0.25),
+    "images_per_s": ThresholdSpec(rel=0.20),
+}
+HIGHER = {"val_iou": True, "best_val_loss": False, "ms_per_step": False, "images_per_s": True}
+
+
+def record(store: HistoryStore, run_id: str, night: str, values: dict, status: dict | None = None) -> None:
+    models = sorted({m for m, _ in values})
+    store.record_run(
+        RunMeasurements(
+            record=RunRecord(run_id, night, "completed", "f" * 16, None, None, None),
+            started=f"{night}T00:00:00", ended=None, versions={}, devices=[], placement={},
+            model_status=status or {m: "ok" for m in models}, metrics=values,
+        )
+    )
+
+
+def verdicts(store: HistoryStore, now: str, before: str) -> set[tuple[str, str]]:
+    changes = compare(
+        store.metrics_of(now), store.metrics_of(before), store.model_status_of(now), store.model_status_of(before),
+        THRESHOLDS, "previous", before,
+    )
+    return {(c.model, c.metric) for c in changes if c.regressed}
+
+
+def step_change(rng: random.Random, metric: str, before: float, regress: bool) -> float:
+    """A new value: worse than allowed by 1.3-3x the threshold, or anything from much better
+    to worse by at most 0.8x the threshold."""
+    threshold = THRESHOLDS[metric]
+    limit = threshold.abs if threshold.abs is not None else threshold.rel * abs(before)
+    worse = limit * (rng.uniform(1.3, 3.0) if regress else rng.uniform(-3.0, 0.8))
+    return before - worse if HIGHER[metric] else before + worse
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_seeded_regressions_are_flagged_exactly(tmp_path, seed):
+    """Random 12-night histories of 4 models x 4 metrics with regressions injected at random:
+    every injected one is flagged, nothing else is (no misses, no false alarms)."""
+    rng = random.Random(seed)
+    store = HistoryStore(tmp_path / "history.sqlite")
+    models = ["unet", "fpn", "linknet", "pspnet"]
+    values = {(m, k): rng.uniform(0.2, 0.8) if k in ("val_iou", "best_val_loss") else rng.uniform(10, 500) for m in models for k in THRESHOLDS}
+    record(store, "run-00", "2026-11-01", values)
+    injected_total = 0
+    for night in range(1, 12):
+        injected = {key for key in values if rng.random() < 0.15}
+        injected_total += len(injected)
+        values = {key: step_change(rng, key[1], value, key in injected) for key, value in values.items()}
+        run_id = f"run-{night:02d}"
+        record(store, run_id, f"2026-11-{night + 1:02d}", values)
+        assert verdicts(store, run_id, f"run-{night - 1:02d}") == injected
+    assert injected_total > 10  # the seeds do inject regressions
+
+
+def test_threshold_edges_nan_divergence_and_new_models(tmp_path):
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5, ("fpn", "val_iou"): 0.5, ("psp", "val_iou"): 0.5, ("old", "val_iou"): 0.5})
+    record(
+        store, "b", "2026-11-02",
+        {("unet", "val_iou"): 0.48, ("fpn", "val_iou"): float("nan"), ("psp", "val_iou"): 0.6, ("new", "val_iou"): 0.1},
+        status={"unet": "ok", "fpn": "ok", "psp": "diverged", "new": "ok"},
+    )
+    changes = compare(store.metrics_of("b"), store.metrics_of("a"), store.model_status_of("b"), store.model_status_of("a"), {"val_iou": ThresholdSpec(abs=0.02)}, "previous", "a")
+    flagged = {(c.model, c.metric) for c in changes if c.regressed}
+    # unet dropped by exactly 0.02 - allowed (within float rounding); fpn's value is gone; psp diverged
+    assert flagged == {("fpn", "val_iou"), ("psp", "status")}
+    assert not any(c.model in ("new", "old") for c in changes)
+
+
+def test_threshold_needs_exactly_one_kind():
+    with pytest.raises(ValueError):
+        ThresholdSpec()
+    with pytest.raises(ValueError):
+        ThresholdSpec(abs=0.1, rel=0.1)
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config(output={"nightly": {"thresholds": {"val_iou": {}}}}))
+    assert "output.nightly.thresholds.val_iou" in error.value.render() and "exactly one" in error.value.render()
+    assert ThresholdSpec(rel=0.1, higher_is_better=True).higher_is_better
+
+
+def test_night_changes_at_the_configured_hour():
+    from datetime import datetime
+
+    assert current_night(12, datetime(2026, 11, 22, 2, 0)) == "2026-11-21"
+    assert current_night(12, datetime(2026, 11, 22, 13, 0)) == "2026-11-22"
+    assert current_night(0, datetime(2026, 11, 22, 0, 30)) == "2026-11-22"
+    assert NightlySpec().night_starts_at_hour == 12
+
+
+def test_recording_twice_replaces_and_pins_need_a_completed_run(tmp_path):
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5})
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5})
+    assert len(store.table()) == 1
+    with pytest.raises(ConfigError, match="not a completed run"):
+        store.pin("nope")
+    store.pin("a")
+    assert store.baseline() == "a"
+    assert list(history_pivot(store.table())["run_id"]) == ["a"]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from harness.history import HistoryStore, RunMeasurements, RunRecord
+    store = HistoryStore(sys.argv[1])
+    start = int(sys.argv[2])
+    for n in range(start, start + 100000):
+        metrics = {(f"model{m}", f"metric{k}"): float(n) for m in range(20) for k in range(50)}
+        store.record_run(RunMeasurements(RunRecord(f"run{n:06d}", None, "completed", None, None, None, None),
+                                         None, None, {}, [], {}, {f"model{m}": "ok" for m in range(20)}, metrics))
+        print(n, flush=True)
+    """
+)
+
+
+def test_history_survives_kills_mid_write(tmp_path):
+    """SIGKILL a process that writes 1000-row runs back to back, five times at random moments:
+    the database stays intact and every run in it is complete (1000 rows) or absent."""
+    path = tmp_path / "history.sqlite"
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    rng = random.Random(0)
+    start = 0
+    for _ in range(5):
+        writer = subprocess.Popen([sys.executable, str(script), str(path), str(start)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        writer.stdout.readline()  # at least one run written: the kill lands amid later writes
+        time.sleep(rng.uniform(0.0, 0.4))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        start += 100000
+    store = HistoryStore(path)
+    assert store.check() == "ok"
+    with sqlite3.connect(path) as conn:
+        counts = dict(conn.execute("SELECT run_id, COUNT(*) FROM metrics GROUP BY run_id"))
+        runs = {row[0] for row in conn.execute("SELECT run_id FROM runs")}
+        model_rows = dict(conn.execute("SELECT run_id, COUNT(*) FROM models GROUP BY run_id"))
+    assert len(runs) >= 5
+    assert set(counts) == runs == set(model_rows)
+    assert set(counts.values()) == {1000} and set(model_rows.values()) == {20}
+
+
+def test_a_corrupt_history_is_named_and_left_alone(tmp_path):
+    folder = tmp_path / "results" / "tiny"
+    folder.mkdir(parents=True)
+    (folder / "history.sqlite").write_bytes(b"not a database at all" * 100)
+    result = run_cli("history", "tiny", "--results", tmp_path / "results")
+    assert result.returncode == 3, result.stderr
+    assert "history.sqlite" in result.stderr and "Traceback" not in result.stderr
+    assert (folder / "history.sqlite").read_bytes() == b"not a database at all" * 100
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: three nights through the real CLI
+
+NIGHTLY_CONFIG = tiny_config(
+    models=[{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}],
+    train={"epochs": 6, "steps_per_call": 1, "checkpoint_every_steps": 2},
+    output={"nightly": {"keep_checkpoints_of_runs": 1, "thresholds": {"val_iou": {"abs": 0.01}, "best_val_loss": {"rel": 0.05}}}},
+)
+
+
+def metric_rows(history: Path) -> int:
+    with sqlite3.connect(history) as conn:
+        return conn.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]
+
+
+def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
+    config = write_yaml(tmp_path / "nightly.yaml", NIGHTLY_CONFIG)
+    results = tmp_path / "results"
+    experiment = results / "tiny"
+    nightly = ("nightly", config, "--results", results)
+
+    # Night 1: killed mid-run while a second nightly is refused; the rerun resumes the same run.
+    first = start_cli(*nightly, "--night", "2026-11-19")
+    deadline = time.monotonic() + 120
+    while not list(experiment.glob("*/checkpoints/ckpt-2.index")):
+        assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "timeout"
+        time.sleep(0.05)
+    second = run_cli(*nightly, "--night", "2026-11-19")
+    assert second.returncode == 5, second.stderr
+    assert "locked by another nightly" in second.stderr
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    resumed = run_cli(*nightly, "--night", "2026-11-19")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming tonight's run" in resumed.stderr
+    (night1,) = [p for p in experiment.iterdir() if p.is_dir()]
+    rows = metric_rows(experiment / "history.sqlite")
+
+    # Idempotent: the same night again trains nothing and adds no rows.
+    again = run_cli(*nightly, "--night", "2026-11-19")
+    assert again.returncode == 0 and "already recorded" in again.stderr
+    assert metric_rows(experiment / "history.sqlite") == rows
+    assert len([p for p in experiment.iterdir() if p.is_dir()]) == 1
+
+    # Night 2: a seeded regression (a learning rate too small to learn) exits 6.
+    assert run_cli("history", "tiny", "--results", results, "--pin", night1.name).returncode == 0
+    worse = run_cli(*nightly, "--night", "2026-11-20", "--set", "train.optimizer.learning_rate=1e-7")
+    assert worse.returncode == 6, worse.stderr
+    assert "regression" in worse.stderr and "REGRESSION" in worse.stdout
+    night2 = max(p for p in experiment.iterdir() if p.is_dir())
+    report = json.loads((night2 / "nightly.json").read_text())
+    assert report["previous"] == night1.name and report["baseline"] == night1.name
+    regressed = {(c["against"], c["model"], c["metric"]) for c in report["changes"] if c["regressed"]}
+    assert regressed and all(metric in ("val_iou", "best_val_loss") for _, _, metric in regressed)
+    assert {a for a, _, _ in regressed} == {"previous", "baseline"}  # both are the same run here
+
+    # Night 3: back to the original config: no regression against night 2 nor the baseline.
+    fine = run_cli(*nightly, "--night", "2026-11-21")
+    assert fine.returncode == 0, fine.stderr + fine.stdout
+    night3 = max(p for p in experiment.iterdir() if p.is_dir())
+    page = (night3 / "report.html").read_text()
+    assert "Nightly: changes and trends" in page and page.count("data:image/png") >= 2 + 2  # run plots + 2 trends
+    assert (night3 / "plots" / "nightly" / "trend_val_iou.png").stat().st_size > 1000
+    assert (experiment / "nightly.md").read_text().startswith("# tiny: night of 2026-11-21")
+    assert f"{night3.name}/plots/nightly/trend_val_iou.png" in (experiment / "nightly.md").read_text()
+
+    # Retention: only the newest run and the pinned baseline keep checkpoints; tables stay.
+    assert (night3 / "checkpoints").is_dir() and (night1 / "checkpoints").is_dir()
+    assert not (night2 / "checkpoints").exists()
+    assert (night2 / "summary.csv").exists() and (night2 / "models").is_dir()
+
+    shown = run_cli("history", experiment, "--csv", tmp_path / "history.csv")
+    assert shown.returncode == 0, shown.stderr
+    assert "(baseline)" in shown.stdout
+    table = pd.read_csv(tmp_path / "history.csv")
+    assert list(table["night"]) == ["2026-11-19", "2026-11-20", "2026-11-21"]
+    assert list(table["regressions"]) == [0, len(regressed), 0]
+    assert math.isclose(table["fcn val_iou"][0], table["fcn val_iou"][2])  # same code, same data: same result
