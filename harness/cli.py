@@ -102,6 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
     history.set_defaults(func=cmd_history)
 
+    sample = commands.add_parser(
+        "sample-data", help="write a small real-image segmentation set (from scikit-image's sample images) for the folder source"
+    )
+    sample.add_argument("out", type=Path, nargs="?", default=Path("data/skimage"), help="folder to write images/ and masks/ into")
+    sample.set_defaults(func=cmd_sample_data)
+
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
     return parser
@@ -223,6 +229,18 @@ def cmd_history(args) -> int:
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"saved: {args.csv}")
+    return EXIT_OK
+
+
+def cmd_sample_data(args) -> int:
+    from .errors import ConfigError
+
+    try:
+        from .sample_data import make_sample_data
+    except ImportError as exc:
+        raise ConfigError(f"sample-data needs scikit-image: pip install scikit-image ({exc})") from None
+    counts = make_sample_data(args.out)
+    print(f"wrote {sum(counts.values())} image/mask pairs to {args.out}/images and {args.out}/masks (how: {args.out}/README.txt)")
     return EXIT_OK
 
 

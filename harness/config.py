@@ -104,16 +104,74 @@ class ModelSpec(Strict):
         return self
 
 
+class AugmentSpec(Strict):
+    """Training-time augmentation, native TensorFlow ops with stateless seeds drawn from
+    (seed, step, position in the batch): every model sees the same augmented batch, a run is
+    repeatable, and a resumed run sees the batches it would have seen."""
+
+    flip_left_right: bool = False
+    flip_up_down: bool = False
+    rotate90: bool = False  # a random multiple of 90 degrees (square images only)
+    # random crop of this fraction range of each side, resized back (e.g. [0.6, 1.0]); None: off
+    crop_scale: tuple[Annotated[float, Field(gt=0, le=1)], Annotated[float, Field(gt=0, le=1)]] | None = None
+    brightness: Annotated[float, Field(ge=0, le=1)] = 0.0  # max shift, images are in [0, 1]
+    contrast: Annotated[float, Field(ge=0, lt=1)] = 0.0  # contrast factor in [1 - c, 1 + c]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "AugmentSpec":
+        if self.crop_scale is not None and self.crop_scale[0] > self.crop_scale[1]:
+            raise ValueError(f"crop_scale: [low, high] with low <= high, got {list(self.crop_scale)}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return any((self.flip_left_right, self.flip_up_down, self.rotate90, self.crop_scale, self.brightness, self.contrast))
+
+
+class TfdsSpec(Strict):
+    """A TensorFlow Datasets dataset already prepared on disk; nothing is ever downloaded."""
+
+    name: str  # e.g. "oxford_iiit_pet" or "oxford_iiit_pet/4.0.0" (default: the newest on disk)
+    data_dir: Path
+    train_split: str = "train"
+    val_split: str | None = "test"  # None: a val_fraction of the train split
+    image_key: str = "image"
+    mask_key: str = "segmentation_mask"
+
+
+SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
+SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
+Side = Annotated[int, Field(ge=8, le=4096)]
+
+
 class DataSpec(Strict):
-    source: Literal["synthetic"] = "synthetic"
-    image_size: tuple[Annotated[int, Field(ge=8, le=4096)], Annotated[int, Field(ge=8, le=4096)]] = (
-        96,
-        96,
-    )
+    # synthetic: generated shapes. folder: images/ and masks/ matched by file stem. csv: a
+    # manifest of image,mask[,split] paths. arrays: one .npz (images, masks[, val_images,
+    # val_masks]) or images/masks .npy files. tfds: a TFDS dataset on disk.
+    source: Literal[SOURCES] = "synthetic"  # type: ignore[valid-type]
+    images: Path | None = None
+    masks: Path | None = None
+    val_images: Path | None = None  # folder source: a separate validation folder pair
+    val_masks: Path | None = None
+    manifest: Path | None = None
+    arrays: Path | None = None
+    tfds: TfdsSpec | None = None
+    # Real sources without a given split: this share, chosen by a hash of each file's stem, so
+    # adding files never moves existing ones between train and val.
+    val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    on_bad_data: Literal["fail", "skip"] = "fail"  # skip: leave bad files out, and count them
+    palette: list[tuple[int, int, int]] | None = None  # RGB masks: the colour of class 0, 1, ...
+    fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
+    cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
+    augment: AugmentSpec = AugmentSpec()
+    # "auto" (real sources): the median source size, rounded down to suit every model.
+    image_size: tuple[Side, Side] | Literal["auto"] = (96, 96)
     channels: Annotated[int, Field(ge=1, le=4)] = 3
-    classes: Annotated[int, Field(ge=1, le=16)] = 1
-    train_size: Annotated[int, Field(ge=1)] = 512
-    val_size: Annotated[int, Field(ge=1)] = 64
+    classes: Annotated[int, Field(ge=1, le=255)] = 1
+    # synthetic: how many examples to make (default 512 / 64). Real sources: filled in from the
+    # scan (a given number caps how many are used).
+    train_size: Annotated[int, Field(ge=1)] | None = None
+    val_size: Annotated[int, Field(ge=1)] | None = None
     batch_size: Annotated[int, Field(ge=1)] = 8
     max_shapes: Annotated[int, Field(ge=1, le=8)] = 4
 
@@ -123,17 +181,37 @@ class DataSpec(Strict):
         return (value, value) if isinstance(value, int) else value
 
     @model_validator(mode="after")
-    def _batch_fits(self) -> "DataSpec":
-        if self.batch_size > self.train_size:
-            raise ValueError(
-                f"batch_size {self.batch_size} is larger than train_size {self.train_size}"
-            )
+    def _source_complete(self) -> "DataSpec":
+        problems = []
+        for source, fields in SOURCE_FIELDS.items():
+            given = [f for f in fields if getattr(self, f) is not None]
+            if self.source == source:
+                problems += [f"source: {source} needs data.{f}" for f in fields if f not in given]
+        if self.source == "arrays" and self.arrays is None and self.images is not None and self.masks is not None:
+            problems = []  # arrays given as two .npy files
+        if self.source == "synthetic":
+            if self.image_size == "auto":
+                problems.append("image_size: auto needs a real source (folder, csv, arrays, tfds)")
+            object.__setattr__(self, "train_size", self.train_size or 512)
+            object.__setattr__(self, "val_size", self.val_size or 64)
+        if self.palette is not None and len(self.palette) != max(self.classes, 2):
+            problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.resolved and self.batch_size > self.train_size:
+            raise ValueError(f"batch_size {self.batch_size} is larger than train_size {self.train_size}")
         return self
 
     @property
-    def steps_per_epoch(self) -> int:
-        return self.train_size // self.batch_size
+    def resolved(self) -> bool:
+        """Sizes known: always for synthetic; for real sources once the pre-flight scan ran."""
+        return self.image_size != "auto" and self.train_size is not None and self.val_size is not None
 
+    @property
+    def steps_per_epoch(self) -> int:
+        if not self.resolved:
+            raise RuntimeError("the data source was not scanned yet (harness.sources.resolve_data)")
+        return self.train_size // self.batch_size
 
 class TrainSpec(Strict):
     epochs: Annotated[int, Field(ge=1)] = 1
@@ -255,7 +333,7 @@ class ExperimentConfig(Strict):
     def _resolve(self) -> "ExperimentConfig":
         networks = [(m.name, m.arch, m.options) for m in self.models]
         networks += [(f"{m.name}.discriminator", m.gan.discriminator, m.gan.discriminator_options) for m in self.models if m.gan]
-        size_problems = zoo.check_input_size(networks, self.data.image_size)
+        size_problems = [] if self.data.image_size == "auto" else zoo.check_input_size(networks, self.data.image_size)
         if size_problems:
             raise ValueError("\n".join(size_problems))
         # Defaults are filled into each model so config.yaml says exactly what each one used.
@@ -282,6 +360,14 @@ class ExperimentConfig(Strict):
             for m in self.models
             for r in range(1, self.train.repeats + 1)
         ]
+
+    def input_multiple(self) -> int:
+        """Each side of the input must be a multiple of this for every model (and discriminator)."""
+        import math
+
+        networks = [(m.arch, m.options) for m in self.models]
+        networks += [(m.gan.discriminator, m.gan.discriminator_options) for m in self.models if m.gan]
+        return math.lcm(*(zoo.input_multiple(arch, options) for arch, options in networks))
 
     @property
     def total_steps(self) -> int:

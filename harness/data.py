@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .backend import import_tf
+from .augment import make_augment_fn
 from .config import DataSpec
 
 tf = import_tf()
@@ -30,16 +31,25 @@ class Datasets:
 
 
 def build_datasets(spec: DataSpec, seed: int, start_step: int, total_steps: int) -> Datasets:
-    make_example = make_synthetic_example_fn(spec, seed)
+    """The train pipeline from `start_step` and the validation set, for a resolved spec (real
+    sources: scanned, see sources.resolve_data; the scan is shared within the process)."""
+    if spec.source == "synthetic":
+        make_example = make_synthetic_example_fn(spec, seed)
+    else:
+        from .sources import load_scan
+
+        make_example = make_array_example_fn(load_scan(spec, 1), spec.classes)
+    augment = make_augment_fn(spec.augment, spec.image_size)
     return Datasets(
-        train=make_train_dataset(make_example, spec, seed, start_step, total_steps),
+        train=make_train_dataset(make_example, spec, seed, start_step, total_steps, augment),
         val=make_val_dataset(make_example, spec),
         steps_per_epoch=spec.steps_per_epoch,
     )
 
 
-def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int, total_steps: int):
-    """Batches for steps start_step .. total_steps-1 (0-based), each exactly `batch_size` examples."""
+def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int, total_steps: int, augment=None):
+    """Batches for steps start_step .. total_steps-1 (0-based), each exactly `batch_size` examples;
+    example j of step s is augmented with the key (seed, s * batch + j)."""
     n, batch = spec.train_size, spec.batch_size
     steps_per_epoch = spec.steps_per_epoch
 
@@ -47,16 +57,38 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
         epoch = step // steps_per_epoch
         position = step % steps_per_epoch
         order = tf.argsort(tf.random.stateless_uniform([n], seed=tf.stack([tf.cast(seed, tf.int64), epoch])))
-        return order[position * batch : (position + 1) * batch]
+        return order[position * batch : (position + 1) * batch], step * batch + tf.range(batch, dtype=tf.int64)
+
+    def example(index, draw):
+        image, mask = make_example(index)
+        if augment is None:
+            return image, mask
+        return augment(image, mask, tf.stack([tf.cast(seed, tf.int64) + 1_000_003, draw]))
 
     return (
         tf.data.Dataset.range(start_step, total_steps)
         .map(indices_for_step)
         .unbatch()
-        .map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         .batch(batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+def make_array_example_fn(scan, classes: int):
+    """f(index) for scanned real data: train examples first, then validation ones. The arrays sit
+    in CPU variables, which the input functions capture by reference, not as graph constants."""
+    with tf.device("/cpu:0"):
+        images = tf.Variable(scan.images, trainable=False, name="data_images")
+        labels = tf.Variable(scan.labels, trainable=False, name="data_labels")
+    scale = 255.0 if scan.images.dtype.name == "uint8" else 1.0
+
+    def make_example(index):
+        image = tf.cast(tf.gather(images, index), tf.float32) / scale
+        label = tf.cast(tf.gather(labels, index), tf.int32)
+        return image, _encode_mask(label, classes)
+
+    return make_example
 
 
 def make_val_dataset(make_example, spec: DataSpec):

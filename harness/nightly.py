@@ -74,6 +74,10 @@ def run_nightly(
     folder = experiment_dir(config, results_dir)
     night = night or current_night(settings.night_starts_at_hour)
     with FolderLock(folder, purpose="nightly"):
+        from .runner import prepare_process, resolve_data_sizes
+
+        prepare_process(config)
+        config = resolve_data_sizes(config, results_dir)  # tonight's run is matched on the resolved config
         store = HistoryStore.beside(folder)
         run, trained = _train_tonight(config, folder, store, night, code_dir)
         result = _compare_and_report(config, store, run, night, trained)

@@ -32,7 +32,8 @@ from . import rundir as rd
 from .backend import import_tf
 from .config import ExperimentConfig, validate_config
 from .data import build_datasets
-from .errors import ConfigError, HarnessError, Interrupted, ResourceError
+from .sources import data_facts
+from .errors import ConfigError, DataError, HarnessError, Interrupted, ResourceError
 from .export import BestTracker, export_model
 from .lock import FolderLock
 from .members import Member, build_members, preserved_state
@@ -83,6 +84,7 @@ def prepare_process(config: ExperimentConfig) -> Placement:
 def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None) -> RunResult:
     """Train a new run, in `run` if the caller created it already (nightly registers it first)."""
     placement = prepare_process(config)
+    config = resolve_data_sizes(config, results_dir)
     if not placement.is_chief:
         # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
         with _scratch_run_dir(config) as scratch:
@@ -103,6 +105,7 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     config = _read_resolved_config(run, overrides or [])
     _refuse_changed_config(config, info)
     placement = prepare_process(config)
+    _refuse_changed_data(config, resolve_data_sizes(config, run.path.parent.parent))
     if not placement.is_chief:
         with _scratch_run_dir(config, copy_from=run) as scratch:
             return Runner(config, scratch, placement, resuming=True).run()
@@ -112,6 +115,36 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return _load_result(run, config)
         return Runner(config, run, placement, resuming=True).run()
+
+
+def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None) -> ExperimentConfig:
+    """Real sources: the pre-flight scan (exit 3 naming every bad file), then the config with the
+    sizes it found. After prepare_process: a TFDS source reads its files with TensorFlow."""
+    from .sources import resolve_data
+
+    cache = Path(results_dir or config.output.results_dir) / config.name / ".data-cache"
+    resolved, scan = resolve_data(config, cache)
+    if scan is not None and config.output.progress != "none":
+        facts = scan.facts
+        print(
+            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val) of "
+            f"{facts['listed']} listed, {facts['skipped']} skipped, at {scan.image_size[0]}x{scan.image_size[1]} "
+            f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
+            file=sys.stderr,
+        )
+        for note in facts["notes"]:
+            print(f"harness: data: {note}", file=sys.stderr)
+    return resolved
+
+
+def _refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -> None:
+    if rescanned.data == config.data:
+        return
+    raise DataError(
+        "the data changed since this run started (files added, removed or now bad), so its batches "
+        "would differ; start a new run instead. What differs (started -> now):",
+        _differences(config.data.model_dump(mode="json"), rescanned.data.model_dump(mode="json"), "data."),
+    )
 
 
 class _scratch_run_dir:
@@ -232,6 +265,7 @@ class Runner:
         self.model_facts: dict[str, dict[str, Any]] = {}
         self.members: list[Member] = []
         self._stop_signal: int | None = None
+        self.timing = _StepTiming()
 
     def run(self) -> RunResult:
         self.run_dir.write_run_info(self.info)
@@ -274,7 +308,7 @@ class Runner:
         spe = datasets.steps_per_epoch
         ckpt_every = config.train.checkpoint_every_steps or spe
         iterator = iter(strategy.experimental_distribute_dataset(datasets.train))
-        train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size)
+        train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size, not config.train.deterministic)
         evaluate = make_eval_fn(members, config.data.classes)
 
         writers = [
@@ -284,14 +318,14 @@ class Runner:
         if config.output.tensorboard:
             writers.append(self._tensorboard_writer(members))
         writer = MultiWriter(writers)
-        timing = _StepTiming()
+        timing = self.timing = _StepTiming()
         step = start
         try:
             while step < total:
                 k = steps_in_next_call(step, config.train.steps_per_call, (spe, ckpt_every), total)
                 began = time.perf_counter()
-                outputs = self._call_train_loop(train_loop, iterator, k)
-                timing.add(k, time.perf_counter() - began)
+                outputs, input_wait = self._call_train_loop(train_loop, iterator, k)
+                timing.add(k, time.perf_counter() - began, input_wait)
                 self._read_statuses(members)
                 rows = self._train_rows(outputs, step, spe)
                 step += k
@@ -355,6 +389,7 @@ class Runner:
             if arch_key not in flops:  # repeats share an architecture: count it once
                 flops[arch_key] = forward_flops(m.model)
             facts["flops_per_example"] = flops[arch_key]
+            facts["input_wait_share"] = self.timing.input_wait_share  # one pipeline: the same for all
         if config.output.export:
             for m in members:
                 for key, model in m.exported_models().items():
@@ -463,7 +498,7 @@ class Runner:
     def _starting_info(self) -> dict[str, Any]:
         if self.resuming:
             info = self.run_dir.read_run_info()
-            info.update(status="running", ended=None, error=None, devices=device_names(), placement=self.placement.plan)
+            info.update(status="running", ended=None, error=None, devices=device_names(), placement=self.placement.plan, data=data_facts(self.config.data))
             return info
         return {
             "status": "running",
@@ -475,6 +510,7 @@ class Runner:
             "devices": device_names(),
             "placement": self.placement.plan,
             "config_fingerprint": self.config.fingerprint(),
+            "data": data_facts(self.config.data),
             "config": self.config.to_dict(),
             "deterministic": self.config.train.deterministic,
             "total_steps": self.config.total_steps,
@@ -486,7 +522,7 @@ class Runner:
         return {
             name: {
                 k: facts.get(k)
-                for k in ("status", "changed_at_step", "diverged_step", "params", "flops_per_example", "ms_per_step", "images_per_s")
+                for k in ("status", "changed_at_step", "diverged_step", "params", "flops_per_example", "ms_per_step", "images_per_s", "input_wait_share")
             }
             for name, facts in self.model_facts.items()
         }
@@ -547,17 +583,32 @@ class _StepTiming:
         self.first_call_s: float | None = None
         self.steps = 0
         self.seconds = 0.0
+        self.input_wait_s = 0.0
 
-    def add(self, steps: int, seconds: float) -> None:
-        if self.first_call_s is None:
+    def add(self, steps: int, seconds: float, input_wait_s: float) -> None:
+        if self.first_call_s is None:  # tracing and the pipeline's warm-up: not the steady state
             self.first_call_s = seconds
             return
         self.steps += steps
         self.seconds += seconds
+        self.input_wait_s += float(input_wait_s)
+
+    @property
+    def input_wait_share(self) -> float | None:
+        """The share of the training calls' wall time spent blocked waiting for the next batch."""
+        if self.seconds <= 0 or self.input_wait_s != self.input_wait_s:  # NaN: not measured (deterministic mode)
+            return None
+        return round(self.input_wait_s / self.seconds, 4)
 
     def as_dict(self) -> dict[str, Any]:
         ms = 1000.0 * self.seconds / self.steps if self.steps else None
-        return {"first_call_s": _round(self.first_call_s), "fused_ms_per_step": _round(ms)}
+        wait_ms = 1000.0 * self.input_wait_s / self.steps if self.steps and self.input_wait_share is not None else None
+        return {
+            "first_call_s": _round(self.first_call_s),
+            "fused_ms_per_step": _round(ms),
+            "input_wait_ms_per_step": _round(wait_ms),
+            "input_wait_share": self.input_wait_share,
+        }
 
 
 def _round(value: float | None) -> float | None:

@@ -58,6 +58,7 @@ def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str
             "ms_per_step": facts.get("ms_per_step"),
             "images_per_s": facts.get("images_per_s"),
             "diverged_step": facts.get("diverged_step"),
+            "input_wait_share": facts.get("input_wait_share"),
         }
         if "loss" in val and val["loss"].notna().any():
             record["best_val_loss"] = float(val["loss"].min())

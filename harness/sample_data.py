@@ -1,0 +1,72 @@
+"""A small real-image segmentation set made from scikit-image's bundled sample images (offline).
+
+Task: find the "objects" of grayscale photographs and scans: coins on a tray, printed text on a
+page, stars and galaxies in a Hubble field, cells, a photographer against the sky, the retina's
+fundus against the black surround. Each mask is derived, not hand drawn: Gaussian smoothing
+(sigma 1.5), Otsu's threshold (objects are the bright side, or the dark side where marked below),
+holes filled, specks smaller than 30 pixels removed. The photographs are cut into overlapping
+tiles, and the tiles are written in the four formats a folder source reads (PNG, JPEG, BMP,
+TIFF); masks are PNG, 0/255, so the scan's 0/255 mapping is exercised too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+# sample image -> objects are dark (True) or bright (False)
+IMAGES = {
+    "coins": False,
+    "page": True,
+    "text": True,
+    "hubble_deep_field": False,
+    "cell": False,
+    "camera": True,
+    "moon": False,
+    "retina": False,
+}
+FORMATS = (".png", ".jpg", ".bmp", ".tif")
+
+
+def derive_mask(gray: np.ndarray, dark_objects: bool) -> np.ndarray:
+    from scipy import ndimage
+    from skimage import filters, morphology
+
+    smooth = filters.gaussian(gray, sigma=1.5)
+    threshold = filters.threshold_otsu(smooth)
+    objects = smooth < threshold if dark_objects else smooth > threshold
+    objects = ndimage.binary_fill_holes(objects)
+    return morphology.remove_small_objects(objects, max_size=30)
+
+
+def make_sample_data(out: Path, tile: int = 96, stride: int = 48, max_tiles: int = 40) -> dict[str, int]:
+    """Write out/images/<name>_<r>_<c>.<ext> and out/masks/<same stem>.png; return tiles per image."""
+    from PIL import Image
+    from skimage import color, data, util
+
+    images_dir, masks_dir = Path(out) / "images", Path(out) / "masks"
+    images_dir.mkdir(parents=True, exist_ok=True)
+    masks_dir.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for index, (name, dark) in enumerate(IMAGES.items()):
+        picture = getattr(data, name)()
+        if picture.ndim == 3:
+            picture = color.rgb2gray(picture[..., :3])
+        gray = util.img_as_float(picture)
+        mask = derive_mask(gray, dark)
+        pixels = util.img_as_ubyte(gray)
+        places = [(t, l) for t in range(0, gray.shape[0] - tile + 1, stride) for l in range(0, gray.shape[1] - tile + 1, stride)]
+        # big pictures would dominate the set: keep at most max_tiles, evenly spread
+        places = [places[i] for i in np.linspace(0, len(places) - 1, min(max_tiles, len(places))).round().astype(int)]
+        count = 0
+        for top, left in places:
+            stem = f"{name}_{top:04d}_{left:04d}"
+            crop = pixels[top : top + tile, left : left + tile]
+            extension = FORMATS[(index + count) % len(FORMATS)]
+            Image.fromarray(crop).convert("RGB").save(images_dir / f"{stem}{extension}", **({"quality": 95} if extension == ".jpg" else {}))
+            Image.fromarray((mask[top : top + tile, left : left + tile] * 255).astype(np.uint8)).save(masks_dir / f"{stem}.png")
+            count += 1
+        counts[name] = count
+    (Path(out) / "README.txt").write_text(__doc__.strip() + "\n\nTiles per image: " + ", ".join(f"{k} {v}" for k, v in counts.items()) + "\n")
+    return counts

@@ -1,0 +1,270 @@
+"""Real data: every source kind, the pre-flight scan with each kind of fault injected into real
+files, augmentation, and the folder source end to end through the CLI."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli, tiny_config, write_yaml
+from PIL import Image
+
+from harness.backend import import_tf
+from harness.config import validate_config
+from harness.data import build_datasets
+from harness.errors import ConfigError, DataError
+from harness.sources import list_items, load_scan, resolve_data, scan_items
+
+tf = import_tf()
+
+
+def picture(seed: int, size=(24, 32)) -> tuple[np.ndarray, np.ndarray]:
+    """An RGB image whose bright square is exactly the mask's foreground."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(size, np.uint8)
+    top, left = rng.integers(0, size[0] - 8), rng.integers(0, size[1] - 8)
+    mask[top : top + 8, left : left + 8] = 1
+    image = (rng.uniform(0, 60, (*size, 3)) + 180 * mask[..., None]).astype(np.uint8)
+    return image, mask
+
+
+def write_folder(root: Path, count: int = 10, image_ext: str = ".png", size=(24, 32)) -> tuple[Path, Path]:
+    images, masks = root / "images", root / "masks"
+    images.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    for i in range(count):
+        image, mask = picture(i, size)
+        Image.fromarray(image).save(images / f"ex{i:02d}{image_ext}")
+        Image.fromarray(mask * 255).save(masks / f"ex{i:02d}.png")
+    return images, masks
+
+
+def data_config(data: dict, **changes):
+    base = tiny_config(data={"image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None, **data}, **changes)
+    return validate_config(base)
+
+
+def scan(config, cache=None):
+    return load_scan(config.data, config.input_multiple(), cache)
+
+
+def test_folder_source_reads_every_format_maps_0_255_and_resolves_sizes(tmp_path):
+    images, masks = write_folder(tmp_path, 12)
+    for i, ext in enumerate((".jpg", ".bmp", ".tif")):  # the same pixels in the other formats
+        source = images / f"ex{i:02d}.png"
+        Image.open(source).save(source.with_suffix(ext), **({"quality": 100} if ext == ".jpg" else {}))
+        source.unlink()
+    config = data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.25})
+    resolved, result = resolve_data(config)
+    assert result.train_size + result.val_size == 12 and result.val_size >= 1
+    assert resolved.data.train_size == result.train_size and resolved.data.image_size == (16, 16)
+    assert result.images.shape == (12, 16, 16, 3) and set(np.unique(result.labels)) == {0, 1}
+    assert any("0/255" in note for note in result.facts["notes"])
+    assert result.facts["scan_items_per_s"] > 0
+
+
+FAULTS = {
+    "truncated": "does not decode",
+    "size": "but its mask is",
+    "labels": "labels outside 0..1",
+    "jpegmask": "lossy JPEG mask",
+    "rgbmask": "give data.palette",
+    "nomask": "no mask with the stem",
+    "noimage": "no image with the stem",
+    "dup": "share the stem",
+}
+
+
+def inject_faults(images: Path, masks: Path) -> None:
+    good_png = (images / "ex00.png").read_bytes()
+    (images / "ex01.png").write_bytes(good_png[: len(good_png) // 3])  # truncated
+    Image.fromarray(np.zeros((20, 20), np.uint8)).save(masks / "ex02.png")  # size mismatch
+    Image.fromarray(np.full((24, 32), 7, np.uint8)).save(masks / "ex03.png")  # label 7 with classes 1
+    (masks / "ex04.png").unlink()
+    Image.fromarray((picture(4)[1] * 255)).save(masks / "ex04.jpg", quality=50)  # lossy JPEG mask
+    rgb = np.zeros((24, 32, 3), np.uint8)
+    rgb[..., 0] = 200
+    Image.fromarray(rgb).save(masks / "ex05.png")  # coloured RGB mask, no palette
+    (masks / "ex06.png").unlink()  # image without mask
+    Image.fromarray(np.zeros((24, 32), np.uint8)).save(masks / "orphan.png")  # mask without image
+    Image.open(images / "ex07.png").save(images / "ex07.bmp")  # the same stem twice
+
+
+def test_every_bad_file_is_named_with_its_reason_and_exit_3(tmp_path):
+    images, masks = write_folder(tmp_path, 12)
+    inject_faults(images, masks)
+    config = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None})
+    result = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results")
+    assert result.returncode == 3, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    assert len(lines) == len(FAULTS), result.stderr
+    for reason in FAULTS.values():
+        assert any(reason in line for line in lines), (reason, result.stderr)
+    for name in ("ex01.png", "ex02", "ex03", "ex04.jpg", "ex05", "ex06.png", "orphan.png", "ex07"):
+        assert any(name in line for line in lines), name
+    assert not (tmp_path / "results" / "tiny").exists() or not list((tmp_path / "results" / "tiny").glob("*/run.json"))
+
+
+def test_skip_leaves_bad_files_out_and_counts_them(tmp_path):
+    images, masks = write_folder(tmp_path, 12)
+    inject_faults(images, masks)
+    config = data_config({"source": "folder", "images": str(images), "masks": str(masks), "on_bad_data": "skip", "val_fraction": 0.3})
+    result = scan(config)
+    # 12 stems: ex06 has no mask, ex07 is doubled; of the 10 listed pairs 5 are bad
+    assert result.facts["skipped"] == len(FAULTS)
+    assert result.facts["used"] == result.train_size + result.val_size == 12 - 2 - 5
+    assert len(result.facts["problems"]) == len(FAULTS)
+
+
+def test_palette_and_rgb_palette_masks_become_classes(tmp_path):
+    images, masks = tmp_path / "i", tmp_path / "m"
+    images.mkdir()
+    masks.mkdir()
+    labels = np.zeros((16, 16), np.uint8)
+    labels[4:8] = 1
+    labels[10:] = 2
+    colours = [(0, 0, 0), (255, 0, 0), (0, 128, 255)]
+    for i in range(6):
+        Image.fromarray(np.full((16, 16, 3), 90, np.uint8)).save(images / f"p{i}.png")
+        if i % 2:
+            indexed = Image.fromarray(labels, mode="L").convert("P")
+            indexed.putpalette([c for rgb in colours for c in rgb] + [0] * (768 - 9))
+            indexed.putdata(labels.flatten().tolist())
+            indexed.save(masks / f"p{i}.png")
+        else:
+            Image.fromarray(np.array(colours, np.uint8)[labels]).save(masks / f"p{i}.png")
+    config = data_config({"source": "folder", "images": str(images), "masks": str(masks), "classes": 3, "palette": colours, "val_fraction": 0.4})
+    result = scan(config)
+    assert result.labels.shape[0] == 6
+    for mask in result.labels:
+        np.testing.assert_array_equal(mask, labels)
+
+
+def test_csv_manifest_with_splits_and_problems(tmp_path):
+    images, masks = write_folder(tmp_path / "d", 8)
+    manifest = tmp_path / "d" / "pairs.csv"
+    with manifest.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["image", "mask", "split"])
+        for i in range(8):
+            writer.writerow([f"images/ex{i:02d}.png", f"masks/ex{i:02d}.png", "val" if i >= 6 else "train"])
+        writer.writerow(["images/missing.png", "masks/ex00.png", "train"])
+    config = data_config({"source": "csv", "manifest": str(manifest)})
+    with pytest.raises(DataError) as error:
+        scan(config)
+    assert error.value.problems == [f"{manifest}:10: file does not exist: {tmp_path / 'd' / 'images' / 'missing.png'}"]
+    result = scan(data_config({"source": "csv", "manifest": str(manifest), "on_bad_data": "skip"}))
+    assert (result.train_size, result.val_size) == (6, 2)
+
+
+def test_arrays_npz_and_npy_with_nan_checks(tmp_path):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (10, 16, 16, 3)).astype(np.float32)
+    y = (rng.uniform(0, 1, (10, 16, 16)) > 0.5).astype(np.uint8)
+    np.savez(tmp_path / "d.npz", images=x[:8], masks=y[:8], val_images=x[8:], val_masks=y[8:])
+    result = scan(data_config({"source": "arrays", "arrays": str(tmp_path / "d.npz")}))
+    assert (result.train_size, result.val_size) == (8, 2)
+    np.testing.assert_allclose(result.images[:8], x[:8])  # float images kept as floats
+    x[3, 0, 0, 0] = np.nan
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    with pytest.raises(DataError) as error:
+        scan(data_config({"source": "arrays", "images": str(tmp_path / "x.npy"), "masks": str(tmp_path / "y.npy")}))
+    assert error.value.problems == ["x.npy[3]: image has 1 NaN/Inf values"]
+
+
+def write_tfds(root: Path, name: str = "shapes_seg", version: str = "1.0.0") -> Path:
+    """A prepared dataset in TFDS's on-disk layout: dataset_info.json and TFRecord shards of
+    tf.train.Example with PNG-encoded image and segmentation_mask features."""
+    folder = root / name / version
+    folder.mkdir(parents=True)
+    for split, count in (("train", 6), ("test", 2)):
+        with tf.io.TFRecordWriter(str(folder / f"{name}-{split}.tfrecord-00000-of-00001")) as writer:
+            for i in range(count):
+                image, mask = picture(i + (100 if split == "test" else 0), (16, 16))
+                feature = {
+                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(image).numpy()])),
+                    "segmentation_mask": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(mask[..., None]).numpy()])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    (folder / "dataset_info.json").write_text(json.dumps({"name": name, "version": version, "splits": [{"name": "train"}, {"name": "test"}]}))
+    return root
+
+
+def test_tfds_dataset_on_disk_is_read_without_download(tmp_path):
+    root = write_tfds(tmp_path / "tfds")
+    config = data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root)}})
+    result = scan(config)
+    assert (result.train_size, result.val_size) == (6, 2)
+    with pytest.raises(ConfigError, match="never downloads"):
+        scan(data_config({"source": "tfds", "tfds": {"name": "voc", "data_dir": str(root)}}))
+    with pytest.raises(ConfigError, match="splits on disk: test, train"):
+        scan(data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root), "val_split": "validation"}}))
+
+
+def test_auto_image_size_suits_every_model_and_disk_cache_is_reused(tmp_path):
+    images, masks = write_folder(tmp_path, 8, size=(37, 45))
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "image_size": "auto", "cache": "disk", "val_fraction": 0.3}
+    config = data_config(raw, models=[{"name": "u", "arch": "tiny_unet"}])  # sides multiple of 4
+    resolved, result = resolve_data(config, tmp_path / "cache")
+    assert resolved.data.image_size == (36, 44) and "median source size 37x45" in result.facts["image_size_reason"]
+    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1
+    from harness import sources
+
+    sources._LOADED.clear()  # a new process: the cache on disk, not the memory of this one
+    again = load_scan(config.data, config.input_multiple(), tmp_path / "cache")
+    assert "cache" in again.facts
+    np.testing.assert_array_equal(again.images, result.images)
+
+
+def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):
+    images, masks = write_folder(tmp_path, 12, size=(16, 16))
+    augment = {"flip_left_right": True, "flip_up_down": True, "rotate90": True, "crop_scale": [0.5, 1.0], "brightness": 0.05}
+    config = data_config({"source": "folder", "images": str(images), "masks": str(masks), "augment": augment, "val_fraction": 0.25})
+    config, _ = resolve_data(config)
+    plain = resolve_data(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.25}))[0]
+
+    def batches(spec, start, count):
+        data = build_datasets(spec, 5, start, start + count)
+        return [(i.numpy(), m.numpy()) for i, m in data.train]
+
+    first, second = batches(config.data, 0, 6), batches(config.data, 0, 6)
+    for (a, b), (c, d) in zip(first, second):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    resumed = batches(config.data, 3, 3)  # a pipeline started at step 3 sees steps 3..5 unchanged
+    for (a, b), (c, d) in zip(first[3:], resumed):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    unaugmented = batches(plain.data, 0, 6)
+    assert any(not np.array_equal(a, c) for (a, _), (c, _) in zip(first, unaugmented))
+    for image, mask in first:  # the bright square moved with its mask: image and mask stay aligned
+        bright = image.mean(axis=-1) > 0.55
+        assert (bright == (mask[..., 0] > 0.5)).mean() > 0.9
+
+
+def test_real_image_example_end_to_end(tmp_path):
+    """`harness sample-data` then the real_images experiment, shortened, through the CLI."""
+    data = tmp_path / "skimage"
+    made = run_cli("sample-data", data)
+    assert made.returncode == 0, made.stderr
+    assert len(list((data / "images").iterdir())) == len(list((data / "masks").iterdir())) > 200
+    result = run_cli(
+        "run", "experiments/real_images.yaml", "--results", tmp_path / "results",
+        "--set", "train.epochs=1", "--set", f"data.images={data / 'images'}", "--set", f"data.masks={data / 'masks'}",
+        "--set", "output.probe_steps=0", "--set", "output.progress=none",
+    )
+    assert result.returncode == 0, result.stderr
+    (run_dir,) = (tmp_path / "results" / "real_images").glob("2*")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["data"]["source"] == "folder" and info["data"]["image_size"] == [96, 96]
+    assert "auto" in info["data"]["image_size_reason"] and info["data"]["skipped"] == 0
+    summary = pd.read_csv(run_dir / "summary.csv")
+    share = summary["input_wait_share"].iloc[0]
+    assert 0.0 <= share < 1.0 and info["timing"]["input_wait_share"] == share
+    assert (tmp_path / "results" / "real_images" / ".data-cache").is_dir()
