@@ -18,6 +18,7 @@ Sections (rows of bench.csv):
              (the process peak is set by TensorFlow's start-up, not by the models)
   placement  each strategy vs one device (on two logical CPUs: an overhead check only)
   checkpoint one save of every model and optimizer, and its share of step time
+  input      the share of step time spent waiting for input (suite and expensive pipelines)
   gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
@@ -377,6 +378,38 @@ def bench_placement(base, rounds, steps) -> pd.DataFrame:
     return _section("placement", table)
 
 
+def bench_input(base, rounds: int, steps: int) -> pd.DataFrame:
+    """The share of the fused step's wall time spent blocked waiting for the next batch (measured
+    inside the compiled loop, as the runner does), with the suite's pipeline and the expensive one."""
+    from .step import make_train_loop
+
+    rows = []
+    for label, expensive in (("suite pipeline", False), ("expensive pipeline", True)):
+        config = _with(base)
+        strategy, members, step = _members(config)
+        iterator = iter(strategy.experimental_distribute_dataset(_endless_batches(config, expensive)))
+        loop = make_train_loop(members, strategy, step, config.data.batch_size)
+        k = tf.constant(steps, tf.int32)
+        tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, k))  # trace and fill the prefetch buffer
+        seconds = waited = 0.0
+        for _ in range(rounds):
+            began = time.perf_counter()
+            _, wait = tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, k))
+            seconds += time.perf_counter() - began
+            waited += float(wait)
+        rows.append(
+            {
+                "contender": label,
+                "median_ms_per_step": round(1000 * seconds / (rounds * steps), 3),
+                "input_wait_ms_per_step": round(1000 * waited / (rounds * steps), 3),
+                "ratio": round(waited / seconds, 4),
+                "baseline": "share of step time",
+                "goal": "ratio < 0.05" if not expensive else "",
+            }
+        )
+    return _section("input", rows)
+
+
 def bench_checkpoint(base, saves: int, folder: Path) -> pd.DataFrame:
     from . import checkpoints as ckpt
 
@@ -481,6 +514,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "memory": lambda: bench_memory(base, max_n),
         "placement": lambda: bench_placement(base, rounds, steps),
         "checkpoint": lambda: bench_checkpoint(base, 3, folder),
+        "input": lambda: bench_input(base, rounds, steps),
     }
     if gpu:
         work["gpu"] = lambda: bench_gpu(base, rounds, steps)

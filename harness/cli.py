@@ -225,7 +225,8 @@ def cmd_history(args) -> int:
         if row["run_id"] == baseline:
             cells[1] += " (baseline)"
         view.add_row(*cells)
-    Console(width=max(120, Console().width)).print(view)
+    needed = sum(max([len(str(c))] + [len(_cell(v)) for v in table[c]]) + 3 for c in table.columns) + 12
+    Console(width=max(needed, Console().width)).print(view)
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"saved: {args.csv}")

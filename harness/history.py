@@ -56,6 +56,17 @@ CREATE TABLE IF NOT EXISTS metrics (
     value REAL,
     PRIMARY KEY (run_id, model, metric)
 );
+CREATE TABLE IF NOT EXISTS alerts (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    against TEXT NOT NULL,
+    against_run TEXT NOT NULL,
+    model TEXT NOT NULL,
+    metric TEXT NOT NULL,
+    before REAL,
+    now REAL,
+    allowed TEXT,
+    PRIMARY KEY (run_id, against, model, metric)
+);
 CREATE TABLE IF NOT EXISTS nights (night TEXT PRIMARY KEY, run_id TEXT NOT NULL, registered TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS pins (slot TEXT PRIMARY KEY, run_id TEXT NOT NULL, pinned TEXT NOT NULL);
 """
@@ -149,7 +160,7 @@ class HistoryStore:
         """Add (or replace: recording the same run twice never duplicates rows) one run."""
         r = run.record
         with self._transaction() as conn:
-            for table in ("metrics", "models", "runs"):
+            for table in ("alerts", "metrics", "models", "runs"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (r.run_id,))
             conn.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -165,9 +176,21 @@ class HistoryStore:
                 [(r.run_id, model, metric, _real(value)) for (model, metric), value in run.metrics.items()],
             )
 
-    def set_regressions(self, run_id: str, count: int) -> None:
+    def set_verdict(self, run_id: str, regressions: list[tuple]) -> None:
+        """The regressions found for a run: (against, against_run, model, metric, before, now,
+        allowed) each. Replaces an earlier verdict (the baseline may have been re-pinned)."""
         with self._transaction() as conn:
-            conn.execute("UPDATE runs SET regressions = ? WHERE run_id = ?", (count, run_id))
+            conn.execute("DELETE FROM alerts WHERE run_id = ?", (run_id,))
+            conn.executemany(
+                "INSERT OR REPLACE INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, a, ar, m, k, _real(b), _real(n), al) for a, ar, m, k, b, n, al in regressions],
+            )
+            conn.execute("UPDATE runs SET regressions = ? WHERE run_id = ?", (len(regressions), run_id))
+
+    def alerts(self) -> set[tuple[str, str]]:
+        """(model, run_id) pairs that regressed against something, over the whole history."""
+        with self._connect() as conn:
+            return {(m, r) for m, r in conn.execute("SELECT DISTINCT model, run_id FROM alerts")}
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._transaction() as conn:

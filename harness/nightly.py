@@ -225,7 +225,7 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
     watched = {metric for _, metric in now}
     notes += [f"threshold for {m!r}, but summary.csv has no such column" for m in sorted(set(thresholds) - watched)]
     result = NightlyResult(night, run.path, changes, notes, trained)
-    store.set_regressions(run_id, len(result.regressions))
+    store.set_verdict(run_id, [(c.against, c.against_run, c.model, c.metric, c.before, c.now, c.allowed) for c in result.regressions])
     store.set_meta("watched", sorted(thresholds))  # what `harness history` shows by default
     result.report = write_nightly_report(config, store, run, result, references)
     return result
@@ -237,7 +237,7 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
     from .runner import _read_info
 
     history = store.table()
-    regressed = {(c.model, run.path.name) for c in result.regressions}
+    regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
     plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.output.nightly.thresholds), store.baseline(), regressed)
     report = {
         "night": result.night,

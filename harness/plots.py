@@ -200,8 +200,8 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
 
 
 def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None):
-    """One model's `metric` across nights (history.table() rows), one line per model; the
-    baseline night is marked, and (model, run) pairs that regressed get a red ring."""
+    """A metric across nights (history.table() rows), one line per model; the baseline night is
+    marked, and (model, run) pairs that regressed get a red ring."""
     rows = history[history["metric"] == metric].copy()
     runs = rows.drop_duplicates("run_id")[["run_id", "night"]]
     labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]

@@ -105,7 +105,8 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     config = _read_resolved_config(run, overrides or [])
     _refuse_changed_config(config, info)
     placement = prepare_process(config)
-    _refuse_changed_data(config, resolve_data_sizes(config, run.path.parent.parent))
+    if info.get("status") != "completed":
+        _refuse_changed_data(config, resolve_data_sizes(config, run.path.parent.parent))
     if not placement.is_chief:
         with _scratch_run_dir(config, copy_from=run) as scratch:
             return Runner(config, scratch, placement, resuming=True).run()

@@ -12,7 +12,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
-    sections = ["loop", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint"]
+    sections = ["loop", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
     assert list(dict.fromkeys(table["section"])) == sections
     loop = table[table["section"] == "loop"].set_index("contender")
     assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
@@ -27,5 +27,8 @@ def test_tiny_bench_measures_every_section(tmp_path):
     placement = table[table["section"] == "placement"]
     assert placement["contender"].tolist() == ["one_device", "mirrored", "per_model"]
     assert table[table["section"] == "checkpoint"].iloc[0]["save_ms"] > 0
+    wait = table[table["section"] == "input"].set_index("contender")
+    assert list(wait.index) == ["suite pipeline", "expensive pipeline"]
+    assert ((wait["ratio"] >= 0) & (wait["ratio"] < 1)).all() and (wait["input_wait_ms_per_step"] >= 0).all()
     assert (day / "bench.png").exists()
     assert "loop" in result.stdout

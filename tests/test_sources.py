@@ -268,3 +268,19 @@ def test_real_image_example_end_to_end(tmp_path):
     share = summary["input_wait_share"].iloc[0]
     assert 0.0 <= share < 1.0 and info["timing"]["input_wait_share"] == share
     assert (tmp_path / "results" / "real_images" / ".data-cache").is_dir()
+
+
+def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
+    images, masks = write_folder(tmp_path, 10, size=(16, 16))
+    config = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None, "val_fraction": 0.3})
+    config["train"]["epochs"] = 1
+    assert run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results").returncode == 0
+    (run_dir,) = (tmp_path / "results" / "tiny").glob("2*")
+    info = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))  # as if killed
+    moved = tmp_path / "aside.png"
+    (images / "ex03.png").rename(moved)
+    (masks / "ex03.png").unlink()
+    refused = run_cli("resume", run_dir)
+    assert refused.returncode == 3, refused.stderr
+    assert "the data changed since this run started" in refused.stderr and "data.train_size" in refused.stderr + "data.val_size"
