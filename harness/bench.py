@@ -72,12 +72,16 @@ def _endless_batches(config: ExperimentConfig, expensive: bool = False):
     return expensive_pipeline(dataset) if expensive else dataset
 
 
-def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False) -> Contender:
-    """The harness's own fused loop, `steps_per_call` steps per compiled call."""
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False) -> Contender:
+    """The harness's own fused loop, `steps_per_call` steps per compiled call; `in_memory`: fed a
+    few of the pipeline's batches held in memory (input for free)."""
     from .step import make_train_loop
 
     strategy, members, step = _members(config)
-    iterator = iter(strategy.experimental_distribute_dataset(_endless_batches(config, expensive)))
+    batches = _endless_batches(config, expensive)
+    if in_memory:
+        batches = batches.take(4).cache().repeat()
+    iterator = iter(strategy.experimental_distribute_dataset(batches))
     loop = make_train_loop(members, strategy, step, config.data.batch_size)
 
     def call(n: int) -> None:
@@ -379,30 +383,21 @@ def bench_placement(base, rounds, steps) -> pd.DataFrame:
 
 
 def bench_input(base, rounds: int, steps: int) -> pd.DataFrame:
-    """The share of the fused step's wall time spent blocked waiting for the next batch (measured
-    inside the compiled loop, as the runner does), with the suite's pipeline and the expensive one."""
-    from .step import make_train_loop
-
+    """The input pipeline's share of the fused step's time, by difference as the runner's probe
+    does: the same loop on the real pipeline and on a few of its batches held in memory,
+    alternating; share = 1 - t(in memory) / t(real). With the suite's pipeline and the expensive one."""
     rows = []
     for label, expensive in (("suite pipeline", False), ("expensive pipeline", True)):
         config = _with(base)
-        strategy, members, step = _members(config)
-        iterator = iter(strategy.experimental_distribute_dataset(_endless_batches(config, expensive)))
-        loop = make_train_loop(members, strategy, step, config.data.batch_size)
-        k = tf.constant(steps, tf.int32)
-        tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, k))  # trace and fill the prefetch buffer
-        seconds = waited = 0.0
-        for _ in range(rounds):
-            began = time.perf_counter()
-            _, wait = tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, k))
-            seconds += time.perf_counter() - began
-            waited += float(wait)
+        real = make_fused_contender(config, "real", steps, expensive)
+        in_memory = make_fused_contender(config, "in_memory", steps, expensive, in_memory=True)
+        table = ratios_to(alternate([real, in_memory], rounds, steps), "real").set_index("contender")
         rows.append(
             {
                 "contender": label,
-                "median_ms_per_step": round(1000 * seconds / (rounds * steps), 3),
-                "input_wait_ms_per_step": round(1000 * waited / (rounds * steps), 3),
-                "ratio": round(waited / seconds, 4),
+                "median_ms_per_step": table.loc["real", "median_ms_per_step"],
+                "in_memory_ms_per_step": table.loc["in_memory", "median_ms_per_step"],
+                "ratio": round(max(0.0, 1.0 - table.loc["in_memory", "ratio"]), 4),
                 "baseline": "share of step time",
                 "goal": "ratio < 0.05" if not expensive else "",
             }

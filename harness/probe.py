@@ -1,4 +1,5 @@
-"""Isolated cost of each model: ms per training step when it runs alone.
+"""Probes run at the end of a run. Isolated cost of each model: ms per training step when it
+runs alone. And the input pipeline's share of the fused step's time.
 
 The fused step is one graph, so its time cannot be split between models. The probe runs each
 member's own step for a few iterations on one batch, then puts every variable it touched (weights,
@@ -7,6 +8,7 @@ optimizer slots, flags) back exactly as it was: the trained models are left bit 
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -43,3 +45,36 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int) -> flo
             tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
             times.append(time.perf_counter() - start)
     return 1000.0 * statistics.median(times)
+
+
+def probe_input_wait_share(train_loop, strategy, members, global_step, dataset, steps: int, rounds: int = 1) -> float | None:
+    """The share of the fused step's time that goes to the input pipeline: the compiled loop is
+    timed on the real pipeline and on a few of its batches held in memory (free input),
+    alternating; share = 1 - t(in memory) / t(real), the median over rounds, floored at 0.
+
+    Measured by difference because on a CPU the pipeline does not only make the step wait: its
+    threads also take cores from the models. State (weights, optimizer slots, flags, the global
+    step) is put back afterwards, so the run's results are unchanged."""
+    if steps <= 0:
+        return None
+    real = iter(strategy.experimental_distribute_dataset(dataset))
+    in_memory = iter(strategy.experimental_distribute_dataset(dataset.take(steps).cache().repeat()))
+    k = tf.constant(steps, tf.int32)
+
+    def timed(iterator) -> float:
+        began = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, k))
+        return time.perf_counter() - began
+
+    step_before = global_step.numpy()
+    with contextlib.ExitStack() as stack:
+        for member in members:
+            stack.enter_context(preserved_state(member))
+        timed(in_memory)  # fills the in-memory copy; both pipelines warm before timing
+        timed(real)
+        shares = []
+        for _ in range(rounds):
+            real_s, memory_s = timed(real), timed(in_memory)
+            shares.append(max(0.0, 1.0 - memory_s / real_s))
+    global_step.assign(step_before)
+    return round(statistics.median(shares), 4)

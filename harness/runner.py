@@ -37,7 +37,7 @@ from .errors import ConfigError, DataError, HarnessError, Interrupted, ResourceE
 from .export import BestTracker, export_model
 from .lock import FolderLock
 from .members import Member, build_members, preserved_state
-from .probe import probe_ms_per_step
+from .probe import probe_input_wait_share, probe_ms_per_step
 from .runtime import (
     Placement,
     build_placement,
@@ -309,7 +309,7 @@ class Runner:
         spe = datasets.steps_per_epoch
         ckpt_every = config.train.checkpoint_every_steps or spe
         iterator = iter(strategy.experimental_distribute_dataset(datasets.train))
-        train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size, not config.train.deterministic)
+        train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size)
         evaluate = make_eval_fn(members, config.data.classes)
 
         writers = [
@@ -325,8 +325,8 @@ class Runner:
             while step < total:
                 k = steps_in_next_call(step, config.train.steps_per_call, (spe, ckpt_every), total)
                 began = time.perf_counter()
-                outputs, input_wait = self._call_train_loop(train_loop, iterator, k)
-                timing.add(k, time.perf_counter() - began, input_wait)
+                outputs = self._call_train_loop(train_loop, iterator, k)
+                timing.add(k, time.perf_counter() - began)
                 self._read_statuses(members)
                 rows = self._train_rows(outputs, step, spe)
                 step += k
@@ -343,7 +343,7 @@ class Runner:
                     self._stop(step)
         finally:
             writer.close()
-        self._finish(members, datasets, best, train_loop)
+        self._finish(members, datasets, best, train_loop, global_step)
 
     def _tensorboard_writer(self, members) -> TensorBoardWriter:
         """TensorBoard files are derived data: on resume they are rebuilt from losses.csv (already
@@ -375,9 +375,13 @@ class Runner:
             )
         return restored.step
 
-    def _finish(self, members, datasets, best: "BestTracker", train_loop) -> None:
+    def _finish(self, members, datasets, best: "BestTracker", train_loop, global_step) -> None:
         config = self.config
         self._update_info(trace_count=int(train_loop.experimental_get_tracing_count()))
+        steps = config.output.probe_steps
+        probe_data = build_datasets(config.data, config.seed, 0, 3 * steps + 1).train
+        self.timing.input_wait_share = probe_input_wait_share(train_loop, self.strategy, members, global_step, probe_data, steps)
+        self._update_info(timing=self.timing.as_dict())
         probe_batch = next(iter(datasets.val))
         ms = probe_ms_per_step(members, self.strategy, *probe_batch, steps=config.output.probe_steps)
         flops: dict[str, int | None] = {}
@@ -584,32 +588,18 @@ class _StepTiming:
         self.first_call_s: float | None = None
         self.steps = 0
         self.seconds = 0.0
-        self.input_wait_s = 0.0
+        self.input_wait_share: float | None = None  # from the probe at the end of the run
 
-    def add(self, steps: int, seconds: float, input_wait_s: float) -> None:
+    def add(self, steps: int, seconds: float) -> None:
         if self.first_call_s is None:  # tracing and the pipeline's warm-up: not the steady state
             self.first_call_s = seconds
             return
         self.steps += steps
         self.seconds += seconds
-        self.input_wait_s += float(input_wait_s)
-
-    @property
-    def input_wait_share(self) -> float | None:
-        """The share of the training calls' wall time spent blocked waiting for the next batch."""
-        if self.seconds <= 0 or self.input_wait_s != self.input_wait_s:  # NaN: not measured (deterministic mode)
-            return None
-        return round(self.input_wait_s / self.seconds, 4)
 
     def as_dict(self) -> dict[str, Any]:
         ms = 1000.0 * self.seconds / self.steps if self.steps else None
-        wait_ms = 1000.0 * self.input_wait_s / self.steps if self.steps and self.input_wait_share is not None else None
-        return {
-            "first_call_s": _round(self.first_call_s),
-            "fused_ms_per_step": _round(ms),
-            "input_wait_ms_per_step": _round(wait_ms),
-            "input_wait_share": self.input_wait_share,
-        }
+        return {"first_call_s": _round(self.first_call_s), "fused_ms_per_step": _round(ms), "input_wait_share": self.input_wait_share}
 
 
 def _round(value: float | None) -> float | None:

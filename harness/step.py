@@ -13,8 +13,7 @@ from .backend import import_tf
 tf = import_tf()
 
 
-def make_train_loop(members, strategy, global_step, global_batch: int, measure_input_wait: bool = True):
-    """`measure_input_wait` must be off under op determinism, which forbids tf.timestamp."""
+def make_train_loop(members, strategy, global_step, global_batch: int):
     fragments = [_compile_fragment(m) for m in members]
 
     def replica_step(images, masks, step):
@@ -27,40 +26,25 @@ def make_train_loop(members, strategy, global_step, global_batch: int, measure_i
         return outputs
 
     def one_step(iterator):
-        # The time blocked in get_next is the step's wait for input: near zero while prefetching
-        # keeps up, the whole shortfall when the pipeline starves the models. Timestamps are
-        # ordered around it by control dependencies; they touch no value the models compute.
-        if measure_input_wait:
-            began = tf.timestamp()
-            with tf.control_dependencies([began]):
-                images, masks = next(iterator)
-            arrived = [t for v in (images, masks) for t in strategy.experimental_local_results(v)]
-            with tf.control_dependencies(arrived):
-                waited = tf.timestamp() - began
-        else:
-            images, masks = next(iterator)
-            waited = tf.constant(float("nan"), tf.float64)
+        images, masks = next(iterator)
         step = global_step + 1
         per_replica = strategy.run(replica_step, args=(images, masks, step))
         outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
         global_step.assign_add(1)
-        return outputs, waited
+        return outputs
 
     metric_names = {m.name: m.metric_names for m in members}
 
     @tf.function
     def train_loop(iterator, num_steps):
-        """(per member, per metric: a value per step), seconds waited for input in the call."""
         arrays = {
             name: {metric: tf.TensorArray(tf.float32, size=num_steps) for metric in metrics}
             for name, metrics in metric_names.items()
         }
-        input_wait = tf.constant(0.0, tf.float64)
         for i in tf.range(num_steps):
-            outputs, waited = one_step(iterator)
+            outputs = one_step(iterator)
             arrays = _write_all(arrays, outputs, i)
-            input_wait += waited
-        return tf.nest.map_structure(lambda a: a.stack(), arrays), input_wait
+        return tf.nest.map_structure(lambda a: a.stack(), arrays)
 
     return train_loop
 

@@ -257,7 +257,7 @@ def test_real_image_example_end_to_end(tmp_path):
     result = run_cli(
         "run", "experiments/real_images.yaml", "--results", tmp_path / "results",
         "--set", "train.epochs=1", "--set", f"data.images={data / 'images'}", "--set", f"data.masks={data / 'masks'}",
-        "--set", "output.probe_steps=0", "--set", "output.progress=none",
+        "--set", "output.probe_steps=3", "--set", "output.progress=none",
     )
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "results" / "real_images").glob("2*")
