@@ -32,12 +32,12 @@ from . import rundir as rd
 from .backend import import_tf
 from .config import ExperimentConfig, validate_config
 from .data import build_datasets
-from .sources import data_facts
 from .errors import ConfigError, DataError, HarnessError, Interrupted, ResourceError
 from .export import BestTracker, export_model
 from .lock import FolderLock
 from .members import Member, build_members, preserved_state
 from .probe import probe_input_wait_share, probe_ms_per_step
+from .sources import data_facts
 from .runtime import (
     Placement,
     build_placement,
