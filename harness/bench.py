@@ -7,6 +7,8 @@ baseline: a slow moment of the machine hits every contender alike. Tracing is ti
 Sections (rows of bench.csv):
   loop       the harness's fused step vs a hand-written multi-tape tf.function loop (seed 003's
              pattern), one step per call; and the harness at 10 steps per call
+  overhead   where the harness's 1-step-per-call cost goes: from the hand loop, the batch taken
+             inside the function, then the fused loop's scaffolding, then the member's step
   fit        the same N models trained one after another with model.fit: per step, and end to
              end including tracing
   pipeline   both again with an expensive input pipeline (PNG decode of 4x larger images, resize,
@@ -117,6 +119,56 @@ def make_hand_loop_contender(config: ExperimentConfig, name: str = "hand_loop") 
         for _ in range(n):
             images, masks = next(iterator)
             [float(v) for v in train(images, masks)]
+
+    began = time.perf_counter()
+    call(1)
+    return Contender(name, call, time.perf_counter() - began)
+
+
+def make_variant_contender(config: ExperimentConfig, name: str, fragment: str, scaffolding: bool) -> Contender:
+    """One step per call, built up from the hand loop towards the harness, to see where the
+    harness's extra per-call cost goes: `fragment` is "hand" (seed 003's tape + apply_gradients)
+    or "member" (the harness's member step); `scaffolding` adds what the fused loop wraps around
+    it (a graph loop with TensorArrays, the strategy's distributed iterator, strategy.run). The
+    batch is always taken inside the compiled function."""
+    from .step import _write_all
+
+    strategy, members, step = _members(config)
+    dataset = _endless_batches(config)
+    iterator = iter(strategy.experimental_distribute_dataset(dataset)) if scaffolding else iter(dataset)
+
+    def hand(member):
+        def fragment(images, masks, global_batch, step):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(member.loss_fn(masks, member.model(images, training=True)))
+            gradients = tape.gradient(loss, member.model.trainable_variables)
+            member.optimizer.apply_gradients(zip(gradients, member.model.trainable_variables))
+            return {"loss": loss}
+
+        return fragment
+
+    fragments = [hand(m) if fragment == "hand" else m.train_step for m in members]
+
+    def body(images, masks):
+        return {m.name: f(images, masks, config.data.batch_size, step + 1) for m, f in zip(members, fragments)}
+
+    @tf.function
+    def bare(iterator):
+        return body(*next(iterator))
+
+    @tf.function
+    def wrapped(iterator, n):
+        arrays = {m.name: {"loss": tf.TensorArray(tf.float32, size=n)} for m in members}
+        for i in tf.range(n):
+            outputs = strategy.run(body, args=next(iterator))
+            outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+            arrays = _write_all(arrays, {k: {"loss": v["loss"]} for k, v in outputs.items()}, i)
+        return tf.nest.map_structure(lambda a: a.stack(), arrays)
+
+    def call(n: int) -> None:
+        for _ in range(n):
+            result = wrapped(iterator, tf.constant(1)) if scaffolding else bare(iterator)
+            tf.nest.map_structure(lambda t: t.numpy(), result)
 
     began = time.perf_counter()
     call(1)
@@ -246,6 +298,19 @@ def bench_loop(base, rounds, steps) -> pd.DataFrame:
     table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
     table["goal"] = ["", "ratio <= 1.02", "ratio <= 1.02", ""]
     return _section("loop", table)
+
+
+def bench_overhead(base, rounds, steps) -> pd.DataFrame:
+    """Where the 1-step-per-call cost goes, one change at a time from the hand loop."""
+    config = _with(base)
+    contenders = [
+        make_hand_loop_contender(config),
+        make_variant_contender(config, "hand_fragment_batch_inside", "hand", False),
+        make_variant_contender(config, "hand_fragment_with_scaffolding", "hand", True),
+        make_variant_contender(config, "member_fragment_batch_inside", "member", False),
+        make_fused_contender(config, "harness_k1", 1),
+    ]
+    return _section("overhead", ratios_to(alternate(contenders, rounds, steps), "hand_loop"))
 
 
 def bench_fit(base, steps) -> pd.DataFrame:
@@ -503,6 +568,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     folder.mkdir(parents=True, exist_ok=True)
     work = {
         "loop": lambda: bench_loop(base, rounds, steps),
+        "overhead": lambda: bench_overhead(base, rounds, steps),
         "fit": lambda: bench_fit(base, fit_steps),
         "compile": lambda: bench_compile(base),
         "scaling": lambda: bench_scaling(base, rounds, steps, max_n),

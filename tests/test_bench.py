@@ -12,11 +12,13 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
-    sections = ["loop", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
+    sections = ["loop", "overhead", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
     assert list(dict.fromkeys(table["section"])) == sections
     loop = table[table["section"] == "loop"].set_index("contender")
     assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
     assert loop.loc["hand_loop", "ratio"] == 1.0 and (loop["median_ms_per_step"] > 0).all()
+    overhead = table[table["section"] == "overhead"]
+    assert len(overhead) == 5 and (overhead["median_ms_per_step"] > 0).all()
     fit = table[table["section"] == "fit"].set_index("contender")
     assert (fit["end_to_end_s"] > 0).all()
     saving = table[(table["section"] == "pipeline") & (table["contender"] == "saving_measured_vs_predicted")].iloc[0]
