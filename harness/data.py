@@ -78,9 +78,13 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
 def make_array_example_fn(scan, classes: int):
     """f(index) for scanned real data: train examples first, then validation ones. The arrays sit
     in CPU variables, which the input functions capture by reference, not as graph constants."""
-    with tf.device("/cpu:0"):
-        images = tf.Variable(scan.images, trainable=False, name="data_images")
-        labels = tf.Variable(scan.labels, trainable=False, name="data_labels")
+    if scan.variables is None:  # once per scan: the run, the probes and the samples share them
+        with tf.device("/cpu:0"):
+            scan.variables = (
+                tf.Variable(scan.images, trainable=False, name="data_images"),
+                tf.Variable(scan.labels, trainable=False, name="data_labels"),
+            )
+    images, labels = scan.variables
     scale = 255.0 if scan.images.dtype.name == "uint8" else 1.0
 
     def make_example(index):

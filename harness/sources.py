@@ -62,6 +62,7 @@ class Scan:
     val_size: int
     image_size: tuple[int, int]
     facts: dict[str, Any] = field(default_factory=dict)  # for run.json
+    variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (data.py)
 
 
 # ---------------------------------------------------------------------------------------------
