@@ -290,9 +290,9 @@ def _print_summary(summary) -> None:
 
 
 def _cell(value) -> str:
-    if isinstance(value, float):
-        return "-" if value != value else f"{value:.4g}"
-    return "-" if value is None else str(value)
+    from .tables import format_cell
+
+    return format_cell(value)
 
 
 def _report_bug() -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from .errors import ConfigError
-from .tables import HIGHER_IS_BETTER
+from .tables import HIGHER_IS_BETTER, format_cell
 
 COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1"]
 LOWER_IS_BETTER = {"params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss"}
@@ -51,7 +51,7 @@ def print_comparison(table: pd.DataFrame) -> None:
     for i, row in table.iterrows():
         cells = []
         for column, value in row.items():
-            text = _cell(value)
+            text = format_cell(value)
             if best.get(column) == i:
                 text = f"[bold green]{text}[/]"
             elif column == "status" and value != "ok":
@@ -61,7 +61,3 @@ def print_comparison(table: pd.DataFrame) -> None:
     Console(width=max(160, Console().width)).print(view)
 
 
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return "-" if value != value else f"{value:.4g}"
-    return str(value)

@@ -30,6 +30,7 @@ from .errors import EXIT_OK, ConfigError, EXIT_REGRESSION, HarnessError, Interru
 from .history import HistoryStore, RunMeasurements, RunRecord
 from .lock import FolderLock
 from .regressions import Change, compare, models_added_or_removed
+from .tables import format_cell
 
 NIGHTLY_JSON = "nightly.json"
 NIGHTLY_MD = "nightly.md"
@@ -279,7 +280,7 @@ def render_markdown(name: str, report: dict[str, Any], history: pd.DataFrame, li
         for c in rows:
             verdict_cell = "**REGRESSION**" + (f" ({c['note']})" if c["note"] else "") if c["regressed"] else (c["note"] or "ok")
             lines.append(
-                f"| {c['model']} | {c['metric']} | {_fmt(c['before'])} | {_fmt(c['now'])} | {_fmt_change(c)} | {c['allowed']} | {verdict_cell} |"
+                f"| {c['model']} | {c['metric']} | {format_cell(c['before'])} | {format_cell(c['now'])} | {_fmt_change(c)} | {c['allowed']} | {verdict_cell} |"
             )
         lines.append("")
     if report["notes"]:
@@ -288,10 +289,6 @@ def render_markdown(name: str, report: dict[str, Any], history: pd.DataFrame, li
     if report["trend_plots"]:
         lines += ["## Trends", ""] + [f"![{Path(p).stem}]({link_prefix}{p})" for p in report["trend_plots"]] + [""]
     return "\n".join(lines)
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.4g}"
 
 
 def _fmt_change(change: dict[str, Any]) -> str:
@@ -305,7 +302,7 @@ def _fmt_change(change: dict[str, Any]) -> str:
 def markdown_table(frame: pd.DataFrame) -> str:
     if not len(frame):
         return "(empty)"
-    cells = [[_fmt(v) if isinstance(v, float) else ("-" if v is None or v is pd.NA else str(v)) for v in row] for row in frame.itertuples(index=False)]
+    cells = [[format_cell(v) for v in row] for row in frame.itertuples(index=False)]
     lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 

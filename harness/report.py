@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from .tables import HIGHER_IS_BETTER
+from .tables import HIGHER_IS_BETTER, format_cell
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1150px; color: #222; }
@@ -107,17 +107,11 @@ def _table(frame: pd.DataFrame, highlight: str | None = None) -> str:
         cells = []
         for column, value in row.items():
             css = " class='best'" if index == best_row and column in ("model", highlight) else ""
-            cells.append(f"<td{css}>{html.escape(_cell(value))}</td>")
+            cells.append(f"<td{css}>{html.escape(format_cell(value))}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and value != value) or value is pd.NA:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _facts(info: dict[str, Any]) -> str:

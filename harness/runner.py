@@ -379,9 +379,10 @@ class Runner:
         config = self.config
         self._update_info(trace_count=int(train_loop.experimental_get_tracing_count()))
         steps = config.output.probe_steps
-        probe_data = build_datasets(config.data, config.seed, 0, 3 * steps + 1).train
-        self.timing.input_wait_share = probe_input_wait_share(train_loop, self.strategy, members, global_step, probe_data, steps)
-        self._update_info(timing=self.timing.as_dict())
+        if steps > 0:
+            probe_data = build_datasets(config.data, config.seed, 0, 3 * steps + 1).train
+            self.timing.input_wait_share = probe_input_wait_share(train_loop, self.strategy, members, global_step, probe_data, steps)
+            self._update_info(timing=self.timing.as_dict())
         probe_batch = next(iter(datasets.val))
         ms = probe_ms_per_step(members, self.strategy, *probe_batch, steps=config.output.probe_steps)
         flops: dict[str, int | None] = {}

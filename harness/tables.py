@@ -24,6 +24,13 @@ _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
 
 
+def format_cell(value: Any) -> str:
+    """A table cell for people: 4 significant digits, '-' for missing (None, NaN, NA)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def load_losses(path: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
