@@ -8,7 +8,8 @@ Sections (rows of bench.csv):
   loop       the harness's fused step vs a hand-written multi-tape tf.function loop (seed 003's
              pattern), one step per call; and the harness at 10 steps per call
   overhead   where the harness's 1-step-per-call cost goes: from the hand loop, the batch taken
-             inside the function, then the fused loop's scaffolding, then the member's step
+             inside the function, then the member's step; the earlier forms (graph loop around
+             one step, OneDeviceStrategy on the CPU); and the hand loop against itself (noise)
   fit        the same N models trained one after another with model.fit: per step, and end to
              end including tracing
   pipeline   both again with an expensive input pipeline (PNG decode of 4x larger images, resize,
@@ -56,15 +57,23 @@ class Contender:
 # Contenders
 
 
-def _members(config: ExperimentConfig):
+def _members(config: ExperimentConfig, placement=None):
     from .members import build_members
     from .runtime import build_placement
 
-    placement = build_placement(config)
+    placement = placement or build_placement(config)
     with placement.strategy.scope():
         members = build_members(config, placement.model_devices)
         step = tf.Variable(0, dtype=tf.int64)
-    return placement.strategy, members, step
+    return placement, members, step
+
+
+def one_device_strategy_placement(config: ExperimentConfig):
+    """one_device on the CPU as it was before single-replica placements bypassed the strategy:
+    through tf.distribute.OneDeviceStrategy's iterator and strategy.run."""
+    from .runtime import Placement
+
+    return Placement(tf.distribute.OneDeviceStrategy("/cpu:0"), plan={"strategy": "one_device"})
 
 
 def _endless_batches(config: ExperimentConfig, expensive: bool = False):
@@ -74,21 +83,24 @@ def _endless_batches(config: ExperimentConfig, expensive: bool = False):
     return expensive_pipeline(dataset) if expensive else dataset
 
 
-def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False) -> Contender:
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False, graph_loop: bool = False, placement=None) -> Contender:
     """The harness's own fused loop, `steps_per_call` steps per compiled call; `in_memory`: fed a
-    few of the pipeline's batches held in memory (input for free)."""
+    few of the pipeline's batches held in memory (input for free); `graph_loop`: at one step per
+    call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step call);
+    `placement`: instead of the config's."""
     from .step import make_train_loop
 
-    strategy, members, step = _members(config)
+    placement, members, step = _members(config, placement)
     batches = _endless_batches(config, expensive)
     if in_memory:
         batches = batches.take(4).cache().repeat()
-    iterator = iter(strategy.experimental_distribute_dataset(batches))
-    loop = make_train_loop(members, strategy, step, config.data.batch_size)
+    iterator = placement.input_iterator(batches)
+    compiled_for = max(steps_per_call, 2) if graph_loop else steps_per_call
+    loop = make_train_loop(members, placement, step, config.data.batch_size, compiled_for)
 
     def call(n: int) -> None:
         for _ in range(max(1, n // steps_per_call)):
-            tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, tf.constant(steps_per_call, tf.int32)))
+            tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, steps_per_call))
 
     began = time.perf_counter()
     call(steps_per_call)
@@ -125,17 +137,12 @@ def make_hand_loop_contender(config: ExperimentConfig, name: str = "hand_loop") 
     return Contender(name, call, time.perf_counter() - began)
 
 
-def make_variant_contender(config: ExperimentConfig, name: str, fragment: str, scaffolding: bool) -> Contender:
-    """One step per call, built up from the hand loop towards the harness, to see where the
-    harness's extra per-call cost goes: `fragment` is "hand" (seed 003's tape + apply_gradients)
-    or "member" (the harness's member step); `scaffolding` adds what the fused loop wraps around
-    it (a graph loop with TensorArrays, the strategy's distributed iterator, strategy.run). The
-    batch is always taken inside the compiled function."""
-    from .step import _write_all
-
-    strategy, members, step = _members(config)
-    dataset = _endless_batches(config)
-    iterator = iter(strategy.experimental_distribute_dataset(dataset)) if scaffolding else iter(dataset)
+def make_variant_contender(config: ExperimentConfig, name: str, fragment: str) -> Contender:
+    """One step per call, the batch taken inside the compiled function, members called directly:
+    `fragment` is "hand" (seed 003's tape + apply_gradients) or "member" (the harness's member
+    step: loss over the global batch, finiteness check, skip-if-not-finite, diverged flags)."""
+    _, members, step = _members(config)
+    iterator = iter(_endless_batches(config))
 
     def hand(member):
         def fragment(images, masks, global_batch, step):
@@ -149,26 +156,14 @@ def make_variant_contender(config: ExperimentConfig, name: str, fragment: str, s
 
     fragments = [hand(m) if fragment == "hand" else m.train_step for m in members]
 
-    def body(images, masks):
+    @tf.function
+    def one(iterator):
+        images, masks = next(iterator)
         return {m.name: f(images, masks, config.data.batch_size, step + 1) for m, f in zip(members, fragments)}
-
-    @tf.function
-    def bare(iterator):
-        return body(*next(iterator))
-
-    @tf.function
-    def wrapped(iterator, n):
-        arrays = {m.name: {"loss": tf.TensorArray(tf.float32, size=n)} for m in members}
-        for i in tf.range(n):
-            outputs = strategy.run(body, args=next(iterator))
-            outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
-            arrays = _write_all(arrays, {k: {"loss": v["loss"]} for k, v in outputs.items()}, i)
-        return tf.nest.map_structure(lambda a: a.stack(), arrays)
 
     def call(n: int) -> None:
         for _ in range(n):
-            result = wrapped(iterator, tf.constant(1)) if scaffolding else bare(iterator)
-            tf.nest.map_structure(lambda t: t.numpy(), result)
+            tf.nest.map_structure(lambda t: t.numpy(), one(iterator))
 
     began = time.perf_counter()
     call(1)
@@ -196,9 +191,13 @@ def fit_one_after_another(config: ExperimentConfig, steps: int, expensive: bool 
 
 
 def fused_end_to_end(config: ExperimentConfig, steps: int, expensive: bool = False) -> dict[str, float]:
+    """The harness as a run uses it: all models built, one trace, `train.steps_per_call` steps per
+    call. Returns end-to-end seconds and steady ms/step, as fit_one_after_another."""
     began = time.perf_counter()
-    contender = make_fused_contender(config, "fused", 1, expensive)
-    contender.call(steps - 1)
+    k = min(config.train.steps_per_call, steps)
+    contender = make_fused_contender(config, "fused", k, expensive)  # builds, traces, runs k steps
+    if steps > k:
+        contender.call(steps - k)
     total = time.perf_counter() - began
     began = time.perf_counter()
     contender.call(steps)
@@ -301,45 +300,60 @@ def bench_loop(base, rounds, steps) -> pd.DataFrame:
 
 
 def bench_overhead(base, rounds, steps) -> pd.DataFrame:
-    """Where the 1-step-per-call cost goes, one change at a time from the hand loop."""
+    """Where the 1-step-per-call cost goes, one change at a time from the hand loop; and the two
+    forms the harness used before (a graph loop around one step; OneDeviceStrategy's iterator and
+    strategy.run on the CPU)."""
     config = _with(base)
     contenders = [
         make_hand_loop_contender(config),
-        make_variant_contender(config, "hand_fragment_batch_inside", "hand", False),
-        make_variant_contender(config, "hand_fragment_with_scaffolding", "hand", True),
-        make_variant_contender(config, "member_fragment_batch_inside", "member", False),
+        make_hand_loop_contender(config, "hand_loop_again"),  # the null ratio: what noise looks like
+        make_variant_contender(config, "hand_fragment_batch_inside", "hand"),
+        make_variant_contender(config, "member_fragment_batch_inside", "member"),
         make_fused_contender(config, "harness_k1", 1),
+        make_fused_contender(config, "harness_k1_graph_loop", 1, graph_loop=True),
+        make_fused_contender(config, "harness_k1_one_device_strategy", 1, placement=one_device_strategy_placement(config)),
     ]
     return _section("overhead", ratios_to(alternate(contenders, rounds, steps), "hand_loop"))
 
 
-def bench_fit(base, steps) -> pd.DataFrame:
+def bench_fit(base, steps, rounds: int) -> pd.DataFrame:
     """Sections `fit` and `pipeline`: the harness vs the same models trained one after another with
-    model.fit, with the plain pipeline and with an expensive one. The pipeline's own cost is
-    isolated by difference: what it adds to each contender's step."""
+    model.fit, with the plain pipeline and with an expensive one, each contender from scratch
+    (build, trace, `steps` steps) `rounds` times, alternating. The pipeline's own cost is isolated
+    by difference: what it adds to each contender's step."""
     config = _with(base)
     n = len(config.models)
+    contenders = {"harness": fused_end_to_end, "fit_one_after_another": fit_one_after_another}
     runs = {
-        (who, expensive): (fused_end_to_end if who == "harness" else fit_one_after_another)(config, steps, expensive)
-        for expensive in (False, True)
-        for who in ("harness", "fit_one_after_another")
+        (who, expensive): [] for expensive in (False, True) for who in contenders
     }
+    for expensive in (False, True):
+        for _ in range(rounds):
+            for who, measure in contenders.items():
+                runs[who, expensive].append(measure(config, steps, expensive))
+
+    def median(who, expensive, key):
+        return statistics.median(r[key] for r in runs[who, expensive])
+
+    def median_ratio(who, expensive, key):
+        return statistics.median(r[key] / h[key] for r, h in zip(runs[who, expensive], runs["harness", expensive]))
+
     rows = []
     for expensive, section in ((False, "fit"), (True, "pipeline")):
-        harness = runs["harness", expensive]
-        for who in ("harness", "fit_one_after_another"):
-            r = runs[who, expensive]
+        for who in contenders:
             rows.append(
                 {
                     "section": section, "contender": who, "baseline": "harness",
-                    "median_ms_per_step": round(r["ms_per_step"], 3), "end_to_end_s": round(r["end_to_end_s"], 2),
-                    "ratio": round(r["ms_per_step"] / harness["ms_per_step"], 4),
-                    "end_to_end_ratio": round(r["end_to_end_s"] / harness["end_to_end_s"], 4),
+                    "median_ms_per_step": round(median(who, expensive, "ms_per_step"), 3),
+                    "end_to_end_s": round(median(who, expensive, "end_to_end_s"), 2),
+                    "ratio": round(median_ratio(who, expensive, "ms_per_step"), 4),
+                    "end_to_end_ratio": round(median_ratio(who, expensive, "end_to_end_s"), 4),
+                    "rounds": rounds,
                     "goal": "end_to_end_ratio > 1 (harness faster)" if who != "harness" else "",
                 }
             )
     cost = pipeline_ms_per_batch(config, 10, True) - pipeline_ms_per_batch(config, 10, False)
-    added = {who: runs[who, True]["ms_per_step"] - runs[who, False]["ms_per_step"] for who in ("harness", "fit_one_after_another")}
+    added = {who: median(who, True, "ms_per_step") - median(who, False, "ms_per_step") for who in contenders}
     predicted = (n - 1) * cost  # one after another pays the extra pipeline cost n times, the harness once
     measured = added["fit_one_after_another"] - added["harness"]
     rows.append(
@@ -569,7 +583,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     work = {
         "loop": lambda: bench_loop(base, rounds, steps),
         "overhead": lambda: bench_overhead(base, rounds, steps),
-        "fit": lambda: bench_fit(base, fit_steps),
+        "fit": lambda: bench_fit(base, fit_steps, 1 if tiny else 3),
         "compile": lambda: bench_compile(base),
         "scaling": lambda: bench_scaling(base, rounds, steps, max_n),
         "memory": lambda: bench_memory(base, max_n),

@@ -47,7 +47,7 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int) -> flo
     return 1000.0 * statistics.median(times)
 
 
-def probe_input_wait_share(train_loop, strategy, members, global_step, dataset, steps: int, rounds: int = 1) -> float | None:
+def probe_input_wait_share(train_loop, placement, members, global_step, dataset, steps: int, rounds: int = 1) -> float | None:
     """The share of the fused step's time that goes to the input pipeline: the compiled loop is
     timed on the real pipeline and on a few of its batches held in memory (free input),
     alternating; share = 1 - t(in memory) / t(real), the median over rounds, floored at 0.
@@ -57,13 +57,12 @@ def probe_input_wait_share(train_loop, strategy, members, global_step, dataset, 
     step) is put back afterwards, so the run's results are unchanged."""
     if steps <= 0:
         return None
-    real = iter(strategy.experimental_distribute_dataset(dataset))
-    in_memory = iter(strategy.experimental_distribute_dataset(dataset.take(steps).cache().repeat()))
-    k = tf.constant(steps, tf.int32)
+    real = placement.input_iterator(dataset)
+    in_memory = placement.input_iterator(dataset.take(steps).cache().repeat())
 
     def timed(iterator) -> float:
         began = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, k))
+        tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, steps))
         return time.perf_counter() - began
 
     step_before = global_step.numpy()

@@ -308,8 +308,8 @@ class Runner:
         datasets = build_datasets(config.data, config.seed, start, total)
         spe = datasets.steps_per_epoch
         ckpt_every = config.train.checkpoint_every_steps or spe
-        iterator = iter(strategy.experimental_distribute_dataset(datasets.train))
-        train_loop = make_train_loop(members, strategy, global_step, config.data.batch_size)
+        iterator = self.placement.input_iterator(datasets.train)
+        train_loop = make_train_loop(members, self.placement, global_step, config.data.batch_size, config.train.steps_per_call)
         evaluate = make_eval_fn(members, config.data.classes)
 
         writers = [
@@ -377,11 +377,11 @@ class Runner:
 
     def _finish(self, members, datasets, best: "BestTracker", train_loop, global_step) -> None:
         config = self.config
-        self._update_info(trace_count=int(train_loop.experimental_get_tracing_count()))
+        self._update_info(trace_count=train_loop.tracing_count())
         steps = config.output.probe_steps
         if steps > 0:
             probe_data = build_datasets(config.data, config.seed, 0, 3 * steps + 1).train
-            self.timing.input_wait_share = probe_input_wait_share(train_loop, self.strategy, members, global_step, probe_data, steps)
+            self.timing.input_wait_share = probe_input_wait_share(train_loop, self.placement, members, global_step, probe_data, steps)
             self._update_info(timing=self.timing.as_dict())
         probe_batch = next(iter(datasets.val))
         ms = probe_ms_per_step(members, self.strategy, *probe_batch, steps=config.output.probe_steps)
@@ -427,7 +427,7 @@ class Runner:
 
     def _call_train_loop(self, train_loop, iterator, k: int):
         try:
-            outputs = train_loop(iterator, tf.constant(k, tf.int32))
+            outputs = train_loop(iterator, k)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as exc:
             if any(m.spec.jit_compile for m in self.members):
                 raise _explain_jit_failure(self.members, exc) from None

@@ -1,9 +1,14 @@
-"""The fused step: what one step computes (members' fragments) and how it is compiled (one loop).
+"""The fused step: what one step computes (members' fragments) and how it is compiled.
 
-`make_train_loop` returns ONE tf.function that runs `num_steps` steps per call (a tensor, so any
-count reuses the same trace). Each step takes one batch from the shared iterator and runs every
-member's fragment on it, in config order, unrolled at trace time. Per-step metrics are gathered
-on device in TensorArrays and reach the host once per call.
+`make_train_loop` returns a `TrainLoop`: called with (iterator, k) it runs k steps, each taking
+one batch from the shared iterator and running every member's fragment on it, in config order,
+unrolled at trace time, and returns every step's metrics, stacked, in one host sync.
+
+Two compiled forms, one per run: for `steps_per_call` > 1, ONE tf.function with a graph loop
+whose count is a tensor (calls cut short at epoch ends or checkpoints reuse the same trace), the
+metrics gathered on device in TensorArrays; for `steps_per_call` 1, one step with no graph loop
+around it. A graph loop costs about 5% of a 40 ms step per call, which one step per call cannot
+spread (see README, Benchmarks); both forms run the same ops per step, so results are identical.
 """
 
 from __future__ import annotations
@@ -13,7 +18,26 @@ from .backend import import_tf
 tf = import_tf()
 
 
-def make_train_loop(members, strategy, global_step, global_batch: int):
+class TrainLoop:
+    """Runs k training steps per call: `loop(iterator, k)` -> {member: {metric: tensor[k]}}."""
+
+    def __init__(self, one_step, metric_names: dict, steps_per_call: int):
+        self.single = steps_per_call == 1
+        self._step_fn = tf.function(lambda iterator: _stacked(one_step(iterator)))
+        self._loop_fn = tf.function(lambda iterator, num_steps: _loop(one_step, metric_names, iterator, num_steps))
+
+    def __call__(self, iterator, k: int):
+        if not self.single:
+            return self._loop_fn(iterator, tf.constant(k, tf.int32))
+        results = [self._step_fn(iterator) for _ in range(k)]  # k > 1 only from the end-of-run probe
+        return results[0] if k == 1 else tf.nest.map_structure(lambda *ts: tf.concat(ts, axis=0), *results)
+
+    def tracing_count(self) -> int:
+        return self._step_fn.experimental_get_tracing_count() + self._loop_fn.experimental_get_tracing_count()
+
+
+def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10) -> TrainLoop:
+    strategy = placement.strategy
     fragments = [_compile_fragment(m) for m in members]
 
     def replica_step(images, masks, step):
@@ -28,25 +52,30 @@ def make_train_loop(members, strategy, global_step, global_batch: int):
     def one_step(iterator):
         images, masks = next(iterator)
         step = global_step + 1
-        per_replica = strategy.run(replica_step, args=(images, masks, step))
-        outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+        if placement.distributed:
+            per_replica = strategy.run(replica_step, args=(images, masks, step))
+            outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+        else:  # one replica: members are called directly, each on its pinned device
+            outputs = replica_step(images, masks, step)
         global_step.assign_add(1)
         return outputs
 
-    metric_names = {m.name: m.metric_names for m in members}
+    return TrainLoop(one_step, {m.name: m.metric_names for m in members}, steps_per_call)
 
-    @tf.function
-    def train_loop(iterator, num_steps):
-        arrays = {
-            name: {metric: tf.TensorArray(tf.float32, size=num_steps) for metric in metrics}
-            for name, metrics in metric_names.items()
-        }
-        for i in tf.range(num_steps):
-            outputs = one_step(iterator)
-            arrays = _write_all(arrays, outputs, i)
-        return tf.nest.map_structure(lambda a: a.stack(), arrays)
 
-    return train_loop
+def _loop(one_step, metric_names: dict, iterator, num_steps):
+    arrays = {
+        name: {metric: tf.TensorArray(tf.float32, size=num_steps) for metric in metrics}
+        for name, metrics in metric_names.items()
+    }
+    for i in tf.range(num_steps):
+        arrays = _write_all(arrays, one_step(iterator), i)
+    return tf.nest.map_structure(lambda a: a.stack(), arrays)
+
+
+def _stacked(outputs):
+    """One step's metrics in the loop's layout: float32, a leading axis of length 1."""
+    return tf.nest.map_structure(lambda t: tf.expand_dims(tf.cast(t, tf.float32), 0), outputs)
 
 
 def _write_all(arrays, outputs, i):

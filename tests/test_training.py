@@ -85,6 +85,16 @@ def test_a_model_alone_in_harness_equals_the_same_model_among_others(tiny_run, t
     assert_same_weights(alone.models["unet"].get_weights(), tiny_run.models["unet"].get_weights())
 
 
+def test_one_step_per_call_form_equals_the_graph_loop_bitwise(tiny_run, tmp_path):
+    # steps_per_call 1 compiles one step without a graph loop around it: same ops, same results.
+    raw = tiny_config(train={"epochs": 3, "steps_per_call": 1})
+    single = run(validate_config(raw), results_dir=tmp_path)
+    assert single.info["trace_count"] == 1 and single.info["steps_done"] == 12
+    for name in ("fcn", "unet", "deconv"):
+        assert train_losses(single, name) == train_losses(tiny_run, name)
+        assert_same_weights(single.models[name].get_weights(), tiny_run.models[name].get_weights())
+
+
 def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path):
     raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
     raw["models"].insert(1, {"name": "boom", "arch": "factories:nan_after", "options": {"n": 6}})
