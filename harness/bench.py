@@ -28,6 +28,7 @@ Sections (rows of bench.csv):
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -41,7 +42,7 @@ import pandas as pd
 
 from .backend import import_keras, import_tf
 from .config import ExperimentConfig, validate_config
-from .errors import ConfigError
+from .errors import ConfigError, HarnessError
 
 tf = import_tf()
 
@@ -239,10 +240,14 @@ def pipeline_ms_per_batch(config: ExperimentConfig, batches: int, expensive: boo
 
 
 def alternate(contenders: list[Contender], rounds: int, steps: int) -> pd.DataFrame:
-    """Rows (round, contender, ms_per_step), contenders interleaved within every round."""
+    """Rows (round, contender, ms_per_step), contenders interleaved within every round. The order
+    rotates from round to round (A B C, B C A, C A B, ...): every contender runs in every position
+    equally often, so a cost that depends on what ran just before (caches, thread pools warmed by
+    another contender's models) does not favour one of them."""
     rows = []
     for r in range(rounds):
-        for c in contenders:
+        shift = r % len(contenders)
+        for c in contenders[shift:] + contenders[:shift]:
             began = time.perf_counter()
             c.call(steps)
             rows.append({"round": r, "contender": c.name, "ms_per_step": 1000 * (time.perf_counter() - began) / steps})
@@ -250,18 +255,35 @@ def alternate(contenders: list[Contender], rounds: int, steps: int) -> pd.DataFr
 
 
 def ratios_to(timings: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per contender: median ms/step, the median over rounds of its per-round ratio to the
+    baseline, and a 90% bootstrap interval of that median (how far noise could move it)."""
     wide = timings.pivot(index="round", columns="contender", values="ms_per_step")
     out = []
     for name in timings["contender"].unique():  # contenders in the order they were given
+        ratios = (wide[name] / wide[baseline]).to_numpy()
+        low, high = bootstrap_median_interval(ratios)
         out.append(
             {
                 "contender": name,
                 "median_ms_per_step": round(float(wide[name].median()), 3),
-                "ratio": round(float(statistics.median(wide[name] / wide[baseline])), 4),
+                "ratio": round(float(statistics.median(ratios)), 4),
+                "ratio_low": round(low, 4),
+                "ratio_high": round(high, 4),
                 "baseline": baseline,
             }
         )
     return pd.DataFrame(out)
+
+
+def bootstrap_median_interval(values, confidence: float = 0.9, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """The interval holding the median of `values` in `confidence` of resamples with replacement."""
+    import numpy as np
+
+    values = np.asarray(values, dtype=float)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, size=(resamples, len(values)), replace=True), axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(medians, tail)), float(np.quantile(medians, 1 - tail))
 
 
 def _section(name: str, rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
@@ -605,6 +627,55 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     table = pd.concat(tables, ignore_index=True)
     _save_plots(table, folder)
     return table
+
+
+def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:
+    """The bench `processes` times, each in a fresh process, merged: every figure is the median
+    across processes, and `ratio_min`/`ratio_max` show how far they spread.
+
+    Why: within one process, two identical copies of the same contender can differ by up to ~6%
+    for the whole process (memory layout and threads as they happen to fall), however many rounds
+    alternate them; the `hand_loop_again` row shows it. A fresh process draws again. Every
+    process's rows are kept in bench_processes.csv."""
+    from .backend import user_environment
+
+    folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = []
+    for i in range(processes):
+        child_out = folder / f".process-{i + 1}"
+        command = [sys.executable, "-m", "harness", "bench", "--out", str(child_out)]
+        command += ["--tiny"] if suite == "tiny" else ["--suite", suite]
+        command += [f"--rounds={rounds}"] * bool(rounds) + [f"--steps={steps}"] * bool(steps) + ["--gpu"] * gpu
+        command += [f"--section={name}" for name in sections or []]
+        print(f"bench: process {i + 1} of {processes} ...", file=sys.stderr, flush=True)
+        done = subprocess.run(command, capture_output=True, text=True, env=user_environment())
+        if done.returncode:
+            raise HarnessError(f"bench process {i + 1} failed (exit {done.returncode}): {done.stderr[-800:]}")
+        (child_csv,) = child_out.glob("*/bench.csv")
+        tables.append(pd.read_csv(child_csv).assign(process=i + 1))
+        shutil.rmtree(child_out)
+    every = pd.concat(tables, ignore_index=True)
+    every.to_csv(folder / "bench_processes.csv", index=False)
+    table = merge_processes(every)
+    table.to_csv(folder / "bench.csv", index=False)
+    _save_plots(table, folder)
+    return table
+
+
+def merge_processes(every: pd.DataFrame) -> pd.DataFrame:
+    """One row per (section, contender), in first-seen order: numbers are medians across
+    processes, text is the first process's; the ratio's spread across processes is added."""
+    keys = ["section", "contender"]
+    groups = every.groupby(keys, sort=False)
+    numeric = [c for c in every.select_dtypes("number").columns if c != "process"]
+    merged = groups[numeric].median()
+    text = [c for c in every.columns if c not in numeric and c not in keys and c != "process"]
+    merged = merged.join(groups[text].first()) if text else merged
+    merged["ratio_min"] = groups["ratio"].min()
+    merged["ratio_max"] = groups["ratio"].max()
+    merged["processes"] = groups.size()
+    return merged.reset_index()[[*keys, *[c for c in every.columns if c not in keys and c != "process"], "ratio_min", "ratio_max", "processes"]]
 
 
 def _save_plots(table: pd.DataFrame, folder: Path) -> None:

@@ -8,7 +8,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, HarnessError
+from .errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, ConfigError, HarnessError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv and bench.png")
     bench.add_argument("--rounds", type=int, default=None)
     bench.add_argument("--steps", type=int, default=None, help="steps per timed call")
+    bench.add_argument(
+        "--processes", type=int, default=1,
+        help="repeat the bench in this many fresh processes and quote medians across them (one process's figures can sit a few %% off)",
+    )
     bench.set_defaults(func=cmd_bench)
 
     nightly = commands.add_parser(
@@ -165,10 +169,15 @@ def cmd_report(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import run_bench
+    from .bench import run_bench, run_bench_processes
 
     suite = "tiny" if args.tiny else args.suite
-    table = run_bench(suite, args.out, args.rounds, args.steps, args.gpu, args.section)
+    if args.processes < 1:
+        raise ConfigError(f"bench --processes: must be 1 or more, got {args.processes}")
+    if args.processes > 1:
+        table = run_bench_processes(suite, args.out, args.processes, args.rounds, args.steps, args.gpu, args.section)
+    else:
+        table = run_bench(suite, args.out, args.rounds, args.steps, args.gpu, args.section)
     print(table.to_string(index=False))
     return EXIT_OK
 

@@ -38,3 +38,30 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert ((wait["ratio"] >= 0) & (wait["ratio"] < 1)).all() and (wait["in_memory_ms_per_step"] > 0).all()
     assert (day / "bench.png").exists()
     assert "loop" in result.stdout
+
+
+def test_processes_are_merged_by_median_and_every_process_is_kept(tmp_path):
+    result = run_cli("bench", "--tiny", "--section", "compile", "--processes", "2", "--out", tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    (day,) = tmp_path.iterdir()
+    every = pd.read_csv(day / "bench_processes.csv")
+    assert sorted(every["process"].unique()) == [1, 2] and len(every) == 4
+    merged = pd.read_csv(day / "bench.csv").set_index("contender")
+    for name, rows in every.groupby("contender"):
+        assert merged.loc[name, "trace_s"] == rows["trace_s"].median()
+        assert merged.loc[name, "ratio_min"] == rows["ratio"].min() and merged.loc[name, "processes"] == 2
+    assert not list(day.glob(".process-*")), "scratch folders of the processes are removed"
+
+
+def test_bootstrap_interval_holds_the_median_and_narrows_with_more_rounds():
+    import numpy as np
+
+    from harness.bench import bootstrap_median_interval
+
+    rng = np.random.default_rng(1)
+    few, many = rng.normal(1.0, 0.05, 10), rng.normal(1.0, 0.05, 400)
+    low, high = bootstrap_median_interval(few)
+    assert low <= np.median(few) <= high
+    low_many, high_many = bootstrap_median_interval(many)
+    assert high_many - low_many < high - low
+    assert bootstrap_median_interval([1.0] * 5) == (1.0, 1.0)
