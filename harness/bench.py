@@ -15,7 +15,8 @@ Sections (rows of bench.csv):
   pipeline   both again with an expensive input pipeline (PNG decode of 4x larger images, resize,
              augmentation): the fused step runs it once for N models; measured saving vs the
              saving its cost predicts
-  compile    trace time of the fused step vs the sum of the N single-model traces
+  compile    trace time of the fused step vs the sum of the N single-model traces (after a
+             warm-up trace, reported apart: the process's one-time costs)
   scaling    N = 1..6 models: fused step time vs the sum of single-model step times
   memory     resident memory added by building and training N models, each N in its own process
              (the process peak is set by TensorFlow's start-up, not by the models)
