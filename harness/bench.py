@@ -19,7 +19,8 @@ Sections (rows of bench.csv):
              warm-up trace, reported apart: the process's one-time costs)
   scaling    N = 1..6 models: fused step time vs the sum of single-model step times
   memory     resident memory added by building and training N models, each N in its own process
-             (the process peak is set by TensorFlow's start-up, not by the models)
+             (the process peak is set by TensorFlow's start-up, not by the models); with a GPU,
+             also TensorFlow's peak GPU memory
   placement  each strategy vs one device (on two logical CPUs: an overhead check only)
   checkpoint one save of every model and optimizer, and its share of step time
   input      the share of step time spent waiting for input (suite and expensive pipelines)
@@ -450,14 +451,15 @@ def bench_scaling(base, rounds, steps, max_n: int) -> pd.DataFrame:
 
 _MEMORY_SCRIPT = """
 import json, sys
-import harness
-from harness.bench import make_fused_contender, _with, rss_mb
+from harness.bench import make_fused_contender, _with, rss_mb, tf
 base = json.loads(sys.argv[1]); n = int(sys.argv[2])
 model = base["models"][0]
-config = _with(base, models=[{**model, "name": f"m{i}"} for i in range(n)])
+config = _with(base, models=[{**model, "name": f"m{i}"} for i in range(n)], placement={"strategy": "one_device"})
 before = rss_mb()
 make_fused_contender(config, "x").call(3)
-print(json.dumps({"before": before, "after": rss_mb()}))
+gpus = tf.config.list_logical_devices("GPU")
+peak = tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20 if gpus else None
+print(json.dumps({"before": before, "after": rss_mb(), "gpu_peak_mb": peak}))
 """
 
 
@@ -488,6 +490,8 @@ def bench_memory(base, max_n: int) -> pd.DataFrame:
                 "model_rss_mb": round(measured["after"] - measured["before"], 1),  # models, optimizers, step, graph
             }
         )
+        if measured["gpu_peak_mb"] is not None:  # on a GPU the models live there: TensorFlow's own count
+            rows[-1]["gpu_peak_mb"] = round(measured["gpu_peak_mb"], 1)
     base_mb = rows[0]["model_rss_mb"]
     for row in rows:
         row["ratio"] = round(row["model_rss_mb"] / base_mb, 4) if base_mb > 0 else float("nan")
@@ -557,23 +561,54 @@ def bench_checkpoint(base, saves: int, folder: Path) -> pd.DataFrame:
     )
 
 
-def bench_gpu(base, rounds, steps) -> pd.DataFrame:
-    """On GPUs: precision, XLA (models that compile), and the two multi-GPU strategies."""
-    gpus = tf.config.list_logical_devices("GPU")
-    if not gpus:
-        raise ConfigError("bench --gpu needs a GPU, and this machine has none")
-    keras = import_keras()
-    contenders = [make_fused_contender(_with(base, placement={"strategy": "one_device"}), "float32")]
-    contenders.append(make_fused_contender(_with(base, placement={"strategy": "one_device", "precision": "mixed_float16"}), "mixed_float16"))
-    keras.mixed_precision.set_global_policy("float32")
-    contenders.append(make_fused_contender(_with(base, placement={"strategy": "one_device"}, train={"jit_compile": True}), "xla"))
-    if len(gpus) > 1:
+def bench_gpu(base, rounds, steps, kind: str = "GPU") -> pd.DataFrame:
+    """On GPUs: float32 vs mixed_float16, XLA for the models that compile, and with several GPUs
+    data-parallel (mirrored) vs one model per GPU (per_model). `kind="CPU"` runs the same
+    contenders on the logical CPUs: figures that mean nothing, only a check that the section
+    works on a machine without GPUs (the tests run it so)."""
+    devices = [d.name for d in tf.config.list_logical_devices(kind)]
+    if not devices:
+        raise ConfigError(f"bench --gpu needs a {kind}, and this machine has none")
+    one = {"strategy": "one_device", "device": devices[0]}
+    contenders = [make_fused_contender(_with(base, placement=one), "float32")]
+    with _precision("mixed_float16"):  # layers take the policy when built
+        contenders.append(make_fused_contender(_with(base, placement={**one, "precision": "mixed_float16"}), "mixed_float16"))
+    compiling = [m["name"] for m in base["models"] if xla_compiles(base, m, one)]
+    if compiling:
+        models = [{**m, "jit_compile": m["name"] in compiling} for m in base["models"]]
+        contenders.append(make_fused_contender(_with(base, placement=one, models=models), "xla"))
+    if len(devices) > 1:
         for strategy in ("mirrored", "per_model"):
-            contenders.append(make_fused_contender(_with(base, placement={"strategy": strategy}), strategy))
+            contenders.append(make_fused_contender(_with(base, placement={"strategy": strategy, "devices": devices}), strategy))
     table = ratios_to(alternate(contenders, rounds, steps), "float32")
     table["trace_s"] = [round(c.trace_s, 2) for c in contenders]
-    table["peak_gpu_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
+    table["xla_models"] = [", ".join(compiling) if c.name == "xla" else "" for c in contenders]
+    if kind == "GPU":
+        table["peak_gpu_mb"] = round(tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20, 1)
     return _section("gpu", table)
+
+
+class _precision:
+    """The Keras global precision policy for what is built inside, float32 again after."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+
+    def __enter__(self):
+        import_keras().mixed_precision.set_global_policy(self.policy)
+
+    def __exit__(self, *exc):
+        import_keras().mixed_precision.set_global_policy("float32")
+
+
+def xla_compiles(base, model: dict, placement: dict) -> bool:
+    """Whether XLA compiles this model's training step on the device (nearest-neighbour upsampling,
+    for one, has no XLA gradient kernel on CPU)."""
+    try:
+        make_fused_contender(_with(base, placement=placement, models=[{**model, "jit_compile": True}]), "xla_check")
+        return True
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------

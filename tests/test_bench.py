@@ -65,3 +65,15 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_rounds():
     low_many, high_many = bootstrap_median_interval(many)
     assert high_many - low_many < high - low
     assert bootstrap_median_interval([1.0] * 5) == (1.0, 1.0)
+
+
+def test_gpu_section_runs_its_contenders_on_logical_cpus():
+    # No GPU here: the same contenders on the two logical CPUs check the section works.
+    from harness.bench import TINY, bench_gpu
+    from harness.backend import import_keras
+
+    table = bench_gpu(TINY, rounds=1, steps=1, kind="CPU").set_index("contender")
+    assert list(table.index) == ["float32", "mixed_float16", "xla", "mirrored", "per_model"]
+    assert table.loc["xla", "xla_models"] == "fcn"  # tiny_unet's upsampling has no XLA gradient on CPU
+    assert (table["median_ms_per_step"] > 0).all() and (table["trace_s"] > 0).all()
+    assert import_keras().mixed_precision.global_policy().name == "float32"  # restored
