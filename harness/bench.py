@@ -10,6 +10,8 @@ Sections (rows of bench.csv):
   overhead   where the harness's 1-step-per-call cost goes: from the hand loop, the batch taken
              inside the function, then the member's step; the earlier forms (graph loop around
              one step, OneDeviceStrategy on the CPU); and the hand loop against itself (noise)
+  dispatch   the fixed cost per call of the same contenders, on models so small (16x16, batch 2)
+             that a call is almost all dispatch
   fit        the same N models trained one after another with model.fit: per step, and end to
              end including tracing
   pipeline   both again with an expensive input pipeline (PNG decode of 4x larger images, resize,
@@ -340,6 +342,24 @@ def bench_overhead(base, rounds, steps) -> pd.DataFrame:
     return _section("overhead", ratios_to(alternate(contenders, rounds, steps), "hand_loop"))
 
 
+def bench_dispatch(base, rounds) -> pd.DataFrame:
+    """The fixed cost per compiled call, on models so small (16x16, batch 2) that a call is almost
+    all dispatch: the overhead contenders' ms per call, and what each adds to the hand loop's."""
+    tiny = {**base, "data": {**base["data"], "image_size": [16, 16], "batch_size": 2}, "models": TINY["models"]}
+    config = _with(tiny)
+    contenders = [
+        make_hand_loop_contender(config),
+        make_variant_contender(config, "hand_fragment_batch_inside", "hand"),
+        make_variant_contender(config, "member_fragment_batch_inside", "member"),
+        make_fused_contender(config, "harness_k1", 1),
+        make_fused_contender(config, "harness_k1_graph_loop", 1, graph_loop=True),
+        make_fused_contender(config, "harness_k1_one_device_strategy", 1, placement=one_device_strategy_placement(config)),
+    ]
+    table = ratios_to(alternate(contenders, rounds, 50), "hand_loop")
+    table["extra_ms_per_call"] = (table["median_ms_per_step"] - table["median_ms_per_step"].iloc[0]).round(3)
+    return _section("dispatch", table)
+
+
 def bench_fit(base, steps, rounds: int) -> pd.DataFrame:
     """Sections `fit` and `pipeline`: the harness vs the same models trained one after another with
     model.fit, with the plain pipeline and with an expensive one, each contender from scratch
@@ -662,6 +682,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     work = {
         "loop": lambda: bench_loop(base, rounds, steps),
         "overhead": lambda: bench_overhead(base, rounds, steps),
+        "dispatch": lambda: bench_dispatch(base, rounds),
         "fit": lambda: bench_fit(base, fit_steps, 1 if tiny else 3),
         "compile": lambda: bench_compile(base, 1 if tiny else 3),
         "scaling": lambda: bench_scaling(base, rounds, steps, max_n),

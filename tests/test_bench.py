@@ -12,7 +12,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
-    sections = ["loop", "overhead", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
+    sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
     assert list(dict.fromkeys(table["section"])) == sections
     loop = table[table["section"] == "loop"].set_index("contender")
     assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
@@ -23,6 +23,8 @@ def test_tiny_bench_measures_every_section(tmp_path):
         "harness_k1", "harness_k1_graph_loop", "harness_k1_one_device_strategy",
     ]
     assert (overhead["median_ms_per_step"] > 0).all()
+    dispatch = table[table["section"] == "dispatch"].set_index("contender")
+    assert dispatch.loc["hand_loop", "extra_ms_per_call"] == 0 and dispatch["extra_ms_per_call"].notna().all()
     fit = table[table["section"] == "fit"].set_index("contender")
     assert (fit["end_to_end_s"] > 0).all() and (fit["end_to_end_ratio"] > 0).all()
     saving = table[(table["section"] == "pipeline") & (table["contender"] == "saving_measured_vs_predicted")].iloc[0]
