@@ -712,8 +712,8 @@ def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int |
     across processes, and `ratio_min`/`ratio_max` show how far they spread.
 
     Why: within one process, two identical copies of the same contender can differ by up to ~6%
-    for the whole process (memory layout and threads as they happen to fall), however many rounds
-    alternate them; the `hand_loop_again` row shows it. A fresh process draws again. Every
+    for the whole process, however many rounds alternate them (likely where their memory and
+    threads happen to fall); the `hand_loop_again` row shows it. A fresh process draws again. Every
     process's rows are kept in bench_processes.csv."""
     from .backend import user_environment
 
@@ -757,6 +757,42 @@ def merge_processes(every: pd.DataFrame) -> pd.DataFrame:
 
 
 def _save_plots(table: pd.DataFrame, folder: Path) -> None:
+    _save_ratio_plot(table, folder)
+    _save_scaling_memory_plot(table, folder)
+
+
+# Sections whose contenders are timed against a baseline in alternation: one bar chart each.
+RATIO_SECTIONS = ("loop", "overhead", "dispatch", "placement", "gpu")
+
+
+def _save_ratio_plot(table: pd.DataFrame, folder: Path) -> None:
+    """bench_ratios.png: per section, each contender's median ratio to its baseline with its 90%
+    bootstrap interval, and the 1.02 goal line for the harness-vs-hand-loop sections."""
+    from .plots import plt, save_figure
+
+    sections = [name for name in RATIO_SECTIONS if name in set(table["section"]) and "ratio_low" in table.columns]
+    if not sections:
+        return
+    heights = [max(1.5, 0.35 * len(table[table["section"] == name])) for name in sections]
+    fig, axes = plt.subplots(len(sections), 1, figsize=(9, sum(heights) + 0.6 * len(sections)), gridspec_kw={"height_ratios": heights}, squeeze=False)
+    for ax, name in zip(axes[:, 0], sections):
+        rows = table[table["section"] == name].iloc[::-1]
+        low = (rows["ratio"] - rows["ratio_low"]).clip(lower=0).fillna(0)
+        high = (rows["ratio_high"] - rows["ratio"]).clip(lower=0).fillna(0)
+        # Points, not bars: the differences that matter are a few %, invisible on bars from 0.
+        ax.errorbar(rows["ratio"], rows["contender"], xerr=[low, high], fmt="o", color="#4c72b0", capsize=3)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        if name in ("loop", "overhead"):
+            ax.axvline(1.02, color="#c44e52", linestyle="--", linewidth=1, label="goal for harness_k1: 1.02")
+            ax.legend(loc="best", fontsize=8)
+        ax.set_title(f"{name}: ratio to {rows['baseline'].iloc[0]} (median, 90% interval)", fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("ratio (lower is faster)")
+    fig.tight_layout()
+    save_figure(fig, folder, "bench_ratios")
+
+
+def _save_scaling_memory_plot(table: pd.DataFrame, folder: Path) -> None:
     from .plots import plt, save_figure
 
     scaling = table[table["section"] == "scaling"]

@@ -38,7 +38,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     wait = table[table["section"] == "input"].set_index("contender")
     assert list(wait.index) == ["suite pipeline", "expensive pipeline"]
     assert ((wait["ratio"] >= 0) & (wait["ratio"] < 1)).all() and (wait["in_memory_ms_per_step"] > 0).all()
-    assert (day / "bench.png").exists()
+    assert (day / "bench.png").exists() and (day / "bench_ratios.png").exists()
     assert "loop" in result.stdout
 
 
