@@ -31,6 +31,7 @@ Sections (rows of bench.csv):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import statistics
@@ -73,7 +74,7 @@ def _members(config: ExperimentConfig, placement=None):
     return placement, members, step
 
 
-def one_device_strategy_placement(config: ExperimentConfig):
+def one_device_strategy_placement():
     """one_device on the CPU as it was before single-replica placements bypassed the strategy:
     through tf.distribute.OneDeviceStrategy's iterator and strategy.run."""
     from .runtime import Placement
@@ -112,25 +113,24 @@ def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: in
     return Contender(name, call, time.perf_counter() - began)
 
 
+def seed003_step(member, images, masks):
+    """One model's step as seed 003 writes it: a tape, the mean loss, apply_gradients."""
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(member.loss_fn(masks, member.model(images, training=True)))
+    gradients = tape.gradient(loss, member.model.trainable_variables)
+    member.optimizer.apply_gradients(zip(gradients, member.model.trainable_variables))
+    return loss
+
+
 def make_hand_loop_contender(config: ExperimentConfig, name: str = "hand_loop") -> Contender:
     """Seed 003's script: one tf.function, a GradientTape and an optimizer per model, a batch fed
     per call from Python, every loss read back each step (it prints them)."""
     _, members, _ = _members(config)
-    models = [m.model for m in members]
-    optimizers = [m.optimizer for m in members]
-    losses = [m.loss_fn for m in members]
     iterator = iter(_endless_batches(config))
 
     @tf.function
     def train(images, masks):
-        out = []
-        for model, optimizer, loss_fn in zip(models, optimizers, losses):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(loss_fn(masks, model(images, training=True)))
-            gradients = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(gradients, model.trainable_variables))
-            out.append(loss)
-        return out
+        return [seed003_step(m, images, masks) for m in members]
 
     def call(n: int) -> None:
         for _ in range(n):
@@ -149,22 +149,15 @@ def make_variant_contender(config: ExperimentConfig, name: str, fragment: str) -
     _, members, step = _members(config)
     iterator = iter(_endless_batches(config))
 
-    def hand(member):
-        def fragment(images, masks, global_batch, step):
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(member.loss_fn(masks, member.model(images, training=True)))
-            gradients = tape.gradient(loss, member.model.trainable_variables)
-            member.optimizer.apply_gradients(zip(gradients, member.model.trainable_variables))
-            return {"loss": loss}
-
-        return fragment
-
-    fragments = [hand(m) if fragment == "hand" else m.train_step for m in members]
+    def member_step(member, images, masks):
+        if fragment == "hand":
+            return {"loss": seed003_step(member, images, masks)}
+        return member.train_step(images, masks, config.data.batch_size, step + 1)
 
     @tf.function
     def one(iterator):
         images, masks = next(iterator)
-        return {m.name: f(images, masks, config.data.batch_size, step + 1) for m, f in zip(members, fragments)}
+        return {m.name: member_step(m, images, masks) for m in members}
 
     def call(n: int) -> None:
         for _ in range(n):
@@ -329,32 +322,30 @@ def bench_overhead(base, rounds, steps) -> pd.DataFrame:
     """Where the 1-step-per-call cost goes, one change at a time from the hand loop; and the two
     forms the harness used before (a graph loop around one step; OneDeviceStrategy's iterator and
     strategy.run on the CPU)."""
-    config = _with(base)
-    contenders = [
-        make_hand_loop_contender(config),
-        make_hand_loop_contender(config, "hand_loop_again"),  # the null ratio: what noise looks like
+    contenders = overhead_contenders(_with(base), null_ratio=True)
+    return _section("overhead", ratios_to(alternate(contenders, rounds, steps), "hand_loop"))
+
+
+def overhead_contenders(config: ExperimentConfig, null_ratio: bool) -> list[Contender]:
+    """From the hand loop to the harness one change at a time, then the harness's earlier forms;
+    `null_ratio`: a second copy of the hand loop, to show what noise looks like."""
+    contenders = [make_hand_loop_contender(config)]
+    if null_ratio:
+        contenders.append(make_hand_loop_contender(config, "hand_loop_again"))
+    return contenders + [
         make_variant_contender(config, "hand_fragment_batch_inside", "hand"),
         make_variant_contender(config, "member_fragment_batch_inside", "member"),
         make_fused_contender(config, "harness_k1", 1),
         make_fused_contender(config, "harness_k1_graph_loop", 1, graph_loop=True),
-        make_fused_contender(config, "harness_k1_one_device_strategy", 1, placement=one_device_strategy_placement(config)),
+        make_fused_contender(config, "harness_k1_one_device_strategy", 1, placement=one_device_strategy_placement()),
     ]
-    return _section("overhead", ratios_to(alternate(contenders, rounds, steps), "hand_loop"))
 
 
 def bench_dispatch(base, rounds) -> pd.DataFrame:
     """The fixed cost per compiled call, on models so small (16x16, batch 2) that a call is almost
     all dispatch: the overhead contenders' ms per call, and what each adds to the hand loop's."""
     tiny = {**base, "data": {**base["data"], "image_size": [16, 16], "batch_size": 2}, "models": TINY["models"]}
-    config = _with(tiny)
-    contenders = [
-        make_hand_loop_contender(config),
-        make_variant_contender(config, "hand_fragment_batch_inside", "hand"),
-        make_variant_contender(config, "member_fragment_batch_inside", "member"),
-        make_fused_contender(config, "harness_k1", 1),
-        make_fused_contender(config, "harness_k1_graph_loop", 1, graph_loop=True),
-        make_fused_contender(config, "harness_k1_one_device_strategy", 1, placement=one_device_strategy_placement(config)),
-    ]
+    contenders = overhead_contenders(_with(tiny), null_ratio=False)
     table = ratios_to(alternate(contenders, rounds, 50), "hand_loop")
     table["extra_ms_per_call"] = (table["median_ms_per_step"] - table["median_ms_per_step"].iloc[0]).round(3)
     return _section("dispatch", table)
@@ -608,17 +599,15 @@ def bench_gpu(base, rounds, steps, kind: str = "GPU") -> pd.DataFrame:
     return _section("gpu", table)
 
 
-class _precision:
+@contextlib.contextmanager
+def _precision(policy: str):
     """The Keras global precision policy for what is built inside, float32 again after."""
-
-    def __init__(self, policy: str):
-        self.policy = policy
-
-    def __enter__(self):
-        import_keras().mixed_precision.set_global_policy(self.policy)
-
-    def __exit__(self, *exc):
-        import_keras().mixed_precision.set_global_policy("float32")
+    keras = import_keras()
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def xla_compiles(base, model: dict, placement: dict) -> bool:
@@ -664,6 +653,12 @@ QUICKSTART = {
 SUITES = {"tiny": TINY, "standard": STANDARD, "quickstart": QUICKSTART}
 
 
+def _dated_folder(out_dir: Path) -> Path:
+    folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:
     from .config import PlacementSpec
     from .runtime import configure_devices
@@ -677,8 +672,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     steps = steps or (2 if tiny else 10)
     max_n = 2 if tiny else 6
     fit_steps = 4 if tiny else 100  # end to end includes tracing: a realistic run is not 10 steps
-    folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _dated_folder(out_dir)
     work = {
         "loop": lambda: bench_loop(base, rounds, steps),
         "overhead": lambda: bench_overhead(base, rounds, steps),
@@ -717,8 +711,7 @@ def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int |
     process's rows are kept in bench_processes.csv."""
     from .backend import user_environment
 
-    folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _dated_folder(out_dir)
     tables = []
     for i in range(processes):
         child_out = folder / f".process-{i + 1}"

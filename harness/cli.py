@@ -216,6 +216,7 @@ def cmd_history(args) -> int:
     from rich.table import Table
 
     from .nightly import find_history, history_table
+    from .tables import format_cell
 
     store = find_history(args.name, args.results)
     if args.pin:
@@ -230,11 +231,11 @@ def cmd_history(args) -> int:
     for column in table.columns:
         view.add_column(str(column), justify="left" if column in ("night", "run_id", "status", "commit") else "right")
     for _, row in table.iterrows():
-        cells = [_cell(v) for v in row]
+        cells = [format_cell(v) for v in row]
         if row["run_id"] == baseline:
             cells[1] += " (baseline)"
         view.add_row(*cells)
-    needed = sum(max([len(str(c))] + [len(_cell(v)) for v in table[c]]) + 3 for c in table.columns) + 12
+    needed = sum(max([len(str(c))] + [len(format_cell(v)) for v in table[c]]) + 3 for c in table.columns) + 12
     Console(width=max(needed, Console().width)).print(view)
     if args.csv:
         table.to_csv(args.csv, index=False)
@@ -289,19 +290,16 @@ def _print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from .tables import format_cell
+
     columns = [c for c in SUMMARY_COLUMNS if c in summary.columns]
     table = Table(title="summary (all columns in summary.csv)")
     for column in columns:
         table.add_column(SUMMARY_COLUMNS[column], justify="left" if column in ("model", "status") else "right")
     for _, row in summary.iterrows():
-        table.add_row(*(_cell(row[c]) for c in columns))
+        table.add_row(*(format_cell(row[c]) for c in columns))
     Console(width=max(100, Console().width)).print(table)
 
-
-def _cell(value) -> str:
-    from .tables import format_cell
-
-    return format_cell(value)
 
 
 def _report_bug() -> int:
