@@ -9,18 +9,18 @@
 Importing harness selects tf_keras (legacy Keras 2) for TensorFlow; import it before tensorflow.
 """
 
-from .backend import select_legacy_keras
+from harness.core.backend import import_keras, import_tf, select_legacy_keras
 
 select_legacy_keras()
 
 __version__ = "0.1.0"
-__all__ = ["load_config", "run", "resume", "load_run", "nightly", "history", "__version__"]
+__all__ = ["load_config", "run", "resume", "load_run", "nightly", "history", "import_tf", "import_keras", "__version__"]
 
 
 def __getattr__(name):
     # The API pulls in TensorFlow; `harness --help` and config checks should not pay for that.
     if name in ("run", "resume", "load_run", "load_config", "nightly", "history"):
-        from . import api
+        from harness import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'harness' has no attribute {name!r}")

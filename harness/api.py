@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ExperimentConfig, load_config
-from .errors import ConfigError
+from harness.config.schema import ExperimentConfig
+from harness.config.loading import load_config
+from harness.errors import ConfigError
 
 __all__ = ["load_config", "run", "resume", "load_run", "nightly", "history"]
 
@@ -13,7 +14,7 @@ __all__ = ["load_config", "run", "resume", "load_run", "nightly", "history"]
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
     """Train every model of the experiment together; return a `RunResult` with
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
-    from .runner import run_experiment
+    from harness.training.entry import run_experiment
 
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
@@ -25,25 +26,25 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
 def resume(run_dir: str | Path, overrides: list[str] | None = None):
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`)."""
-    from .runner import resume_run
+    from harness.training.entry import resume_run
 
     return resume_run(Path(run_dir), overrides)
 
 
 def load_run(run_dir: str | Path):
     """Read a finished (or interrupted) run directory back as a `RunResult`."""
-    from .rundir import RunDir
-    from .runner import _load_result, _read_info, _read_resolved_config
+    from harness.training.rundir import RunDir
+    from harness.training.entry import load_result
 
     run = RunDir(Path(run_dir))
-    _read_info(run)  # a clear error if this is not a run directory
-    return _load_result(run, _read_resolved_config(run, []))
+    run.read_info()  # a clear error if this is not a run directory
+    return load_result(run, run.read_config())
 
 
 def nightly(config: ExperimentConfig | str | Path, results_dir: str | Path | None = None, night: str | None = None):
     """`harness nightly`: tonight's run, recorded and compared; returns a `NightlyResult`
     (`.changes`, `.regressions`, `.exit_code`, `.run_dir`)."""
-    from .nightly import run_nightly
+    from harness.nights.tonight import run_nightly
 
     code_dir = Path(config).resolve().parent if not isinstance(config, ExperimentConfig) else None
     if not isinstance(config, ExperimentConfig):
@@ -53,6 +54,6 @@ def nightly(config: ExperimentConfig | str | Path, results_dir: str | Path | Non
 
 def history(name_or_dir: str | Path, results_dir: str | Path | None = None, metrics: list[str] | None = None):
     """An experiment's history as a DataFrame: one row per run, one column per model x metric."""
-    from .nightly import find_history, history_table
+    from harness.nights.tonight import find_history, history_table
 
     return history_table(find_history(name_or_dir, Path(results_dir) if results_dir else None), metrics)

@@ -8,7 +8,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from .errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, ConfigError, HarnessError
+from harness.errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, ConfigError, HarnessError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,16 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train several models together, on the same batches, in one compiled TensorFlow step.",
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for add in (_add_run, _add_resume, _add_workers, _add_compare, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
+        add(commands)
+    return parser
 
+
+def _add_overrides(parser, what: str = "override a config value, e.g. --set train.epochs=3 --set models.unet.backbone=resnet34") -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=what)
+
+
+def _add_results(parser) -> None:
+    parser.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+
+
+def _add_run(commands) -> None:
     run = commands.add_parser("run", help="train every model of an experiment and write a run directory")
     run.add_argument("config", type=Path, help="experiment YAML file")
-    run.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
-        help="override a config value, e.g. --set train.epochs=3 --set models.unet.backbone=resnet34",
-    )
-    run.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+    _add_overrides(run)
+    _add_results(run)
     run.set_defaults(func=cmd_run)
 
+
+def _add_resume(commands) -> None:
     resume = commands.add_parser("resume", help="continue an interrupted run from its newest valid checkpoint")
     resume.add_argument("run_dir", type=Path, help="results/<name>/<run_id>")
     resume.add_argument(
@@ -53,31 +65,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume.set_defaults(func=cmd_resume)
 
-    workers = commands.add_parser(
-        "workers", help="try multi_worker locally: start N worker processes on 127.0.0.1 running one experiment"
-    )
+
+def _add_workers(commands) -> None:
+    workers = commands.add_parser("workers", help="try multi_worker locally: start N worker processes on 127.0.0.1 running one experiment")
     workers.add_argument("count", type=int, help="number of worker processes (2 or more)")
     workers.add_argument("config", type=Path, help="experiment YAML file")
-    workers.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
-    workers.add_argument("--results", type=Path, default=None, metavar="DIR")
+    _add_overrides(workers, "override a config value in every worker, e.g. --set train.epochs=1")
+    _add_results(workers)
     workers.set_defaults(func=cmd_workers)
 
+
+def _add_compare(commands) -> None:
     compare = commands.add_parser("compare", help="print models side by side, across one or several runs")
-    compare.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
+    compare.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (results/<name>/<run_id>) to put side by side")
     compare.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
     compare.set_defaults(func=cmd_compare)
 
+
+def _add_report(commands) -> None:
     report = commands.add_parser("report", help="(re)build the tables, plots and report.html of a run")
-    report.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory to rebuild from its files")
     report.set_defaults(func=cmd_report)
 
+
+def _add_bench(commands) -> None:
     bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
     bench.add_argument("--tiny", action="store_true", help="tiny models, seconds: only checks the benchmark works")
     bench.add_argument("--suite", choices=["standard", "quickstart"], default="standard", help="the models to measure")
     bench.add_argument("--section", action="append", default=None, help="run only these sections (repeatable)")
     bench.add_argument("--gpu", action="store_true", help="add the GPU section (precision, XLA, multi-GPU)")
     bench.add_argument("--out", type=Path, default=Path("results/bench"), help="writes OUT/<date>/bench.csv and bench.png")
-    bench.add_argument("--rounds", type=int, default=None)
+    bench.add_argument("--rounds", type=int, default=None, help="timed rounds per section (contenders alternate every round)")
     bench.add_argument("--steps", type=int, default=None, help="steps per timed call")
     bench.add_argument(
         "--processes", type=int, default=1,
@@ -85,18 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=cmd_bench)
 
+
+def _add_nightly(commands) -> None:
     nightly = commands.add_parser(
         "nightly", help="run (or resume) tonight's run, record it in the history, compare with earlier nights (exit 6 on regression)"
     )
     nightly.add_argument("config", type=Path, help="experiment YAML file")
-    nightly.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE")
-    nightly.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+    _add_overrides(nightly, "override a config value for tonight's run, e.g. --set train.epochs=2")
+    _add_results(nightly)
     nightly.add_argument(
         "--night", default=None, metavar="YYYY-MM-DD",
         help="the night this run counts for (default: today's, by local time; see output.nightly.night_starts_at_hour)",
     )
     nightly.set_defaults(func=cmd_nightly)
 
+
+def _add_history(commands) -> None:
     history = commands.add_parser("history", help="print an experiment's history across runs; pin a baseline")
     history.add_argument("name", metavar="NAME_OR_DIR", help="experiment name (under --results) or its folder results/<name>")
     history.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: results)")
@@ -106,22 +128,25 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
     history.set_defaults(func=cmd_history)
 
+
+def _add_sample_data(commands) -> None:
     sample = commands.add_parser(
         "sample-data", help="write a small real-image segmentation set (from scikit-image's sample images) for the folder source"
     )
     sample.add_argument("out", type=Path, nargs="?", default=Path("data/skimage"), help="folder to write images/ and masks/ into")
     sample.set_defaults(func=cmd_sample_data)
 
+
+def _add_models(commands) -> None:
     models = commands.add_parser("models", help="list the architectures, backbones and built-in models")
     models.set_defaults(func=cmd_models)
-    return parser
 
 
 def cmd_run(args) -> int:
-    from .config import load_config
+    from harness.config.loading import load_config
 
     config = load_config(args.config, args.overrides)
-    from .api import run
+    from harness.api import run
 
     result = run(config, results_dir=args.results)
     _print_summary(result.summary)
@@ -130,7 +155,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_resume(args) -> int:
-    from .api import resume
+    from harness.api import resume
 
     result = resume(args.run_dir, args.overrides)
     if len(result.summary):
@@ -140,8 +165,8 @@ def cmd_resume(args) -> int:
 
 
 def cmd_workers(args) -> int:
-    from .config import load_config
-    from .launch import launch_local_workers
+    from harness.config.loading import load_config
+    from harness.training.launch import launch_local_workers
 
     overrides = [*args.overrides, "placement.strategy=multi_worker"]
     load_config(args.config, overrides)  # a bad config fails here once, not in every worker
@@ -149,7 +174,7 @@ def cmd_workers(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .compare import compare_runs, print_comparison
+    from harness.outputs.compare import compare_runs, print_comparison
 
     table = compare_runs(args.run_dirs)
     print_comparison(table)
@@ -160,7 +185,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .outputs import rebuild
+    from harness.outputs.derived import rebuild
 
     summary = rebuild(args.run_dir)
     _print_summary(summary)
@@ -169,7 +194,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from .bench import run_bench, run_bench_processes
+    from harness.bench.bench import run_bench, run_bench_processes
 
     suite = "tiny" if args.tiny else args.suite
     if args.processes < 1:
@@ -183,8 +208,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_nightly(args) -> int:
-    from .config import load_config
-    from .nightly import run_nightly
+    from harness.config.loading import load_config
+    from harness.nights.tonight import run_nightly
 
     config = load_config(args.config, args.overrides)
     night = _night(args.night)
@@ -201,7 +226,7 @@ def cmd_nightly(args) -> int:
 def _night(text: str | None) -> str | None:
     from datetime import date
 
-    from .errors import ConfigError
+    from harness.errors import ConfigError
 
     if text is None:
         return None
@@ -215,8 +240,8 @@ def cmd_history(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .nightly import find_history, history_table
-    from .tables import format_cell
+    from harness.nights.tonight import find_history, history_table
+    from harness.outputs.columns import format_cell
 
     store = find_history(args.name, args.results)
     if args.pin:
@@ -244,10 +269,10 @@ def cmd_history(args) -> int:
 
 
 def cmd_sample_data(args) -> int:
-    from .errors import ConfigError
+    from harness.errors import ConfigError
 
     try:
-        from .sample_data import make_sample_data
+        from harness.data.sample_data import make_sample_data
     except ImportError as exc:
         raise ConfigError(f"sample-data needs scikit-image: pip install scikit-image ({exc})") from None
     counts = make_sample_data(args.out)
@@ -259,16 +284,16 @@ def cmd_models(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from . import zoo
+    from harness.config import catalog
 
     table = Table(title="architectures (models.*.arch)")
     for column in ("arch", "family", "notes"):
         table.add_column(column)
-    for row in zoo.describe():
+    for row in catalog.describe():
         table.add_row(*row)
     console = Console()
     console.print(table)
-    console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(zoo.SM_BACKBONES))
+    console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(catalog.SM_BACKBONES))
     console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'")
     return EXIT_OK
 
@@ -290,7 +315,7 @@ def _print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from .tables import format_cell
+    from harness.outputs.columns import format_cell
 
     columns = [c for c in SUMMARY_COLUMNS if c in summary.columns]
     table = Table(title="summary (all columns in summary.csv)")

@@ -5,6 +5,9 @@ Anything that is not a `HarnessError` is a bug in harness: the CLI reports it wi
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
 EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_USAGE = 2
@@ -58,3 +61,11 @@ class Interrupted(HarnessError):
     """SIGTERM/SIGINT arrived; a clean checkpoint was written before stopping."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """The tail of an "unknown X" message: the closest choice, if one is close, and the choices."""
+    choices = [str(c) for c in choices]
+    listed = f"choose one of {', '.join(choices)}" if choices else "there is nothing to choose from"
+    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}? ({listed})" if close else f"; {listed}"

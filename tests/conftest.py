@@ -6,12 +6,12 @@ import copy
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import harness  # noqa: F401  (selects legacy Keras before anything imports TensorFlow)
-import pytest
 import yaml
-from harness.backend import import_tf
+from harness.core.backend import import_tf
 
 # Multi-device code is tested on two logical CPU devices, which must exist before TensorFlow
 # initialises; every in-process test shares them (one_device runs use /cpu:0).
@@ -67,6 +67,49 @@ def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProce
     )
 
 
-@pytest.fixture
-def results(tmp_path) -> Path:
-    return tmp_path / "results"
+# 2 models, 4 steps per epoch, 24 steps, a checkpoint every 2 steps, one step per call: many
+# checkpoint saves, so random kills land before, during and after them.
+KILL_CONFIG = tiny_config(
+    models=[{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet", "optimizer": {"name": "adam", "learning_rate": 0.01}}],
+    train={"epochs": 6, "steps_per_call": 1, "checkpoint_every_steps": 2, "keep_checkpoints": 2},
+    output={"progress": "lines"},
+)
+TOTAL_STEPS = 24
+
+
+def start_cli(*args, env=None) -> subprocess.Popen:
+    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *map(str, args)],
+        cwd=REPO, env={**inherited, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def only_run_dir(results: Path, name: str = "tiny") -> Path:
+    (run_dir,) = (results / name).iterdir()
+    return run_dir
+
+
+def wait_for_rows(path: Path, at_least: int, timeout: float = 120, process=None) -> bool:
+    """True once `path` has more than `at_least` lines; False if `process` ended first (it may
+    have finished the run); a timeout is a failure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().count("\n") > at_least:
+            return True
+        if process is not None and process.poll() is not None:
+            return False
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not reach {at_least} rows in {timeout}s")
+
+
+def wait_for_run_dir(results: Path, process, name: str = "tiny", timeout: float = 120) -> Path | None:
+    """The run directory once the process has created it; None if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (results / name).is_dir() and any((results / name).iterdir()):
+            return only_run_dir(results, name)
+        if process.poll() is not None:
+            return None
+        time.sleep(0.05)
+    raise AssertionError(f"no run directory under {results / name} after {timeout}s")

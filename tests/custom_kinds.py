@@ -1,9 +1,10 @@
-"""A user-written member kind, used from a config as `custom_kinds:FocalWithCoverage`."""
+"""A user-written member kind, used from a config as `custom_kinds:FocalWithCoverage`. Written as
+the README shows: maths only, no device pinning, no loss scaling, no apply."""
 
 from __future__ import annotations
 
-from harness.backend import import_tf
-from harness.members import Member, Update, _maybe_device
+from harness.core.backend import import_tf
+from harness.members import Member, StepOutput, gradients
 
 tf = import_tf()
 
@@ -13,12 +14,10 @@ class FocalWithCoverage(Member):
 
     metric_names = ("loss", "coverage")
 
-    def train_step(self, images, masks, global_batch, step):
-        with _maybe_device(self.device):
-            with tf.GradientTape() as tape:
-                predictions = self.model(images, training=True)
-                loss = tf.reduce_sum(self.loss_fn(masks, predictions)) / global_batch
-            gradients = tape.gradient(loss, self.model.trainable_variables)
-            self.apply_if_finite([loss], [Update(self.optimizer, gradients, self.model.trainable_variables)], step)
-            coverage = tf.reduce_mean(tf.cast(predictions > 0.5, tf.float32))
-        return {"loss": loss, "coverage": coverage}
+    def train_step(self, batch):
+        with tf.GradientTape() as tape:
+            predictions = self.model(batch.images, training=True)
+            loss = batch.mean(self.loss_fn(batch.masks, predictions))
+        coverage = tf.reduce_mean(tf.cast(predictions > 0.5, tf.float32))
+        update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
+        return StepOutput({"loss": loss, "coverage": coverage}, [update])

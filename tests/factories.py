@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.backend import import_keras, import_tf
+from harness.core.backend import import_keras, import_tf
 
 tf = import_tf()
 keras = import_keras()

@@ -4,12 +4,12 @@ reproduce bit for bit."""
 
 from __future__ import annotations
 
-from harness.backend import import_keras, import_tf
-from harness.config import ExperimentConfig
-from harness.data import make_synthetic_example_fn, make_train_dataset
-from harness.losses import make_loss
-from harness.members import build_optimizer, member_seed
-from harness.zoo import build_model
+from harness.core.backend import import_keras, import_tf
+from harness.config.schema import ExperimentConfig
+from harness.data.pipeline import make_synthetic_example_fn, make_train_dataset
+from harness.core.losses import make_loss
+from harness.members.base import build_optimizer, member_seed
+from harness.members.zoo import build_model
 
 tf = import_tf()
 keras = import_keras()

@@ -58,7 +58,7 @@ def test_processes_are_merged_by_median_and_every_process_is_kept(tmp_path):
 def test_bootstrap_interval_holds_the_median_and_narrows_with_more_rounds():
     import numpy as np
 
-    from harness.bench import bootstrap_median_interval
+    from harness.bench.timing import bootstrap_median_interval
 
     rng = np.random.default_rng(1)
     few, many = rng.normal(1.0, 0.05, 10), rng.normal(1.0, 0.05, 400)
@@ -71,8 +71,9 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_rounds():
 
 def test_gpu_section_runs_its_contenders_on_logical_cpus():
     # No GPU here: the same contenders on the two logical CPUs check the section works.
-    from harness.bench import TINY, bench_gpu
-    from harness.backend import import_keras
+    from harness.bench.sections import bench_gpu
+    from harness.bench.suites import TINY
+    from harness.core.backend import import_keras
 
     table = bench_gpu(TINY, rounds=1, steps=1, kind="CPU").set_index("contender")
     assert list(table.index) == ["float32", "mixed_float16", "xla", "mirrored", "per_model"]

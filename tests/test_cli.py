@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pandas as pd
+import pytest
 from conftest import REPO, run_cli, tiny_config, write_yaml
+
+from harness.cli import build_parser, main
 
 
 def test_smoke_experiment_end_to_end(tmp_path):
@@ -47,12 +51,32 @@ def test_models_lists_architectures_and_backbones():
         assert name in result.stdout
 
 
-def test_help_for_every_command():
-    assert "run" in run_cli("--help").stdout
-    for command in ("run", "models"):
-        result = run_cli(command, "--help")
-        assert result.returncode == 0 and "usage" in result.stdout
+def subcommands() -> dict:
+    parser = build_parser()
+    (group,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return group.choices
 
 
-def test_no_command_is_a_usage_error():
-    assert run_cli().returncode == 2
+def test_every_command_has_help_and_every_option_says_what_it_does(capsys):
+    commands = subcommands()
+    assert set(commands) >= {"run", "resume", "workers", "compare", "report", "bench", "nightly", "history", "sample-data", "models"}
+    for name, command in commands.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main([name, "--help"])
+        assert exit_info.value.code == 0 and f"usage: harness {name}" in capsys.readouterr().out
+        undocumented = [a.dest for a in command._actions if not a.help and not isinstance(a, argparse._HelpAction)]
+        assert not undocumented, f"harness {name}: options without help: {undocumented}"
+
+
+def test_no_command_is_a_usage_error(capsys):
+    assert main([]) == 2
+    assert "usage: harness" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_usage_errors_in_process(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["nightly", str(REPO / "experiments" / "smoke.yaml"), "--night", "tomorrow"]) == 2
+    assert "--night 'tomorrow'" in capsys.readouterr().err
+    assert main(["bench", "--processes", "0"]) == 2
+    assert "--processes" in capsys.readouterr().err

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from conftest import REPO, run_cli, tiny_config, write_yaml
 
-from harness import zoo
-from harness.config import apply_override, load_config, validate_config
+from harness.config import catalog
+from harness.members import zoo
+from harness.members.registry import check_code
+from harness.config.loading import apply_override, load_config, validate_config
 from harness.errors import ConfigError
 
 
@@ -89,7 +91,7 @@ def test_image_size_names_model_and_nearest_size_for_all():
 
 
 def test_pspnet_downsample_factor_changes_the_rule():
-    assert zoo.input_multiple("PSPNet", {"downsample_factor": 4}) == 24
+    assert catalog.input_multiple("PSPNet", {"downsample_factor": 4}) == 24
     raw = tiny_config(models=[{"name": "p", "arch": "PSPNet", "options": {"downsample_factor": 4}}], data={"image_size": 48})
     assert validate_config(raw).data.image_size == (48, 48)
 
@@ -109,8 +111,11 @@ def test_bad_loss_term():
 def test_factory_that_cannot_be_imported():
     raw = tiny_config()
     raw["models"][0]["arch"] = "no_such_pkg.models:build"
-    (problem,) = problems_of(raw)
-    assert "cannot import module 'no_such_pkg.models'" in problem
+    config = validate_config(raw)  # the config names code; reading it imports nothing
+    with pytest.raises(ConfigError) as info:
+        check_code(config)  # what `harness run` does before anything is written
+    (problem,) = info.value.problems
+    assert problem.startswith("models.0(fcn).arch:") and "cannot import module 'no_such_pkg.models'" in problem
 
 
 def test_missing_config_file(tmp_path):
@@ -166,7 +171,7 @@ def test_fingerprint_ignores_output_but_not_training():
 
 def test_static_backbone_list_matches_segmentation_models():
     sm = zoo.import_segmentation_models()
-    assert sorted(zoo.SM_BACKBONES) == sorted(sm.Backbones.models_names())
+    assert sorted(catalog.SM_BACKBONES) == sorted(sm.Backbones.models_names())
 
 
 def test_every_experiment_file_is_valid_and_explains_itself():

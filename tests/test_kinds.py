@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
-from test_resume import KILL_CONFIG, TOTAL_STEPS, only_run_dir, start_cli, wait_for_rows
+from conftest import KILL_CONFIG, TOTAL_STEPS, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
 
 from harness.api import run
-from harness.backend import import_keras
-from harness.config import validate_config
+from harness.core.backend import import_keras
+from harness.config.loading import validate_config
+from harness.members.registry import check_code
 from harness.errors import ConfigError
 
 keras = import_keras()
@@ -76,8 +75,11 @@ def test_bad_kind_settings_are_config_errors():
     raw = tiny_config(models=[{"name": "a", "arch": "tiny_fcn", "gan": {"l1_lambda": 1}}, {"name": "b", "kind": "nope.mod:K", "arch": "tiny_fcn"}])
     with pytest.raises(ConfigError) as info:
         validate_config(raw)
-    text = "\n".join(info.value.problems)
-    assert "'gan' settings apply to kind: gan" in text and "cannot import module 'nope.mod'" in text
+    assert "'gan' settings apply to kind: gan" in "\n".join(info.value.problems)
+    raw["models"][0].pop("gan")
+    with pytest.raises(ConfigError) as info:
+        check_code(validate_config(raw))  # the kind is imported only when a run resolves it
+    assert "cannot import module 'nope.mod'" in "\n".join(info.value.problems)
 
 
 @pytest.mark.parametrize("placement", [{"strategy": "mirrored"}, {"strategy": "per_model"}])
@@ -104,15 +106,10 @@ def test_gan_killed_and_resumed_equals_uninterrupted(tmp_path):
     process = start_cli("run", tmp_path / "c.yaml", "--results", results)
     kills = 0
     for _ in range(8):
-        try:
-            while not (results / "tiny").exists() or not any((results / "tiny").iterdir()):
-                if process.poll() is not None:
-                    break
-            run_dir = only_run_dir(results)
-            rows = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
-            wait_for_rows(run_dir / "losses.csv", rows + 25, timeout=60, process=process)  # 5 rows a step
-        except AssertionError:
-            pass
+        run_dir = wait_for_run_dir(results, process)
+        assert run_dir is not None, "the run ended before creating its run directory"
+        rows = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
+        wait_for_rows(run_dir / "losses.csv", rows + 25, timeout=60, process=process)  # 5 rows a step; False: it finished
         if process.poll() is None:
             process.kill()
             kills += 1

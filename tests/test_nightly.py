@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
-from test_resume import start_cli
+from conftest import REPO, run_cli, start_cli, tiny_config, write_yaml
 
-from harness.config import NightlySpec, ThresholdSpec, validate_config
+from harness.config.schema import NightlySpec, ThresholdSpec
+from harness.config.loading import validate_config
 from harness.errors import ConfigError
-from harness.history import HistoryStore, RunMeasurements, RunRecord
-from harness.nightly import current_night, history_pivot
-from harness.regressions import compare
+from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
+from harness.nights.tonight import current_night, history_pivot
+from harness.nights.regressions import compare
 
 THRESHOLDS = {
     "val_iou": ThresholdSpec(abs=0.02),
@@ -135,7 +135,7 @@ def test_recording_twice_replaces_and_pins_need_a_completed_run(tmp_path):
 WRITER = textwrap.dedent(
     """
     import sys
-    from harness.history import HistoryStore, RunMeasurements, RunRecord
+    from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
     store = HistoryStore(sys.argv[1])
     start = int(sys.argv[2])
     for n in range(start, start + 100000):

@@ -12,13 +12,13 @@ import pandas as pd
 import pytest
 from conftest import REPO, run_cli, tiny_config, write_yaml
 
-from harness import checkpoints as ckpt
+from harness.training import checkpoints as ckpt
 from harness.api import resume, run
-from harness.backend import import_tf
-from harness.config import validate_config
+from harness.core.backend import import_tf
+from harness.config.loading import validate_config
 from harness.errors import ConfigError
-from harness.members import build_members
-from harness.runtime import build_placement
+from harness.members.registry import build_members
+from harness.core.placement import build_placement
 
 tf = import_tf()
 
@@ -129,7 +129,7 @@ def test_bfloat16_trains_close_to_float32(tmp_path):
 
 
 def test_float16_has_one_loss_scale_optimizer_per_model(tmp_path):
-    from harness.backend import import_keras
+    from harness.core.backend import import_keras
 
     keras = import_keras()
     config = validate_config(placed("one_device", precision="mixed_float16"))
@@ -153,7 +153,7 @@ def test_float16_has_one_loss_scale_optimizer_per_model(tmp_path):
     ],
 )
 def test_bad_placement_is_one_clear_message(placement, message):
-    from harness.runtime import configure_devices
+    from harness.core.placement import configure_devices
 
     config = validate_config(tiny_config(placement=placement))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):

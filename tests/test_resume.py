@@ -17,47 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import KILL_CONFIG, TOTAL_STEPS, only_run_dir, run_cli, start_cli, wait_for_rows, wait_for_run_dir, write_yaml
 
-from harness.backend import import_keras, import_tf
-from harness.lock import FolderLock
+from harness.core.backend import import_keras, import_tf
+from harness.training.lock import FolderLock
 
 tf = import_tf()
 keras = import_keras()
-
-# 2 models, 4 steps per epoch, 24 steps, a checkpoint every 2 steps, one step per call: many
-# checkpoint saves, so random kills land before, during and after them.
-KILL_CONFIG = tiny_config(
-    models=[{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet", "optimizer": {"name": "adam", "learning_rate": 0.01}}],
-    train={"epochs": 6, "steps_per_call": 1, "checkpoint_every_steps": 2, "keep_checkpoints": 2},
-    output={"progress": "lines"},
-)
-TOTAL_STEPS = 24
-
-
-def start_cli(*args, env=None) -> subprocess.Popen:
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness", *map(str, args)],
-        cwd=REPO, env={**inherited, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-
-
-def only_run_dir(results: Path, name: str = "tiny") -> Path:
-    (run_dir,) = (results / name).iterdir()
-    return run_dir
-
-
-def wait_for_rows(path: Path, at_least: int, timeout: float = 120, process=None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_text().count("\n") > at_least:
-            return
-        if process is not None and process.poll() is not None:
-            raise AssertionError("the process ended first")
-        time.sleep(0.05)
-    raise AssertionError(f"{path} did not reach {at_least} rows in {timeout}s")
-
 
 def checkpoint_values(run_dir: Path) -> dict[str, np.ndarray]:
     reader = tf.train.load_checkpoint(str(run_dir / "checkpoints" / f"ckpt-{TOTAL_STEPS}"))
@@ -86,18 +52,11 @@ def test_killed_repeatedly_then_resumed_equals_uninterrupted(uninterrupted, tmp_
     run_dir = None
     for cycle in range(12):
         # Kill once some progress exists, at a random moment: mid-step, mid-save or mid-write.
-        if run_dir is None:
-            deadline = time.monotonic() + 120
-            while not (results / "tiny").exists() or not any((results / "tiny").iterdir()):
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
-            run_dir = only_run_dir(results)
+        run_dir = run_dir or wait_for_run_dir(results, process)
+        assert run_dir is not None, "the first run ended before creating its run directory"
         rows_before = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
-        try:
-            wait_for_rows(run_dir / "losses.csv", rows_before + 2 * rng.randint(2, 5), timeout=60, process=process)
-            time.sleep(rng.uniform(0.0, 0.3))
-        except AssertionError:
-            pass  # it finished before we could kill it
+        if wait_for_rows(run_dir / "losses.csv", rows_before + 2 * rng.randint(2, 5), timeout=60, process=process):
+            time.sleep(rng.uniform(0.0, 0.3))  # else it finished before we could kill it
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
             kills += 1
@@ -222,7 +181,7 @@ def test_locked_run_exits_5_naming_the_holder(uninterrupted, tmp_path):
 def test_lock_of_a_killed_process_is_taken_over(uninterrupted, tmp_path):
     run_dir = copy_run(uninterrupted, tmp_path / "run", 20)
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from harness.lock import FolderLock; import time; FolderLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
+        [sys.executable, "-c", f"from harness.training.lock import FolderLock; import time; FolderLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,
     )
     assert holder.stdout.readline().strip() == "locked"
@@ -287,7 +246,7 @@ def test_disk_full_exits_4_and_the_last_checkpoint_still_restores(uninterrupted,
 
 
 def test_out_of_memory_and_disk_full_are_told_apart():
-    from harness.runner import _translate
+    from harness.training.failures import translate as _translate
 
     oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[64,512,512]")
     disk = tf.errors.ResourceExhaustedError(None, None, "results/x/ckpt-4_temp/part; No space left on device")

@@ -11,9 +11,9 @@ from conftest import tiny_config
 from reference import train_alone
 
 from harness.api import run
-from harness.config import validate_config
+from harness.config.loading import validate_config
 from harness.errors import ConfigError
-from harness.runner import steps_in_next_call
+from harness.training.controller import Schedule
 
 
 def train_losses(result, name: str) -> list[float]:
@@ -150,12 +150,13 @@ def test_multiclass_task_trains_with_softmax_and_scores_per_class(tmp_path):
     [(0, 4), (3, 1), (4, 4), (8, 2), (9, 1)],
 )
 def test_calls_stop_at_epoch_ends_and_at_the_last_step(step, expected):
-    assert steps_in_next_call(step, steps_per_call=5, periods=(4,), total=10) == expected
+    assert Schedule(total_steps=10, steps_per_call=5, steps_per_epoch=4, checkpoint_every=4).next_call(step) == expected
 
 
 def test_calls_also_stop_at_checkpoint_steps():
-    assert steps_in_next_call(0, steps_per_call=10, periods=(8, 3), total=20) == 3
-    assert steps_in_next_call(6, steps_per_call=10, periods=(8, 3), total=20) == 2
+    schedule = Schedule(total_steps=20, steps_per_call=10, steps_per_epoch=8, checkpoint_every=3)
+    assert schedule.next_call(0) == 3
+    assert schedule.next_call(6) == 2
 
 
 @pytest.mark.slow

@@ -1,0 +1,111 @@
+"""What a config may name as a model, and each model's input-size rule: pure data and checks.
+
+Nothing here imports TensorFlow or the code a config names, so a config is checked in a fraction
+of a second and reading a run directory never runs its code. Three families:
+  * segmentation-models architectures (Unet, Linknet, FPN, PSPNet) with their backbones;
+  * small built-in models (`harness.members.builtin_models`), fast enough for tests and smoke runs;
+  * any user factory named `package.module:function` (only its name is checked here; the zoo
+    imports it when the run builds it, see `harness.members.registry.check_code`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from harness.errors import did_you_mean
+
+SM_ARCHS = ("Unet", "Linknet", "FPN", "PSPNet")
+SM_DEFAULT_BACKBONE = "resnet18"
+# segmentation-models is pinned to 1.0.1; a test checks this list against its own registry.
+SM_BACKBONES = (
+    "resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+    "seresnet18", "seresnet34", "seresnet50", "seresnet101", "seresnet152",
+    "seresnext50", "seresnext101", "senet154", "resnext50", "resnext101",
+    "vgg16", "vgg19", "densenet121", "densenet169", "densenet201",
+    "inceptionresnetv2", "inceptionv3", "mobilenet", "mobilenetv2",
+    "efficientnetb0", "efficientnetb1", "efficientnetb2", "efficientnetb3",
+    "efficientnetb4", "efficientnetb5", "efficientnetb6", "efficientnetb7",
+)  # fmt: skip
+
+# name -> (input multiple, options it takes, what it is)
+BUILTINS: dict[str, tuple[int, frozenset[str], str]] = {
+    "tiny_fcn": (1, frozenset({"width"}), "three 3x3 convolutions, no downsampling"),
+    "tiny_unet": (4, frozenset({"width"}), "two-level U-Net with skip connections"),
+    "tiny_deconv": (4, frozenset({"width"}), "strided-conv encoder, transpose-conv decoder"),
+    "pix2pix_generator": (8, frozenset({"width", "depth", "dropout"}), "pix2pix U-Net generator (kind: gan)"),
+    "patchgan": (4, frozenset({"width", "depth"}), "PatchGAN discriminator (gan.discriminator)"),
+    "conv_autoencoder": (16, frozenset({"width", "depth"}), "a convolutional autoencoder, four levels (kind: autoencoder)"),
+    "small_autoencoder": (4, frozenset({"width"}), "a two-level autoencoder (kind: autoencoder)"),
+}
+ALL_ARCHS = SM_ARCHS + tuple(BUILTINS)
+FACTORY_PATTERN = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def is_factory(arch: str) -> bool:
+    return ":" in arch
+
+
+def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list[str]:
+    """Problems with a model's arch/backbone/options, found from names alone."""
+    if arch in SM_ARCHS:
+        if backbone is not None and backbone not in SM_BACKBONES:
+            return [f"unknown backbone {backbone!r} for {arch}{did_you_mean(backbone, SM_BACKBONES)}"]
+        return []
+    if arch in BUILTINS:
+        problems = []
+        if backbone is not None:
+            problems.append(f"built-in model {arch!r} takes no backbone (got {backbone!r})")
+        allowed = BUILTINS[arch][1]
+        unknown = set(options) - allowed
+        if unknown:
+            problems.append(f"built-in model {arch!r} takes only the options {sorted(allowed)}, not {sorted(unknown)}")
+        return problems
+    if is_factory(arch):
+        return [] if FACTORY_PATTERN.match(arch) else [f"factory {arch!r} must look like package.module:function"]
+    return [f"unknown arch {arch!r}{did_you_mean(arch, ALL_ARCHS)}, or a factory 'package.module:function'"]
+
+
+def input_multiple(arch: str, options: dict[str, Any], factory_multiple: int = 1) -> int:
+    """Each side of the input must be a multiple of this number for the model to build. A user
+    factory's rule is its `input_multiple` attribute, which only the zoo can read (by importing
+    it): callers that may not import code pass nothing and check it later."""
+    if arch == "PSPNet":
+        return 6 * int(options.get("downsample_factor", 8))
+    if arch in SM_ARCHS:
+        return 32
+    if arch in BUILTINS:
+        if "depth" in options:  # one halving of the image per level
+            return 2 ** int(options["depth"])
+        return BUILTINS[arch][0]
+    return factory_multiple
+
+
+def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int]) -> list[str]:
+    """Name each model (name -> (arch, multiple)) that cannot take `size`, and the nearest size
+    every model can take."""
+    common = math.lcm(*(m for _, m in multiples.values()))
+    problems = [
+        f"data.image_size: model {name!r} ({arch}) needs each side to be a multiple of {m}, got {size[0]}x{size[1]}"
+        for name, (arch, m) in multiples.items()
+        if any(side % m for side in size)
+    ]
+    if problems:
+        nearest = tuple(max(common, round(side / common) * common) for side in size)
+        problems.append(
+            f"data.image_size: the nearest size that suits every model is {nearest[0]}x{nearest[1]} (sides multiple of {common})"
+        )
+    return problems
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """Rows (name, family, details) for `harness models`."""
+    rows = []
+    for arch in SM_ARCHS:
+        rule = "sides multiple of 6 x downsample_factor (48)" if arch == "PSPNet" else "sides multiple of 32"
+        rows.append((arch, "segmentation-models", f"{rule}; backbone default {SM_DEFAULT_BACKBONE}"))
+    for name, (multiple, _, summary) in BUILTINS.items():
+        rows.append((name, "built-in", f"{summary}; sides multiple of {multiple}"))
+    rows.append(("package.module:function", "your factory", "called as f(input_shape, classes, activation, **options)"))
+    return rows

@@ -1,0 +1,203 @@
+"""Loading an experiment: YAML in, `--set` overrides applied, every problem reported at once
+(exit code 2), each with its key path and a did-you-mean hint."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from harness.config.schema import ExperimentConfig
+from harness.errors import ConfigError, did_you_mean
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment, apply `key.path=value` overrides and validate it all at once."""
+    raw = _read_yaml(Path(path))
+    problems: list[str] = []
+    for override in overrides or []:
+        try:
+            apply_override(raw, override)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError(f"bad --set override in {path}:", problems)
+    return validate_config(raw, source=str(path))
+
+
+def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{source}: {exc.error_count()} problem(s) in the config:",
+            [_describe_error(err, raw) for err in exc.errors()],
+        ) from None
+
+
+def _read_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# --set overrides
+
+
+def apply_override(raw: dict, override: str) -> None:
+    """Apply `a.b.c=value` in place. The value is parsed as YAML so `3`, `true`, `[96, 96]` are typed;
+    pydantic then checks it against the schema like any other value. A list of models may be
+    indexed by position (`models.0.backbone`) or by model name (`models.unet.backbone`)."""
+    if "=" not in override:
+        raise ConfigError(f"{override!r}: expected key.path=value")
+    key, _, text = override.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"{override!r}: empty key path")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    node: Any = raw
+    schema: Any = ExperimentConfig
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, list):
+            index = _list_index(node, part, where)
+            if last:
+                node[index] = value
+                return
+            node = node[index]
+            schema = _item_type(schema)
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping")
+        fields = _field_names(schema)
+        if fields is not None and part not in fields:
+            raise ConfigError(f"--set {key}: unknown key {where!r}{did_you_mean(part, fields)}")
+        if last:
+            node[part] = value
+            return
+        child_schema = _field_type(schema, part)
+        if part not in node or node[part] is None:
+            node[part] = [] if _is_list(child_schema) else {}
+        node = node[part]
+        schema = child_schema
+
+
+def _list_index(items: list, part: str, where: str) -> int:
+    if part.lstrip("-").isdigit():
+        index = int(part)
+        if -len(items) <= index < len(items):
+            return index
+        raise ConfigError(f"--set {where}: index {index} out of range (the list has {len(items)} items)")
+    names = [item.get("name") for item in items if isinstance(item, dict)]
+    if part in names:
+        return names.index(part)
+    raise ConfigError(f"--set {where}: no item named {part!r}{did_you_mean(part, [n for n in names if n])}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema introspection, for did-you-mean hints on unknown keys
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated so `OptimizerSpec | None` gives OptimizerSpec."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _unwrap(args[0]) if len(args) == 1 else annotation
+    return annotation
+
+
+def _field_names(schema: Any) -> list[str] | None:
+    schema = _unwrap(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        return list(schema.model_fields)
+    return None
+
+
+def _field_type(schema: Any, name: str) -> Any:
+    schema = _unwrap(schema)
+    if isinstance(schema, type) and issubclass(schema, BaseModel) and name in schema.model_fields:
+        return schema.model_fields[name].annotation
+    return None
+
+
+def _is_list(schema: Any) -> bool:
+    return typing.get_origin(_unwrap(schema)) is list
+
+
+def _item_type(schema: Any) -> Any:
+    args = typing.get_args(_unwrap(schema))
+    return args[0] if args else None
+
+
+def _schema_at(loc: tuple) -> Any:
+    schema: Any = ExperimentConfig
+    for part in loc:
+        if isinstance(part, int):
+            schema = _item_type(schema)
+        else:
+            schema = _field_type(schema, part)
+        if schema is None:
+            return None
+    return schema
+
+
+def _loc_name(loc: tuple, raw: Any) -> str:
+    """`models.1.backbone`, with the model's name added when it has one: `models.1(unet).backbone`."""
+    parts: list[str] = []
+    node = raw
+    for part in loc:
+        label = str(part)
+        if isinstance(part, int) and isinstance(node, list) and part < len(node):
+            node = node[part]
+            if isinstance(node, dict) and isinstance(node.get("name"), str):
+                label = f"{part}({node['name']})"
+        elif isinstance(node, dict):
+            node = node.get(part)
+        else:
+            node = None
+        parts.append(label)
+    return ".".join(parts) or "(top level)"
+
+
+def _describe_error(err: dict, raw: Any) -> str:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
+    loc = tuple(p for p in loc if p not in ("int", "str", "float", "bool"))
+    where = _loc_name(loc, raw)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        choices = _field_names(_schema_at(loc[:-1])) or []
+        return f"{where}: unknown key{did_you_mean(str(loc[-1]), choices)}"
+    if kind == "missing":
+        return f"{where}: required key is missing"
+    message = re.sub(r"^(Value error|Assertion failed), ", "", err["msg"])
+    got = err.get("input")
+    shown = "" if kind.startswith("value_error") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    return f"{where}: {message}{shown}"

@@ -1,0 +1,380 @@
+"""The experiment schema: a frozen, validated, fully resolved object (pydantic).
+
+Durations are converted to steps here and nowhere else (`ExperimentConfig.total_steps`). Models
+are checked by name against the catalogue; code a config names (factories, kinds) is imported
+only when a run builds it (`harness.members.registry.check_code`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from harness.config.catalog import check_input_size, check_spec, input_multiple
+from harness.core.losses import parse_loss
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+REPEAT_SEPARATOR = "@"  # not allowed in model names, so repeat members never collide with a model
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OptimizerSpec(Strict):
+    name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
+    learning_rate: Annotated[float, Field(gt=0)] = 1e-3
+    beta_1: Annotated[float, Field(ge=0, lt=1)] = 0.9  # adam/adamw; pix2pix uses 0.5
+    momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    weight_decay: Annotated[float, Field(ge=0)] | None = None
+    clipnorm: Annotated[float, Field(gt=0)] | None = None
+
+
+class GanSpec(Strict):
+    """A conditional (pix2pix-style) GAN member: `arch` is the generator, this is the rest."""
+
+    discriminator: str = "patchgan"
+    discriminator_options: dict[str, Any] = Field(default_factory=dict)
+    discriminator_optimizer: OptimizerSpec = OptimizerSpec(learning_rate=2e-4, beta_1=0.5)
+    l1_lambda: Annotated[float, Field(ge=0)] = 100.0  # generator loss = adversarial + l1_lambda x L1
+    # per_model placement: the discriminator on the generator's device, or on the next one
+    discriminator_device: Literal["same", "next"] = "same"
+
+
+KIND_PATTERN = r"^(supervised|gan|autoencoder|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
+
+
+class ModelSpec(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+    # supervised (one model, one loss), gan, autoencoder, or your own: package.module:Class
+    kind: Annotated[str, Field(pattern=KIND_PATTERN)] = "supervised"
+    arch: str
+    backbone: str | None = None
+    weights: Path | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    loss: str | None = None
+    optimizer: OptimizerSpec | None = None
+    jit_compile: bool | None = None
+    gan: GanSpec | None = None  # kind: gan only; defaults filled in
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_loss(value)
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _weights_exist(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"weights file {str(value)!r} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _arch_known(self) -> "ModelSpec":
+        problems = check_spec(self.arch, self.backbone, self.options)
+        if self.gan is not None and self.kind != "gan":
+            problems.append(f"'gan' settings apply to kind: gan, not kind: {self.kind}")
+        if self.kind == "gan":
+            gan = self.gan or GanSpec()
+            problems += [f"gan.discriminator: {p}" for p in check_spec(gan.discriminator, None, gan.discriminator_options)]
+            object.__setattr__(self, "gan", gan)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class AugmentSpec(Strict):
+    """Training-time augmentation, native TensorFlow ops with stateless seeds drawn from
+    (seed, step, position in the batch): every model sees the same augmented batch, a run is
+    repeatable, and a resumed run sees the batches it would have seen."""
+
+    flip_left_right: bool = False
+    flip_up_down: bool = False
+    rotate90: bool = False  # a random multiple of 90 degrees (square images only)
+    # random crop of this fraction range of each side, resized back (e.g. [0.6, 1.0]); None: off
+    crop_scale: tuple[Annotated[float, Field(gt=0, le=1)], Annotated[float, Field(gt=0, le=1)]] | None = None
+    brightness: Annotated[float, Field(ge=0, le=1)] = 0.0  # max shift, images are in [0, 1]
+    contrast: Annotated[float, Field(ge=0, lt=1)] = 0.0  # contrast factor in [1 - c, 1 + c]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "AugmentSpec":
+        if self.crop_scale is not None and self.crop_scale[0] > self.crop_scale[1]:
+            raise ValueError(f"crop_scale: [low, high] with low <= high, got {list(self.crop_scale)}")
+        return self
+
+    @property
+    def active(self) -> bool:
+        return any((self.flip_left_right, self.flip_up_down, self.rotate90, self.crop_scale, self.brightness, self.contrast))
+
+
+class TfdsSpec(Strict):
+    """A TensorFlow Datasets dataset already prepared on disk; nothing is ever downloaded."""
+
+    name: str  # e.g. "oxford_iiit_pet" or "oxford_iiit_pet/4.0.0" (default: the newest on disk)
+    data_dir: Path
+    train_split: str = "train"
+    val_split: str | None = "test"  # None: a val_fraction of the train split
+    image_key: str = "image"
+    mask_key: str = "segmentation_mask"
+
+
+SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
+SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
+Side = Annotated[int, Field(ge=8, le=4096)]
+
+
+class DataSpec(Strict):
+    # synthetic: generated shapes. folder: images/ and masks/ matched by file stem. csv: a
+    # manifest of image,mask[,split] paths. arrays: one .npz (images, masks[, val_images,
+    # val_masks]) or images/masks .npy files. tfds: a TFDS dataset on disk.
+    source: Literal[SOURCES] = "synthetic"  # type: ignore[valid-type]
+    images: Path | None = None
+    masks: Path | None = None
+    val_images: Path | None = None  # folder source: a separate validation folder pair
+    val_masks: Path | None = None
+    manifest: Path | None = None
+    arrays: Path | None = None
+    tfds: TfdsSpec | None = None
+    # Real sources without a given split: this share, chosen by a hash of each file's stem, so
+    # adding files never moves existing ones between train and val.
+    val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    on_bad_data: Literal["fail", "skip"] = "fail"  # skip: leave bad files out, and count them
+    palette: list[tuple[int, int, int]] | None = None  # RGB masks: the colour of class 0, 1, ...
+    fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
+    cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
+    augment: AugmentSpec = AugmentSpec()
+    # "auto" (real sources): the median source size, rounded down to suit every model.
+    image_size: tuple[Side, Side] | Literal["auto"] = (96, 96)
+    channels: Annotated[int, Field(ge=1, le=4)] = 3
+    classes: Annotated[int, Field(ge=1, le=255)] = 1
+    # synthetic: how many examples to make (default 512 / 64). Real sources: filled in from the
+    # scan (a given number caps how many are used).
+    train_size: Annotated[int, Field(ge=1)] | None = None
+    val_size: Annotated[int, Field(ge=1)] | None = None
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    max_shapes: Annotated[int, Field(ge=1, le=8)] = 4
+
+    @field_validator("image_size", mode="before")
+    @classmethod
+    def _square_from_int(cls, value: Any) -> Any:
+        return (value, value) if isinstance(value, int) else value
+
+    @model_validator(mode="after")
+    def _source_complete(self) -> "DataSpec":
+        problems = []
+        for source, fields in SOURCE_FIELDS.items():
+            given = [f for f in fields if getattr(self, f) is not None]
+            if self.source == source:
+                problems += [f"source: {source} needs data.{f}" for f in fields if f not in given]
+        if self.source == "arrays" and self.arrays is None and self.images is not None and self.masks is not None:
+            problems = []  # arrays given as two .npy files
+        if self.source == "synthetic":
+            if self.image_size == "auto":
+                problems.append("image_size: auto needs a real source (folder, csv, arrays, tfds)")
+            object.__setattr__(self, "train_size", self.train_size or 512)
+            object.__setattr__(self, "val_size", self.val_size or 64)
+        if self.palette is not None and len(self.palette) != max(self.classes, 2):
+            problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.resolved and self.batch_size > self.train_size:
+            raise ValueError(f"batch_size {self.batch_size} is larger than train_size {self.train_size}")
+        return self
+
+    @property
+    def resolved(self) -> bool:
+        """Sizes known: always for synthetic; for real sources once the pre-flight scan ran."""
+        return self.image_size != "auto" and self.train_size is not None and self.val_size is not None
+
+    @property
+    def steps_per_epoch(self) -> int:
+        if not self.resolved:
+            raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
+        return self.train_size // self.batch_size
+
+class TrainSpec(Strict):
+    epochs: Annotated[int, Field(ge=1)] = 1
+    steps: Annotated[int, Field(ge=1)] | None = None
+    steps_per_call: Annotated[int, Field(ge=1, le=10_000)] = 10
+    loss: str = "bce+dice"
+    optimizer: OptimizerSpec = OptimizerSpec()
+    deterministic: bool = False
+    jit_compile: bool = False
+    # None keeps each model's own (Keras: 0.99). Short comparisons want ~0.9: with 0.99 the moving
+    # averages lag the weights for hundreds of steps and inference-mode validation is meaningless.
+    batchnorm_momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
+    # None: at the end of every epoch. A checkpoint is always written at the end of the run.
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
+    keep_checkpoints: Annotated[int, Field(ge=1, le=1000)] = 3
+    # Each model is trained from this many initial seeds at once, as extra members of the same
+    # step (same batches), so tables can give mean, spread and a 95% interval per model.
+    repeats: Annotated[int, Field(ge=1, le=20)] = 1
+    # Skip the update of a member whose loss or gradients are not finite, and freeze it as
+    # diverged. Costs a few % of a small model's step at steps_per_call 1 (see Benchmarks).
+    isolate_divergence: bool = True
+
+    @field_validator("loss")
+    @classmethod
+    def _loss_parses(cls, value: str) -> str:
+        parse_loss(value)
+        return value
+
+
+class SplitGpuSpec(Strict):
+    count: Annotated[int, Field(ge=2, le=64)] = 2
+    memory_mb: Annotated[int, Field(ge=256)] = 4096
+
+
+class PlacementSpec(Strict):
+    strategy: Literal["auto", "one_device", "mirrored", "per_model", "split_gpu", "multi_worker"] = "auto"
+    device: str | None = None  # one_device: e.g. /gpu:1 or /cpu:0
+    devices: list[str] | None = None  # mirrored / per_model: default every GPU (or every CPU device)
+    # Split the CPU into N logical devices, to try mirrored/per_model on a machine with no GPU.
+    logical_cpus: Annotated[int, Field(ge=1, le=64)] | None = None
+    split_gpu: SplitGpuSpec = SplitGpuSpec()
+    precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+
+
+RANK_METRICS = ("val_iou", "val_f1", "val_loss", "best_val_loss", "final_train_loss")
+
+
+class MlflowSpec(Strict):
+    tracking_uri: str = "file:./mlruns"
+    experiment: str | None = None  # default: the experiment's name
+
+
+class ThresholdSpec(Strict):
+    """How much worse a metric may get before `harness nightly` calls it a regression: by an
+    absolute amount (`abs: 0.02` of IoU) or relative to the earlier value (`rel: 0.10` = 10%)."""
+
+    abs: Annotated[float, Field(ge=0)] | None = None
+    rel: Annotated[float, Field(ge=0)] | None = None
+    # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
+    higher_is_better: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "ThresholdSpec":
+        if (self.abs is None) == (self.rel is None):
+            raise ValueError("give exactly one of 'abs' (an amount) or 'rel' (a fraction, 0.1 = 10%)")
+        return self
+
+
+def _default_thresholds() -> dict[str, ThresholdSpec]:
+    return {"val_iou": ThresholdSpec(abs=0.02), "best_val_loss": ThresholdSpec(rel=0.10)}
+
+
+class NightlySpec(Strict):
+    """`harness nightly`: which summary.csv columns are watched, and how runs are kept."""
+
+    # summary.csv column -> threshold. Timing (ms_per_step) is not watched unless you add it:
+    # it depends on the machine's load as much as on your code.
+    thresholds: dict[str, ThresholdSpec] = Field(default_factory=_default_thresholds)
+    # Checkpoints of the newest N nightly runs (and of the pinned baseline) are kept; older runs
+    # keep their tables, plots, exported models and history rows.
+    keep_checkpoints_of_runs: Annotated[int, Field(ge=1, le=10_000)] = 3
+    # A "night" runs from this local hour to the same hour the next day, so a run started at
+    # 23:50 and resumed at 00:20 is the same night.
+    night_starts_at_hour: Annotated[int, Field(ge=0, le=23)] = 12
+
+
+class OutputSpec(Strict):
+    results_dir: Path = Path("results")
+    probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
+    export: bool = True
+    rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
+    log_scale: bool = False  # loss curves on a log axis
+    sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png
+    tensorboard: bool = True
+    mlflow: MlflowSpec | None = None  # pip install "harness[mlflow]"
+    progress: Literal["auto", "bar", "lines", "none"] = "auto"
+    nightly: NightlySpec = NightlySpec()
+
+
+class ExperimentConfig(Strict):
+    name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
+    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
+    data: DataSpec = DataSpec()
+    models: Annotated[list[ModelSpec], Field(min_length=1)]
+    train: TrainSpec = TrainSpec()
+    placement: PlacementSpec = PlacementSpec()
+    output: OutputSpec = OutputSpec()
+
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+        seen: set[str] = set()
+        dupes = [m.name for m in models if m.name in seen or seen.add(m.name)]
+        if dupes:
+            raise ValueError(f"model names must be unique; repeated: {', '.join(sorted(set(dupes)))}")
+        return models
+
+    @model_validator(mode="after")
+    def _resolve(self) -> "ExperimentConfig":
+        multiples = {name: (arch, input_multiple(arch, options)) for name, arch, options in self.networks()}
+        size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size)
+        if size_problems:
+            raise ValueError("\n".join(size_problems))
+        # Defaults are filled into each model so config.yaml says exactly what each one used.
+        filled = [
+            m.model_copy(
+                update={
+                    "loss": m.loss or self.train.loss,
+                    "optimizer": m.optimizer or self.train.optimizer,
+                    "jit_compile": self.train.jit_compile if m.jit_compile is None else m.jit_compile,
+                }
+            )
+            for m in self.models
+        ]
+        object.__setattr__(self, "models", filled)
+        return self
+
+    def member_specs(self) -> list[ModelSpec]:
+        """One spec per trained member: each model, or with repeats R each model R times
+        (`unet@1` .. `unet@R`), differing only in their initial weights."""
+        if self.train.repeats == 1:
+            return list(self.models)
+        return [
+            m.model_copy(update={"name": f"{m.name}{REPEAT_SEPARATOR}{r}"})
+            for m in self.models
+            for r in range(1, self.train.repeats + 1)
+        ]
+
+    def networks(self) -> list[tuple[str, str, dict]]:
+        """(name, arch, options) of every network the models build, discriminators included."""
+        networks = [(m.name, m.arch, m.options) for m in self.models]
+        networks += [(f"{m.name}.discriminator", m.gan.discriminator, m.gan.discriminator_options) for m in self.models if m.gan]
+        return networks
+
+    @property
+    def total_steps(self) -> int:
+        return self.train.steps or self.train.epochs * self.data.steps_per_epoch
+
+    def fingerprint(self) -> str:
+        """A short hash of what is trained: not where results go, nor where it runs (a run trained
+        under one placement may be resumed under another)."""
+        payload = self.to_dict()
+        payload.pop("output", None)
+        payload.pop("placement", None)
+        blob = json.dumps(payload, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+

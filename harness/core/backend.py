@@ -1,0 +1,103 @@
+"""Selects legacy Keras (tf_keras) before TensorFlow is first imported.
+
+TensorFlow 2.21 ships Keras 3 as `tf.keras`; segmentation-models 1.0.1 and tf_keras optimizers need
+Keras 2. The switch is an environment variable read once, at TensorFlow's first import, so it must
+be set before anything imports TensorFlow. Every module of harness that needs TensorFlow imports it
+through `import_tf()`, which makes the order impossible to get wrong inside the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from harness.errors import ConfigError
+
+_REQUIRED_ENV = {"TF_USE_LEGACY_KERAS": "1", "SM_FRAMEWORK": "tf.keras"}
+# TensorFlow's C++ start-up lines (oneDNN notice, CUDA probing, "failed call to cuInit" on machines
+# without a GPU) are written to stderr before any log level applies, and bury harness's own
+# messages. Unless the user chose a level, they are dropped while TensorFlow loads; failures still
+# surface as Python exceptions. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
+_USER_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL" in os.environ
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def select_legacy_keras() -> None:
+    """Set the environment so the first TensorFlow import picks tf_keras.
+
+    If TensorFlow is already imported with Keras 3 (a notebook that imported it first), setting the
+    variables now changes nothing; say what to do instead of failing later with obscure errors.
+    """
+    already_imported = "tensorflow" in sys.modules
+    wrong = {k: os.environ.get(k) for k, v in _REQUIRED_ENV.items() if os.environ.get(k) != v}
+    if already_imported and wrong:
+        tf = sys.modules["tensorflow"]
+        keras_module = type(getattr(tf, "keras", None)).__module__ if hasattr(tf, "keras") else ""
+        if not _uses_legacy_keras(tf):
+            raise ConfigError(
+                "TensorFlow was imported with Keras 3 before harness could select tf_keras "
+                f"(found {keras_module or 'keras 3'}). Import harness before tensorflow, or set "
+                "TF_USE_LEGACY_KERAS=1 and SM_FRAMEWORK=tf.keras in the environment before "
+                "starting Python (restart the notebook kernel)."
+            )
+    for key, value in _REQUIRED_ENV.items():
+        os.environ[key] = value
+
+
+def user_environment() -> dict[str, str]:
+    """The environment as the user gave it, for child processes (each makes its own choices)."""
+    env = dict(os.environ)
+    if not _USER_LOG_LEVEL:
+        env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def _uses_legacy_keras(tf) -> bool:
+    try:
+        version = tf.keras.__version__
+    except Exception:  # an incomplete keras import: treat as not legacy
+        return False
+    return str(version).startswith("2.")
+
+
+def import_tf():
+    """Return the `tensorflow` module, imported with tf_keras selected."""
+    select_legacy_keras()
+    if "tensorflow" in sys.modules or _USER_LOG_LEVEL:
+        import tensorflow as tf
+
+        return tf
+    with _stderr_silenced():
+        import tensorflow as tf
+
+        # CUDA probing happens here; physical listing leaves logical devices configurable.
+        tf.config.list_physical_devices()
+    return tf
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Point file descriptor 2 at /dev/null (C++ writes there directly), then restore it."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def import_keras():
+    """Return `tf_keras`, the Keras 2 package segmentation-models and harness build on."""
+    import_tf()
+    import tf_keras
+
+    return tf_keras

@@ -1,0 +1,98 @@
+"""The fused step: what one step computes (members' fragments) and how it is compiled.
+
+`make_train_loop` returns a `TrainLoop`: called with (iterator, k) it runs k steps, each taking
+one batch from the shared iterator and running every member's fragment on it, in config order,
+unrolled at trace time, and returns every step's metrics, stacked, in one host sync.
+
+Two compiled forms, one per run: for `steps_per_call` > 1, ONE tf.function with a graph loop
+whose count is a tensor (calls cut short at epoch ends or checkpoints reuse the same trace), the
+metrics gathered on device in TensorArrays; for `steps_per_call` 1, one step with no graph loop
+around it. A graph loop costs 0.5-2 ms per call (2-7% of a 30 ms step), which one step per call
+cannot spread (README, Benchmarks); both forms run the same ops per step: identical results.
+"""
+
+from __future__ import annotations
+
+from harness.core.backend import import_tf
+from harness.core.member_step import run_member_step
+
+tf = import_tf()
+
+
+class TrainLoop:
+    """Runs k training steps per call: `loop(iterator, k)` -> {member: {metric: tensor[k]}}."""
+
+    def __init__(self, one_step, metric_names: dict, steps_per_call: int):
+        self.single = steps_per_call == 1
+        self._step_fn = tf.function(lambda iterator: _stacked(one_step(iterator)))
+        self._loop_fn = tf.function(lambda iterator, num_steps: _loop(one_step, metric_names, iterator, num_steps))
+
+    def __call__(self, iterator, k: int):
+        if not self.single:
+            return self._loop_fn(iterator, tf.constant(k, tf.int32))
+        results = [self._step_fn(iterator) for _ in range(k)]  # k > 1 only from the end-of-run probe
+        return results[0] if k == 1 else tf.nest.map_structure(lambda *ts: tf.concat(ts, axis=0), *results)
+
+    def tracing_count(self) -> int:
+        return self._step_fn.experimental_get_tracing_count() + self._loop_fn.experimental_get_tracing_count()
+
+
+def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10) -> TrainLoop:
+    strategy = placement.strategy
+    fragments = [member_fragment(m, global_batch) for m in members]
+
+    def replica_step(images, masks, step):
+        outputs = {m.name: fragment(images, masks, step) for m, fragment in zip(members, fragments)}
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            # Each replica's loss is already divided by the GLOBAL batch: their sum is the batch
+            # mean. Summed here, in replica context, every replica holds the same result.
+            outputs = context.all_reduce(tf.distribute.ReduceOp.SUM, outputs)
+        return outputs
+
+    def one_step(iterator):
+        images, masks = next(iterator)
+        step = global_step + 1
+        if placement.distributed:
+            per_replica = strategy.run(replica_step, args=(images, masks, step))
+            outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
+        else:  # one replica: members are called directly, each on its pinned device
+            outputs = replica_step(images, masks, step)
+        global_step.assign_add(1)
+        return outputs
+
+    return TrainLoop(one_step, {m.name: m.metric_names for m in members}, steps_per_call)
+
+
+def _loop(one_step, metric_names: dict, iterator, num_steps):
+    arrays = {
+        name: {metric: tf.TensorArray(tf.float32, size=num_steps) for metric in metrics}
+        for name, metrics in metric_names.items()
+    }
+    for i in tf.range(num_steps):
+        arrays = _write_all(arrays, one_step(iterator), i)
+    return tf.nest.map_structure(lambda a: a.stack(), arrays)
+
+
+def _stacked(outputs):
+    """One step's metrics in the loop's layout: float32, a leading axis of length 1."""
+    return tf.nest.map_structure(lambda t: tf.expand_dims(tf.cast(t, tf.float32), 0), outputs)
+
+
+def _write_all(arrays, outputs, i):
+    return {
+        name: {metric: array.write(i, tf.cast(outputs[name][metric], tf.float32)) for metric, array in metrics.items()}
+        for name, metrics in arrays.items()
+    }
+
+
+def member_fragment(member, global_batch: int, jit_compile: bool | None = None):
+    """f(images, masks, step) -> the member's metrics: its step with the mechanics around it,
+    XLA-compiled on its own when asked (the loop around it holds the input iterator, which XLA
+    cannot compile, so jit applies per member, as Keras does per step)."""
+
+    def fragment(images, masks, step):
+        return run_member_step(member, images, masks, global_batch, step)
+
+    jit = member.spec.jit_compile if jit_compile is None else jit_compile
+    return tf.function(fragment, jit_compile=True) if jit else fragment

@@ -1,0 +1,163 @@
+"""One input pipeline for all models: each batch is made once and fed to every member.
+
+The train pipeline is a pure function of the step number: the batch for step s is drawn from a
+per-epoch permutation seeded by (seed, epoch). Resuming at step s therefore needs no iterator
+state, only s, and every run with the same seed sees the same batches in the same order.
+
+The built-in source is a synthetic shapes task: circles, rectangles and diamonds over textured
+noise, with exact masks, generated from (seed, example index) by native TensorFlow ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.core.backend import import_tf
+from harness.data.augment import make_augment_fn
+from harness.config.schema import DataSpec
+
+tf = import_tf()
+
+SHAPE_KINDS = ("circle", "rectangle", "diamond")
+
+
+@dataclass(frozen=True)
+class Datasets:
+    """The train pipeline starting at some step, and the fixed validation set."""
+
+    train: "tf.data.Dataset"
+    val: "tf.data.Dataset"
+    steps_per_epoch: int
+
+
+def build_datasets(spec: DataSpec, seed: int, start_step: int, total_steps: int, scan=None) -> Datasets:
+    """The train pipeline from `start_step` and the validation set, for a resolved spec; a real
+    source needs its scan (`harness.data.resolve.resolve_data`)."""
+    if spec.source == "synthetic":
+        make_example = make_synthetic_example_fn(spec, seed)
+    elif scan is None:
+        raise RuntimeError(f"data.source {spec.source}: build_datasets needs the scan from harness.data.resolve.resolve_data")
+    else:
+        make_example = make_array_example_fn(scan, spec.classes)
+    augment = make_augment_fn(spec.augment, spec.image_size)
+    return Datasets(
+        train=make_train_dataset(make_example, spec, seed, start_step, total_steps, augment),
+        val=make_val_dataset(make_example, spec),
+        steps_per_epoch=spec.steps_per_epoch,
+    )
+
+
+def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int, total_steps: int, augment=None):
+    """Batches for steps start_step .. total_steps-1 (0-based), each exactly `batch_size` examples;
+    example j of step s is augmented with the key (seed, s * batch + j)."""
+    n, batch = spec.train_size, spec.batch_size
+    steps_per_epoch = spec.steps_per_epoch
+
+    def indices_for_step(step):
+        epoch = step // steps_per_epoch
+        position = step % steps_per_epoch
+        order = tf.argsort(tf.random.stateless_uniform([n], seed=tf.stack([tf.cast(seed, tf.int64), epoch])))
+        return order[position * batch : (position + 1) * batch], step * batch + tf.range(batch, dtype=tf.int64)
+
+    def example(index, draw):
+        image, mask = make_example(index)
+        if augment is None:
+            return image, mask
+        return augment(image, mask, tf.stack([tf.cast(seed, tf.int64) + 1_000_003, draw]))
+
+    return (
+        tf.data.Dataset.range(start_step, total_steps)
+        .map(indices_for_step)
+        .unbatch()
+        .map(example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .batch(batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def make_array_example_fn(scan, classes: int):
+    """f(index) for scanned real data: train examples first, then validation ones. The arrays sit
+    in CPU variables, which the input functions capture by reference, not as graph constants."""
+    if scan.variables is None:  # once per scan: the run, the probes and the samples share them
+        with tf.device("/cpu:0"):
+            scan.variables = (
+                tf.Variable(scan.images, trainable=False, name="data_images"),
+                tf.Variable(scan.labels, trainable=False, name="data_labels"),
+            )
+    images, labels = scan.variables
+    scale = 255.0 if scan.images.dtype.name == "uint8" else 1.0
+
+    def make_example(index):
+        image = tf.cast(tf.gather(images, index), tf.float32) / scale
+        label = tf.cast(tf.gather(labels, index), tf.int32)
+        return image, _encode_mask(label, classes)
+
+    return make_example
+
+
+def make_val_dataset(make_example, spec: DataSpec):
+    """Examples after the training ones (indices train_size ..), so the two never overlap."""
+    first = spec.train_size
+    return (
+        tf.data.Dataset.range(first, first + spec.val_size)
+        .map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        .batch(spec.batch_size)
+        .cache()
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def make_synthetic_example_fn(spec: DataSpec, seed: int):
+    """Return f(index) -> (image [H,W,C] float32 in [0,1], mask [H,W,classes] float32)."""
+    height, width = spec.image_size
+    channels, classes, slots = spec.channels, spec.classes, spec.max_shapes
+    ys = tf.range(height, dtype=tf.float32)[None, :, None]
+    xs = tf.range(width, dtype=tf.float32)[None, None, :]
+    side = float(min(height, width))
+
+    def make_example(index):
+        key = tf.stack([tf.cast(seed, tf.int64), tf.cast(index, tf.int64)])
+
+        def uniform(shape, salt, low=0.0, high=1.0):
+            return tf.random.stateless_uniform(shape, seed=key + [0, salt * 1_000_003], minval=low, maxval=high)
+
+        coarse = uniform([max(height // 8, 1), max(width // 8, 1), channels], 1)
+        texture = tf.image.resize(coarse, [height, width], method="bilinear")
+        texture = 0.25 + 0.35 * texture + 0.15 * uniform([height, width, channels], 2)
+
+        count = tf.cast(tf.floor(uniform([], 3, 1.0, slots + 1.0)), tf.int32)
+        active = tf.range(slots) < count
+        kind = tf.cast(tf.floor(uniform([slots], 4, 0.0, len(SHAPE_KINDS))), tf.int32)
+        cy = uniform([slots], 5, 0.15, 0.85)[:, None, None] * height
+        cx = uniform([slots], 6, 0.15, 0.85)[:, None, None] * width
+        ry = uniform([slots], 7, 0.08, 0.22)[:, None, None] * side
+        rx = uniform([slots], 8, 0.08, 0.22)[:, None, None] * side
+        dy, dx = (ys - cy) / ry, (xs - cx) / rx
+        inside = tf.stack(
+            [dy**2 + dx**2 <= 1.0, (tf.abs(dy) <= 1.0) & (tf.abs(dx) <= 1.0), tf.abs(dy) + tf.abs(dx) <= 1.0],
+            axis=1,
+        )  # [slots, kinds, H, W]
+        masks = tf.gather(inside, kind, axis=1, batch_dims=1) & active[:, None, None]
+        colours = uniform([slots, channels], 9, 0.0, 1.0)
+
+        image, label = texture, tf.zeros([height, width], tf.int32)
+        for s in range(slots):  # later shapes are drawn over earlier ones, in image and label alike
+            m = masks[s]
+            image = tf.where(m[:, :, None], 0.7 * colours[s] + 0.3 * texture, image)
+            label = tf.where(m, _class_of(kind[s], classes), label)
+        return tf.clip_by_value(image, 0.0, 1.0), _encode_mask(label, classes)
+
+    return make_example
+
+
+def _class_of(kind, classes: int):
+    """Binary task: every shape is foreground. Multi-class: class 1.. by shape kind."""
+    if classes == 1:
+        return tf.constant(1, tf.int32)
+    return kind % (classes - 1) + 1
+
+
+def _encode_mask(label, classes: int):
+    if classes == 1:
+        return tf.cast(label > 0, tf.float32)[:, :, None]
+    return tf.one_hot(label, classes, dtype=tf.float32)

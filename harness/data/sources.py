@@ -1,0 +1,208 @@
+"""Real data sources: each lists its examples as `Item`s (an image and its mask: file paths,
+encoded bytes or array slices), with the problems found while listing (missing files, bad
+manifest rows). Decoding and checking them is the scan's job (`harness.data.scan`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.config.schema import DataSpec
+from harness.errors import ConfigError, DataError
+
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+JPEG = (".jpg", ".jpeg")
+
+
+@dataclass(frozen=True)
+class Item:
+    """One example to scan: `image`/`mask` are paths, encoded bytes or arrays."""
+
+    name: str  # how the user recognises it: "images/cat.png", "train[17]"
+    image: Any
+    mask: Any
+    split: str | None = None  # "train", "val" or None (decided by val_fraction)
+    mask_is_jpeg: bool = False
+    mask_name: str | None = None  # named in the message when the mask is what is wrong
+
+
+class BadItem(Exception):
+    """An item that cannot be used, and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing, per source
+
+
+def list_items(spec: DataSpec) -> list[Item]:
+    listing = {"folder": _folder_items, "csv": _csv_items, "arrays": _array_items, "tfds": _tfds_items}[spec.source]
+    items = listing(spec)
+    if not items and not getattr(items, "problems", None):
+        raise DataError(f"data.source {spec.source}: no examples found")
+    return items
+
+
+class _Listing(list):
+    """Items plus the problems found while listing (missing or duplicate pairs)."""
+
+    def __init__(self, items=(), problems=()):
+        super().__init__(items)
+        self.problems = list(problems)
+
+
+def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
+    if path is None or not (path.is_dir() if folder else path.is_file()):
+        raise ConfigError(f"data.{what}: {'folder' if folder else 'file'} {str(path)!r} does not exist")
+    return path
+
+
+def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[str]]:
+    found: dict[str, list[Path]] = defaultdict(list)
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
+            found[path.stem].append(path)
+    problems = [
+        f"{folder / stem}.*: {len(paths)} {what} files share the stem {stem!r} ({', '.join(p.name for p in paths)}); keep one"
+        for stem, paths in found.items()
+        if len(paths) > 1
+    ]
+    doubled = {stem for stem, paths in found.items() if len(paths) > 1}
+    return {stem: paths[0] for stem, paths in found.items() if len(paths) == 1}, problems, doubled
+
+
+def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listing:
+    images, problems, doubled = _by_stem(images_dir, "image")
+    masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask")
+    problems += mask_problems
+    doubled |= mask_doubled  # already named: not also a missing pair
+    problems += [f"{images[s]}: no mask with the stem {s!r} in {masks_dir}" for s in sorted(set(images) - set(masks) - doubled)]
+    problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}" for s in sorted(set(masks) - set(images) - doubled)]
+    items = [
+        Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
+        for s in sorted((set(images) & set(masks)) - doubled)
+    ]
+    return _Listing(items, problems)
+
+
+def _folder_items(spec: DataSpec) -> _Listing:
+    listing = _folder_pair(_must_exist(spec.images, "images", True), _must_exist(spec.masks, "masks", True), None if spec.val_images is None else "train")
+    if spec.val_images is not None or spec.val_masks is not None:
+        val = _folder_pair(_must_exist(spec.val_images, "val_images", True), _must_exist(spec.val_masks, "val_masks", True), "val")
+        listing = _Listing([*listing, *val], listing.problems + val.problems)
+    return listing
+
+
+def _csv_items(spec: DataSpec) -> _Listing:
+    manifest = _must_exist(spec.manifest, "manifest", False)
+    base = manifest.parent
+    with manifest.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = {"image", "mask"} - set(reader.fieldnames or [])
+        if missing:
+            raise ConfigError(f"data.manifest {manifest}: needs the columns image and mask (and optionally split); missing: {', '.join(sorted(missing))}")
+        rows = list(reader)
+    items, problems, seen = [], [], Counter(r["image"] for r in rows)
+    for line, row in enumerate(rows, start=2):
+        image, mask = base / row["image"], base / row["mask"]
+        where = f"{manifest}:{line}"
+        split = (row.get("split") or "").strip().lower() or None
+        if seen[row["image"]] > 1:
+            problems.append(f"{where}: {row['image']} is listed {seen[row['image']]} times")
+            continue
+        if split not in (None, "train", "val"):
+            problems.append(f"{where}: split must be train or val, got {row['split']!r}")
+            continue
+        absent = [str(p) for p in (image, mask) if not p.is_file()]
+        if absent:
+            problems.append(f"{where}: file does not exist: {', '.join(absent)}")
+            continue
+        items.append(Item(str(image), image, mask, split, mask.suffix.lower() in JPEG, str(mask)))
+    return _Listing(items, problems)
+
+
+def _array_items(spec: DataSpec) -> _Listing:
+    if spec.arrays is not None:
+        path = _must_exist(spec.arrays, "arrays", False)
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                arrays = {k: archive[k] for k in archive.files}
+        except (OSError, ValueError) as exc:
+            raise DataError(f"data.arrays {path}: cannot be read as .npz: {exc}") from None
+        names = {"images": _first(arrays, "images", "x", "image"), "masks": _first(arrays, "masks", "y", "mask")}
+        if names["images"] is None or names["masks"] is None:
+            raise DataError(f"data.arrays {path}: needs arrays named images and masks (or x and y); it has {', '.join(arrays) or 'none'}")
+        parts = [("train" if "val_images" in arrays else None, arrays[names["images"]], arrays[names["masks"]], path.name)]
+        if "val_images" in arrays and "val_masks" in arrays:
+            parts.append(("val", arrays["val_images"], arrays["val_masks"], f"{path.name}:val"))
+    else:
+        loaded = []
+        for what in ("images", "masks"):
+            path = _must_exist(getattr(spec, what), what, False)
+            try:
+                loaded.append(np.load(path, allow_pickle=False, mmap_mode="r"))
+            except (OSError, ValueError) as exc:
+                raise DataError(f"data.{what} {path}: cannot be read as .npy: {exc}") from None
+        parts = [(None, loaded[0], loaded[1], spec.images.name)]
+    items, problems = [], []
+    for split, images, masks, label in parts:
+        if len(images) != len(masks):
+            problems.append(f"{label}: {len(images)} images but {len(masks)} masks")
+            continue
+        items += [Item(f"{label}[{i}]", images[i], masks[i], split) for i in range(len(images))]
+    return _Listing(items, problems)
+
+
+def _first(arrays: dict, *names: str) -> str | None:
+    return next((n for n in names if n in arrays), None)
+
+
+def _tfds_items(spec: DataSpec) -> _Listing:
+    """Read a prepared TFDS dataset straight from its files (dataset_info.json + TFRecord shards
+    of tf.train.Example with encoded images), so tensorflow-datasets itself is not needed."""
+    from harness.core.backend import import_tf
+
+    tf = import_tf()
+    tfds = spec.tfds
+    folder = _tfds_folder(tfds.data_dir, tfds.name)
+    info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+    dataset = info.get("name") or tfds.name.split("/")[0]
+    splits = [(tfds.train_split, "train" if tfds.val_split else None)] + ([(tfds.val_split, "val")] if tfds.val_split else [])
+    items, problems = [], []
+    features = {k: tf.io.FixedLenFeature([], tf.string) for k in (tfds.image_key, tfds.mask_key)}
+    for split_name, split in splits:
+        shards = sorted(folder.glob(f"{dataset}-{split_name}.tfrecord*"))
+        if not shards:
+            known = sorted({p.name.split("-")[1].split(".")[0] for p in folder.glob(f"{dataset}-*.tfrecord*")})
+            raise ConfigError(f"data.tfds: no split {split_name!r} in {folder} (splits on disk: {', '.join(known) or 'none'})")
+        for i, record in enumerate(tf.data.TFRecordDataset([str(s) for s in shards])):
+            name = f"{dataset}/{split_name}[{i}]"
+            try:
+                example = tf.io.parse_single_example(record, features)
+            except tf.errors.InvalidArgumentError as exc:
+                problems.append(f"{name}: not an example with {tfds.image_key!r} and {tfds.mask_key!r}: {exc.message.splitlines()[0]}")
+                continue
+            mask = example[tfds.mask_key].numpy()
+            items.append(Item(name, example[tfds.image_key].numpy(), mask, split, mask[:3] == b"\xff\xd8\xff"))
+    return _Listing(items, problems)
+
+
+def _tfds_folder(data_dir: Path, name: str) -> Path:
+    """data_dir/name[/config]/version: the given version, or the newest one on disk."""
+    root = _must_exist(data_dir, "tfds.data_dir", True) / name
+    candidates = sorted(root.glob("dataset_info.json")) + sorted(root.glob("*/dataset_info.json")) + sorted(root.glob("*/*/dataset_info.json"))
+    if not candidates:
+        raise ConfigError(f"data.tfds: no prepared dataset {name!r} under {data_dir} (looked for {root}/[config/]version/dataset_info.json); harness never downloads")
+    return max(candidates, key=lambda p: _version_key(p.parent.name)).parent
+
+
+def _version_key(text: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else -1 for p in text.split("."))
+
+

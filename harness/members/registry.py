@@ -1,0 +1,101 @@
+"""Resolving what a config names into code, and building the members from it.
+
+The config checks names only; this is where the code a config names is imported: users' model
+factories (`arch: package.module:function`) and member kinds (`kind: package.module:Class`).
+`harness run`, `resume` and `nightly` call `check_code` before a run directory exists (bad code is
+exit 2 with every problem listed); `report`, `compare`, `runs` and `history` never call it, so
+reading a run directory runs none of the code it names.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+from harness.config.schema import DataSpec, ExperimentConfig, ModelSpec
+from harness.core.member_step import on_device
+from harness.errors import ConfigError
+from harness.config import catalog
+from harness.members import zoo
+from harness.members.base import Member
+from harness.members.kinds import AutoencoderMember, GanMember
+
+BUILTIN_KINDS: dict[str, type[Member]] = {"supervised": Member, "gan": GanMember, "autoencoder": AutoencoderMember}
+
+
+def member_class(kind: str) -> type[Member]:
+    """The class of a kind: a built-in one, or a user's `package.module:Class` (imported here)."""
+    if kind in BUILTIN_KINDS:
+        return BUILTIN_KINDS[kind]
+    problems = _kind_problems(kind)
+    if problems:
+        raise ConfigError("cannot use a member kind:", problems)
+    module_name, _, attr = kind.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _kind_problems(kind: str) -> list[str]:
+    if kind in BUILTIN_KINDS:
+        return []
+    module_name, _, attr = kind.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        return [f"kind {kind!r}: cannot import module {module_name!r}: {exc}"]
+    cls = getattr(module, attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Member)):
+        return [f"kind {kind!r} must be a subclass of harness.members.Member"]
+    return []
+
+
+def _factory_problems(arch: str) -> list[str]:
+    if not catalog.is_factory(arch):
+        return []
+    try:
+        zoo.load_factory(arch)
+    except (ImportError, AttributeError, TypeError) as exc:
+        return [str(exc)]
+    return []
+
+
+def input_multiple(config: ExperimentConfig) -> int:
+    """Each side of the input must be a multiple of this for every network, users' factories'
+    own rules included (this imports them)."""
+    return math.lcm(*(zoo.code_input_multiple(arch, options) for _, arch, options in config.networks()))
+
+
+def check_code(config: ExperimentConfig) -> None:
+    """Import every factory and kind the config names; ConfigError listing every problem."""
+    problems = []
+    for i, spec in enumerate(config.models):
+        where = f"models.{i}({spec.name})"
+        problems += [f"{where}.arch: {p}" for p in _factory_problems(spec.arch)]
+        problems += [f"{where}.kind: {p}" for p in _kind_problems(spec.kind)]
+    if not problems and config.data.image_size != "auto":
+        multiples = {name: (arch, zoo.code_input_multiple(arch, options)) for name, arch, options in config.networks()}
+        problems += catalog.check_input_size(multiples, config.data.image_size)
+    if problems:
+        raise ConfigError("the code this config names cannot be used:", problems)
+
+
+def build_member(
+    spec: ModelSpec,
+    data: DataSpec,
+    seed: int,
+    batchnorm_momentum: float | None = None,
+    device: str | None = None,
+    precision: str = "float32",
+) -> Member:
+    with on_device(device):
+        return member_class(spec.kind).build(spec, data, seed, batchnorm_momentum, device, precision)
+
+
+def build_members(config: ExperimentConfig, model_devices: dict[str, str | None] | None = None) -> list[Member]:
+    devices = model_devices or {}
+    members = [
+        build_member(spec, config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision)
+        for spec in config.member_specs()
+    ]
+    for member in members:
+        member.isolate_divergence = config.train.isolate_divergence
+    return members

@@ -1,0 +1,1 @@
+"""Runs across nights: `harness nightly` (tonight's run), the SQLite history, regression verdicts."""

@@ -1,0 +1,88 @@
+"""Did a metric get worse? Pure functions of two runs' measurements and the thresholds.
+
+A change is a regression when the metric moved in its bad direction by more than its threshold
+(strictly more: a change exactly at the threshold is allowed), when a value that was finite is
+now missing or not finite, or when a model that trained fine before diverged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Mapping
+
+from harness.config.schema import ThresholdSpec
+from harness.outputs import columns
+_ROUNDING = 1e-9
+
+
+def higher_is_better(metric: str, threshold: ThresholdSpec | None = None) -> bool:
+    if threshold is not None and threshold.higher_is_better is not None:
+        return threshold.higher_is_better
+    return columns.higher_is_better(metric)
+
+
+@dataclass(frozen=True)
+class Change:
+    """One watched metric of one model, tonight against an earlier run."""
+
+    against: str  # "previous" or "baseline"
+    against_run: str
+    model: str
+    metric: str
+    before: float
+    now: float
+    worse_by: float  # in the metric's bad direction; negative means it improved
+    allowed: str  # the threshold, as written: "abs 0.02", "rel 10%"
+    regressed: bool
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compare(
+    now: Mapping[tuple[str, str], float],
+    before: Mapping[tuple[str, str], float],
+    now_status: Mapping[str, str],
+    before_status: Mapping[str, str],
+    thresholds: Mapping[str, ThresholdSpec],
+    against: str,
+    against_run: str,
+) -> list[Change]:
+    """Every watched (model, metric) present in both runs, plus every model that stopped training
+    fine. Models only in one of the two runs are reported as a note, not a regression."""
+    changes: list[Change] = []
+    models = sorted(set(now_status) | {m for m, _ in now})
+    for model in models:
+        if model not in before_status and not any(m == model for m, _ in before):
+            continue
+        if before_status.get(model) == "ok" and now_status.get(model, "ok") != "ok":
+            changes.append(
+                Change(against, against_run, model, "status", math.nan, math.nan, math.nan, "must stay ok", True,
+                       f"{before_status[model]} -> {now_status[model]}")
+            )
+        for metric, threshold in sorted(thresholds.items()):
+            if (model, metric) not in before:
+                continue
+            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold))
+    return changes
+
+
+def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec) -> Change:
+    sign = -1.0 if higher_is_better(metric, threshold) else 1.0
+    allowed = f"abs {threshold.abs:g}" if threshold.abs is not None else f"rel {threshold.rel:.0%}"
+    if not columns.is_finite(before):
+        return Change(against, run, model, metric, before, now, math.nan, allowed, False, "no earlier value")
+    if not columns.is_finite(now):
+        return Change(against, run, model, metric, before, now, math.inf, allowed, True, "now missing or not finite")
+    worse_by = sign * (now - before)
+    limit = threshold.abs if threshold.abs is not None else threshold.rel * abs(before)
+    # A change of exactly the threshold is allowed, also when decimal values round (0.5 - 0.48).
+    return Change(against, run, model, metric, before, now, worse_by, allowed, worse_by > limit + _ROUNDING * max(abs(before), abs(now), limit))
+
+
+def models_added_or_removed(now_status: Mapping[str, str], before_status: Mapping[str, str]) -> list[str]:
+    notes = [f"new model {m!r} (nothing earlier to compare with)" for m in sorted(set(now_status) - set(before_status))]
+    notes += [f"model {m!r} is no longer in the experiment" for m in sorted(set(before_status) - set(now_status))]
+    return notes

@@ -1,0 +1,364 @@
+"""`harness nightly CONFIG`: tonight's run of an experiment, recorded and compared with earlier nights.
+
+  1. lock the experiment folder (a second nightly of the same experiment exits 5);
+  2. find tonight's run in the history: none -> start one (registered before training, so a kill
+     leaves a run to resume); interrupted -> resume it; already recorded -> nothing to train;
+  3. record its summary in the history (one transaction);
+  4. compare with the previous completed night and the pinned baseline, per the thresholds;
+  5. write nightly.json/nightly.md, trend plots and the report's nightly section;
+  6. drop the checkpoints of runs older than the newest N (tables, exports, history stay);
+  7. exit 6 if anything regressed, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.training import rundir as rd
+from harness.config.schema import ExperimentConfig
+from harness.errors import EXIT_OK, ConfigError, EXIT_REGRESSION, HarnessError, Interrupted
+from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
+from harness.training.lock import FolderLock
+from harness.nights.regressions import Change, compare, models_added_or_removed
+from harness.outputs.columns import format_cell, is_finite
+
+NIGHTLY_JSON = "nightly.json"
+NIGHTLY_MD = "nightly.md"
+TREND_FOLDER = "nightly"  # plots/nightly/: kept apart from the run's own comparison plots
+
+
+@dataclass
+class NightlyResult:
+    night: str
+    run_dir: Path
+    changes: list[Change]
+    notes: list[str]
+    trained: bool  # False when tonight's run was already recorded
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[Change]:
+        return [c for c in self.changes if c.regressed]
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_REGRESSION if self.regressions else EXIT_OK
+
+
+def current_night(starts_at_hour: int, now: datetime | None = None) -> str:
+    """The local date a night is named by: 02:00 on the 22nd belongs to the night of the 21st."""
+    now = now or datetime.now().astimezone()
+    return (now - timedelta(hours=starts_at_hour)).date().isoformat()
+
+
+def experiment_dir(config: ExperimentConfig, results_dir: Path | None = None) -> Path:
+    return Path(results_dir or config.output.results_dir) / config.name
+
+
+def run_nightly(
+    config: ExperimentConfig,
+    results_dir: Path | None = None,
+    night: str | None = None,
+    code_dir: Path | None = None,
+) -> NightlyResult:
+    settings = config.output.nightly
+    folder = experiment_dir(config, results_dir)
+    night = night or current_night(settings.night_starts_at_hour)
+    with FolderLock(folder, purpose="nightly"):
+        from harness.members.registry import check_code
+        from harness.training.entry import prepare_process, resolve_data_sizes
+
+        check_code(config)
+        prepare_process(config)
+        config, scan = resolve_data_sizes(config, results_dir)  # tonight's run is matched on the resolved config
+        store = HistoryStore.beside(folder)
+        run, trained = _train_tonight(config, scan, folder, store, night, code_dir)
+        result = _compare_and_report(config, store, run, night, trained)
+        removed = apply_retention(store, settings.keep_checkpoints_of_runs)
+        if removed:
+            result.notes.append(f"checkpoints removed (retention {settings.keep_checkpoints_of_runs} runs): {', '.join(removed)}")
+        return result
+
+
+# ---------------------------------------------------------------------------------------------
+# 2-3. Train (or resume) tonight's run and record it
+
+
+def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryStore, night: str, code_dir: Path | None):
+    from harness.training.entry import resume_run, run_experiment
+
+    commit = git_commit(code_dir or Path.cwd())
+    existing = _tonights_run(store, folder, night, config)
+    if existing is not None and (recorded := store.get(existing.path.name)) and recorded.status == "completed":
+        print(f"harness: the night of {night} is already recorded ({existing.path}); nothing to train", file=sys.stderr)
+        return existing, False
+    resuming = existing is not None and existing.run_json.exists()
+    if resuming:
+        run = existing
+        print(f"harness: resuming tonight's run {run.path}", file=sys.stderr)
+    else:
+        run = existing or rd.create_run_dir(config, folder.parent)
+        store.register_night(night, run.path.name)  # before training: a kill leaves a run to resume
+    try:
+        if resuming:
+            resume_run(run.path)
+        else:
+            run_experiment(config, run=run, scan=scan)
+    except Interrupted:
+        raise  # resumable: the next nightly of this night continues it
+    except Exception:
+        _record_failure(store, run, night, commit)
+        raise
+    store.record_run(measurements(run, night, commit, regressions=None))
+    return run, True
+
+
+def _record_failure(store: HistoryStore, run: rd.RunDir, night: str, commit: str | None) -> None:
+    """A failed night shows in the history; the original error is what the user needs, so a
+    failure to record (the disk may be what failed) does not replace it."""
+    try:
+        if run.run_json.exists():
+            store.record_run(measurements(run, night, commit, regressions=None))
+    except (HarnessError, OSError, ValueError):
+        pass
+
+
+def _tonights_run(store: HistoryStore, folder: Path, night: str, config: ExperimentConfig) -> rd.RunDir | None:
+    """Tonight's registered run, if it can be continued with this config."""
+    run_id = store.run_for_night(night)
+    if run_id is None or not (folder / run_id).is_dir():
+        return None
+    run = rd.RunDir(folder / run_id)
+    if run.run_json.exists():
+        try:
+            fingerprint = run.read_run_info().get("config_fingerprint")
+        except (OSError, ValueError):
+            return None
+        if fingerprint != config.fingerprint():
+            print(
+                f"harness: the experiment changed since tonight's run {run_id} started; starting a new run for the night",
+                file=sys.stderr,
+            )
+            return None
+    return run
+
+
+def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressions: int | None) -> RunMeasurements:
+    """What the history keeps of a run: run.json's facts and every numeric summary.csv column."""
+    info = run.read_run_info()
+    metrics: dict[tuple[str, str], float] = {}
+    status: dict[str, str] = {}
+    if run.summary_csv.exists():
+        summary = pd.read_csv(run.summary_csv)
+        for _, row in summary.iterrows():
+            model = str(row["model"])
+            status[model] = str(row.get("status", "ok"))
+            for column, value in row.items():
+                if column in ("model", "status", "rank"):
+                    continue
+                number = pd.to_numeric(value, errors="coerce")
+                if pd.notna(number) or column.startswith(("val_", "best_", "final_")):
+                    metrics[(model, str(column))] = float(number) if pd.notna(number) else math.nan
+    record = RunRecord(
+        run_id=run.path.name,
+        night=night,
+        status=info.get("status", "unknown"),
+        fingerprint=info.get("config_fingerprint"),
+        git_commit=commit,
+        run_dir=str(run.path.resolve()),
+        regressions=regressions,
+    )
+    return RunMeasurements(
+        record=record,
+        started=info.get("started"),
+        ended=info.get("ended"),
+        versions=info.get("versions", {}),
+        devices=info.get("devices", []),
+        placement=info.get("placement", {}),
+        model_status=status,
+        metrics=metrics,
+    )
+
+
+def git_commit(folder: Path) -> str | None:
+    """The commit of the user's code (the folder nightly was started from), `-dirty` if it has
+    uncommitted changes; None outside a git checkout or without git."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=folder, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip()[:12] + ("-dirty" if dirty.stdout.strip() else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# 4-5. Compare and report
+
+
+def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, night: str, trained: bool) -> NightlyResult:
+    run_id = run.path.name
+    thresholds = config.output.nightly.thresholds
+    now, now_status = store.metrics_of(run_id), store.model_status_of(run_id)
+    changes: list[Change] = []
+    notes: list[str] = []
+    references = {"previous": store.previous_completed(night, excluding=run_id)}
+    baseline_id = store.baseline()
+    references["baseline"] = store.get(baseline_id) if baseline_id and baseline_id != run_id else None
+    for against, reference in references.items():
+        if reference is None:
+            notes.append(f"no {against} run to compare with" + (" (pin one: harness history NAME --pin RUN_ID)" if against == "baseline" else ""))
+            continue
+        before, before_status = store.metrics_of(reference.run_id), store.model_status_of(reference.run_id)
+        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id)
+        notes += [f"{against} ({reference.run_id}): {n}" for n in models_added_or_removed(now_status, before_status)]
+        if reference.fingerprint != store.get(run_id).fingerprint:
+            notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
+    watched = {metric for _, metric in now}
+    notes += [f"threshold for {m!r}, but summary.csv has no such column" for m in sorted(set(thresholds) - watched)]
+    result = NightlyResult(night, run.path, changes, notes, trained)
+    store.set_verdict(run_id, [(c.against, c.against_run, c.model, c.metric, c.before, c.now, c.allowed) for c in result.regressions])
+    store.set_meta("watched", sorted(thresholds))  # what `harness history` shows by default
+    result.report = write_nightly_report(config, store, run, result, references)
+    return result
+
+
+def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
+    from harness.outputs.derived import write_report_page
+    from harness.outputs.plots import save_trend_plots
+
+    history = store.table()
+    regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
+    plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.output.nightly.thresholds), store.baseline(), regressed)
+    report = {
+        "night": result.night,
+        "run_id": run.path.name,
+        "previous": references["previous"].run_id if references["previous"] else None,
+        "baseline": references["baseline"].run_id if references["baseline"] else None,
+        "regressions": len(result.regressions),
+        "watched": sorted(config.output.nightly.thresholds),
+        "changes": [c.as_dict() for c in result.changes],
+        "notes": result.notes,
+        "trend_plots": [str(p.relative_to(run.path)) for p in plots],
+    }
+    rd.atomic_write_text(run.path / NIGHTLY_JSON, json.dumps(report, indent=2, default=_json_number) + "\n")
+    rd.atomic_write_text(run.path / NIGHTLY_MD, render_markdown(config.name, report, history))
+    # The latest night also beside the runs, its image links pointing into the run's folder.
+    rd.atomic_write_text(run.path.parent / NIGHTLY_MD, render_markdown(config.name, report, history, f"{run.path.name}/"))
+    write_report_page(run, config, run.read_info())
+    return report
+
+
+def _json_number(value: Any) -> Any:
+    return None if isinstance(value, float) and not is_finite(value) else value
+
+
+def render_markdown(name: str, report: dict[str, Any], history: pd.DataFrame, link_prefix: str = "") -> str:
+    verdict = f"**{report['regressions']} regression(s)**" if report["regressions"] else "no regression"
+    lines = [
+        f"# {name}: night of {report['night']}",
+        "",
+        f"Run `{report['run_id']}`: {verdict}. Previous night: `{report['previous'] or '-'}`; "
+        f"baseline: `{report['baseline'] or '-'}`.",
+        "",
+    ]
+    for against in ("previous", "baseline"):
+        rows = [c for c in report["changes"] if c["against"] == against]
+        if not rows:
+            continue
+        lines += [f"## Against the {against} run (`{rows[0]['against_run']}`)", "", "| model | metric | before | now | change | allowed | verdict |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for c in rows:
+            verdict_cell = "**REGRESSION**" + (f" ({c['note']})" if c["note"] else "") if c["regressed"] else (c["note"] or "ok")
+            lines.append(
+                f"| {c['model']} | {c['metric']} | {format_cell(c['before'])} | {format_cell(c['now'])} | {_fmt_change(c)} | {c['allowed']} | {verdict_cell} |"
+            )
+        lines.append("")
+    if report["notes"]:
+        lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]
+    lines += ["## History", "", markdown_table(history_pivot(history, report["watched"])), ""]
+    if report["trend_plots"]:
+        lines += ["## Trends", ""] + [f"![{Path(p).stem}]({link_prefix}{p})" for p in report["trend_plots"]] + [""]
+    return "\n".join(lines)
+
+
+def _fmt_change(change: dict[str, Any]) -> str:
+    before, now = change["before"], change["now"]
+    if not all(is_finite(v) for v in (before, now)):
+        return "-"
+    relative = f" ({(now - before) / abs(before):+.1%})" if before else ""
+    return f"{now - before:+.4g}{relative}"
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    if not len(frame):
+        return "(empty)"
+    cells = [[format_cell(v) for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
+
+
+def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFrame:
+    """One row per run (failed ones too), one column per model x metric: what `harness history` prints."""
+    if not len(history):
+        return pd.DataFrame(columns=["night", "run_id", "status", "commit", "regressions"])
+    facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "regressions"]]
+    measured = history.dropna(subset=["metric"])
+    if metrics:
+        measured = measured[measured["metric"].isin(metrics)]
+    if len(measured):
+        values = measured.pivot_table(index="run_id", columns=["model", "metric"], values="value", aggfunc="first", dropna=False)
+        values.columns = [f"{model} {metric}" for model, metric in values.columns]
+        facts = facts.join(values)
+    table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
+    return table[["night", "run_id", *[c for c in table.columns if c not in ("night", "run_id")]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. Retention
+
+
+def apply_retention(store: HistoryStore, keep_runs: int) -> list[str]:
+    """Remove checkpoints/ of recorded runs older than the newest `keep_runs` (never the pinned
+    baseline's). Tables, plots, exported models and history rows are never deleted."""
+    runs = store.runs()
+    keep = {r.run_id for r in runs[-keep_runs:]} | {store.baseline()}
+    removed = []
+    for record in runs:
+        if record.run_id in keep or not record.run_dir:
+            continue
+        checkpoints = Path(record.run_dir) / "checkpoints"
+        if checkpoints.is_dir():
+            shutil.rmtree(checkpoints)
+            removed.append(record.run_id)
+    return removed
+
+
+# ---------------------------------------------------------------------------------------------
+# `harness history`
+
+
+def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> HistoryStore:
+    """An experiment's history from its name (under the results folder) or its folder."""
+    given = Path(name_or_dir)
+    for folder in (given, Path(results_dir or "results") / str(name_or_dir)):
+        if (folder / "history.sqlite").is_file():
+            return HistoryStore.beside(folder)
+    raise ConfigError(
+        f"no history for {str(name_or_dir)!r}: looked for {given / 'history.sqlite'} and "
+        f"{Path(results_dir or 'results') / str(name_or_dir) / 'history.sqlite'}; `harness nightly CONFIG` creates it"
+    )
+
+
+def history_table(store: HistoryStore, metrics: list[str] | None = None) -> pd.DataFrame:
+    return history_pivot(store.table(), metrics or store.meta("watched") or None)

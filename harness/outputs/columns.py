@@ -1,0 +1,46 @@
+"""What a table column means to people, in one place: which direction is better, whether a value
+counts as a number, and how a cell is written. Tables, compare, the report, plots and the nightly
+verdicts all ask here."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+HIGHER_IS_BETTER = frozenset({"val_iou", "val_f1", "images_per_s"})
+LOWER_IS_BETTER = frozenset(
+    {"val_loss", "best_val_loss", "final_train_loss", "params", "flops_per_example", "ms_per_step", "input_wait_share"}
+)
+
+
+def higher_is_better(column: str) -> bool:
+    """True for scores and throughput; False for losses, sizes and times (and unknown columns)."""
+    return column in HIGHER_IS_BETTER
+
+
+def has_direction(column: str) -> bool:
+    return column in HIGHER_IS_BETTER or column in LOWER_IS_BETTER
+
+
+def is_finite(value: Any) -> bool:
+    """A real, finite number: not None, NaN, NA, +-Inf, nor a string."""
+    if value is None or value is pd.NA or isinstance(value, (str, bytes, bool)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def is_missing(value: Any) -> bool:
+    """None, NaN or NA: a cell with nothing in it (an infinite value is not missing: it is shown)."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def format_cell(value: Any) -> str:
+    """A table cell for people: 4 significant digits, '-' for missing (None, NaN, NA)."""
+    if is_missing(value):
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

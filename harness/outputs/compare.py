@@ -1,0 +1,61 @@
+"""`harness compare RUN_DIR ...`: models side by side, across one or several runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.errors import ConfigError
+from harness.training.rundir import RunDir
+from harness.outputs.columns import format_cell, has_direction, higher_is_better
+
+COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1"]
+
+
+def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
+    frames, problems = [], []
+    for run_dir in run_dirs:
+        summary = Path(run_dir) / "summary.csv"
+        if not summary.is_file():
+            problems.append(f"{run_dir}: no summary.csv (not a run directory, or the run has not finished)")
+            continue
+        frame = pd.read_csv(summary)
+        frame.insert(0, "run", RunDir(Path(run_dir)).label)
+        frames.append(frame)
+    if problems:
+        raise ConfigError("cannot compare:", problems)
+    table = pd.concat(frames, ignore_index=True)
+    return table[[c for c in COLUMNS if c in table.columns]]
+
+
+def best_index(table: pd.DataFrame, column: str) -> int | None:
+    values = pd.to_numeric(table[column], errors="coerce")
+    if values.notna().sum() < 2:
+        return None
+    if not has_direction(column):
+        return None
+    return int(values.idxmax() if higher_is_better(column) else values.idxmin())
+
+
+def print_comparison(table: pd.DataFrame) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    best = {c: best_index(table, c) for c in table.columns}
+    view = Table(title="harness compare (best of each column in bold green)")
+    for column in table.columns:
+        view.add_column(column, justify="left" if column in ("run", "model", "status") else "right", no_wrap=column == "run")
+    for i, row in table.iterrows():
+        cells = []
+        for column, value in row.items():
+            text = format_cell(value)
+            if best.get(column) == i:
+                text = f"[bold green]{text}[/]"
+            elif column == "status" and value != "ok":
+                text = f"[red]{text}[/]"
+            cells.append(text)
+        view.add_row(*cells)
+    Console(width=max(160, Console().width)).print(view)
+
+

@@ -1,0 +1,138 @@
+"""Everything derived from a run's rows: summary.csv, pairs.csv, plots/, report.html.
+
+Called at the end of a run, and by `harness report RUN_DIR` to rebuild them from the files alone
+(losses.csv, run.json, config.yaml, and the exported models for the sample predictions).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.config.schema import ExperimentConfig
+from harness.outputs.plots import plot_samples, save_figure, save_plots
+from harness.outputs.report import render_nightly_section, render_report
+from harness.training.rundir import RunDir, atomic_write_text
+from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table
+
+
+def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
+    """Write the tables, plots and report; return the per-model summary.
+
+    `samples` is (images, masks, {model: predictions}) when the caller has the models at hand;
+    otherwise a samples.png already in plots/ is kept.
+    """
+    losses = load_losses(run.losses_csv)
+    member_summary = build_member_summary(losses, info.get("models", {}))
+    summary = build_summary(member_summary, config.output.rank_by)
+    pairs = build_pairs(losses)
+    save_table(summary, run.summary_csv)
+    save_table(pairs, run.path / "pairs.csv")
+    if config.train.repeats > 1:
+        save_table(member_summary, run.path / "summary_members.csv")
+    save_plots(run.plots, losses, summary, config.output.rank_by, config.output.log_scale)
+    if samples is not None:
+        save_figure(plot_samples(*samples), run.plots, "samples")
+    write_report_page(run, config, info)
+    return summary
+
+
+PLOT_ORDER = ("final_", "quality_vs_cost", "loss_curves", "val_metrics", "samples")
+
+
+def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:
+    """report.html from the tables and plots already on disk."""
+    summary = pd.read_csv(run.summary_csv)
+    pairs_file = run.path / "pairs.csv"
+    pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
+    plots = sorted(run.plots.glob("*.png"), key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
+    extra = []
+    nightly_file = run.path / "nightly.json"
+    if nightly_file.exists():
+        extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
+    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by, extra)
+    path = run.path / "report.html"
+    atomic_write_text(path, page)
+    return path
+
+
+def sample_batch(config: ExperimentConfig, count: int, scan=None):
+    """The first `count` validation images and masks: the same ones for every model, every run."""
+    from harness.data.pipeline import build_datasets
+
+    data = build_datasets(config.data, config.seed, 0, 1, scan)
+    images, masks = [], []
+    for batch_images, batch_masks in data.val:
+        images.append(batch_images.numpy())
+        masks.append(batch_masks.numpy())
+        if sum(len(i) for i in images) >= count:
+            break
+    return np.concatenate(images)[:count], np.concatenate(masks)[:count]
+
+
+def samples_from_models(config: ExperimentConfig, predict_by_member: dict[str, Any], scan=None):
+    """(images, masks, {model: predictions}) for the first repeat of every model."""
+    count = config.output.sample_images
+    if count == 0:
+        return None
+    images, masks = sample_batch(config, count, scan)
+    predictions = {}
+    for member, predict in predict_by_member.items():
+        model = base_model(member)
+        if model not in predictions:
+            predictions[model] = np.asarray(predict(images))
+    return images, masks, predictions
+
+
+def samples_from_exports(run: RunDir, config: ExperimentConfig):
+    """Sample predictions from models/<member>/model.keras, for rebuilding a report from disk.
+
+    Files only: the models are loaded with Keras's safe mode (no code stored in a file runs), and
+    the validation images come from the data files the config lists; nothing a run directory
+    names is imported. Without its data or its models, the samples already in plots/ are kept."""
+    import sys
+
+    from harness.data.resolve import resolve_data
+    from harness.errors import HarnessError
+
+    exported = {}
+    for spec in config.member_specs():
+        path = run.path / "models" / spec.name / "model.keras"
+        if path.exists():
+            model = load_exported_model(path)
+            exported[spec.name] = lambda x, m=model: m(x, training=False).numpy()
+    if not exported:
+        return None
+    try:
+        config, scan = resolve_data(config, 1, run.path.parent / ".data-cache")
+    except HarnessError as exc:
+        print(f"harness: warning: sample predictions not redrawn, the data cannot be read: {exc}", file=sys.stderr)
+        return None
+    return samples_from_models(config, exported, scan)
+
+
+def load_exported_model(path: Path):
+    """A model.keras loaded in safe mode; ConfigError (exit 2) naming the file if it is refused."""
+    from harness.core.backend import import_keras
+    from harness.errors import ConfigError
+
+    keras = import_keras()
+    try:
+        return keras.models.load_model(path, compile=False, safe_mode=True)
+    except Exception as exc:  # Keras raises ValueError, TypeError and its own for unloadable files
+        raise ConfigError(
+            f"{path} cannot be loaded safely (it needs code that a model file may not run, or is damaged): "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        ) from None
+
+
+def rebuild(run_dir: Path) -> pd.DataFrame:
+    """`harness report RUN_DIR`: everything derived, again, from what the run directory holds."""
+    run = RunDir(Path(run_dir))
+    info = run.read_info()
+    config = run.read_config()
+    return write_outputs(run, config, info, samples_from_exports(run, config))

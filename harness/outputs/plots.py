@@ -1,0 +1,239 @@
+"""Comparison plots. Each `plot_*` is a pure function of DataFrames: it draws on the `ax` it is
+given and returns it, so users can compose them into their own figures. `save_plots` writes the
+standard set as PNG and SVG into plots/.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")  # files only: no display needed, nightly jobs have none
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from harness.outputs.columns import higher_is_better  # noqa: E402
+from harness.outputs.tables import base_model  # noqa: E402
+
+SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
+
+
+def _colours(models: list[str]) -> dict[str, Any]:
+    """A model keeps its colour in every plot (and every run): colours follow the sorted names,
+    not the order a plot happens to draw them in (ranking order differs from config order)."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    return {m: cycle[i % len(cycle)] for i, m in enumerate(sorted(models))}
+
+
+def _per_model(losses: pd.DataFrame, split: str, metric: str, x: str = "step") -> dict[str, pd.DataFrame]:
+    """model -> DataFrame indexed by x with mean, low, high across repeats."""
+    rows = losses[(losses["split"] == split) & (losses["metric"] == metric)].copy()
+    rows = rows[np.isfinite(rows["value"])]
+    rows["base"] = rows["model"].map(base_model)
+    out = {}
+    for model, group in rows.groupby("base", sort=False):
+        stats = group.groupby(x)["value"].agg(["mean", "min", "max", "count"])
+        out[model] = stats
+    return out
+
+
+def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothing: float = SMOOTHING):
+    """Train loss per step: raw (faint), smoothed (solid), and the band across repeats."""
+    curves = _per_model(losses, "train", "loss")
+    colours = _colours(list(curves))
+    for model, stats in curves.items():
+        colour = colours[model]
+        ax.plot(stats.index, stats["mean"], color=colour, alpha=0.25, linewidth=0.8)
+        smooth = stats["mean"].ewm(alpha=1 - smoothing).mean()
+        ax.plot(stats.index, smooth, color=colour, linewidth=2, label=model)
+        if stats["count"].max() > 1:
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.12, linewidth=0)
+    medians = [stats["mean"].median() for stats in curves.values() if len(stats)]
+    if medians and min(medians) > 0 and max(medians) / min(medians) > 10:
+        log_scale = True  # losses on different scales (a GAN's adversarial + 100 x L1): keep all readable
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
+    if log_scale:
+        ax.set_yscale("log")
+    ax.set_title("training loss (same batches for every model)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
+    """A validation metric at each epoch end, with the band across repeats."""
+    curves = _per_model(losses, "val", metric, x="epoch")
+    colours = _colours(list(curves))
+    for model, stats in curves.items():
+        ax.plot(stats.index, stats["mean"], marker="o", color=colours[model], label=model)
+        if stats["count"].max() > 1:
+            ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[model], alpha=0.15, linewidth=0)
+    ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.set_ylabel(f"val {metric}")
+    ax.set_title(f"validation {metric}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
+    """The ranking metric per model, best first, with 95% intervals when there are repeats."""
+    errors = summary.get(f"{metric}_ci95")
+    colours = _colours(list(summary["model"]))
+    values = summary[metric].astype(float)
+    ax.bar(
+        summary["model"], values, color=[colours[m] for m in summary["model"]],
+        yerr=None if errors is None else errors.astype(float).fillna(0), capsize=6,
+    )
+    for i, value in enumerate(values):
+        ax.annotate(f"{value:.3f}", (i, value), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} by model" + (" (95% interval across seeds)" if errors is not None else ""))
+    ax.grid(axis="y", alpha=0.3)
+    return ax
+
+
+def pareto_front(points: pd.DataFrame, cost: str, quality: str, higher_is_better: bool = True) -> pd.DataFrame:
+    """The models no other model beats on both cost (lower) and quality, sorted by cost."""
+    data = points.dropna(subset=[cost, quality]).sort_values([cost, quality], ascending=[True, not higher_is_better])
+    front, best = [], None
+    for _, row in data.iterrows():
+        q = row[quality] if higher_is_better else -row[quality]
+        if best is None or q > best:
+            front.append(row)
+            best = q
+    return pd.DataFrame(front)
+
+
+def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
+    higher = higher_is_better(quality)
+    data = summary.dropna(subset=[cost, quality])
+    colours = _colours(list(summary["model"]))
+    for _, row in data.iterrows():
+        ax.scatter(row[cost], row[quality], s=60, color=colours[row["model"]], zorder=3)
+        ax.annotate(row["model"], (row[cost], row[quality]), xytext=(5, 4), textcoords="offset points")
+    front = pareto_front(data, cost, quality, higher)
+    if len(front):
+        ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2, label="Pareto front")
+        ax.legend()
+    ax.set_xlabel(cost)
+    ax.set_ylabel(quality)
+    if cost in ("params", "flops_per_example"):
+        ax.set_xscale("log")
+    ax.set_title(f"{quality} vs {cost}")
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, np.ndarray]):
+    """A figure: one row per validation image: image, true mask, each model's prediction."""
+    rows, columns = len(images), 2 + len(predictions)
+    fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
+    for r in range(rows):
+        panels = [("image", images[r], None), ("truth", _mask_view(masks[r]), "gray")]
+        for name, pred in predictions.items():
+            if pred.shape[-1] == images.shape[-1] != masks.shape[-1]:  # a reconstruction, not a mask
+                panels.append((name, pred[r], None))
+            else:
+                panels.append((name, _mask_view(pred[r]), "gray"))
+        for c, (title, picture, cmap) in enumerate(panels):
+            ax = axes[r][c]
+            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, picture.max()))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(title, fontsize=9)
+    fig.suptitle("validation samples: the same images for every model")
+    fig.tight_layout()
+    return fig
+
+
+def _mask_view(mask: np.ndarray) -> np.ndarray:
+    """Binary probability -> the thresholded mask; multi-class one-hot/probabilities -> class ids."""
+    if mask.shape[-1] == 1:
+        return (mask[..., 0] > 0.5).astype(float)
+    return mask.argmax(axis=-1).astype(float)
+
+
+def save_figure(fig, folder: Path, stem: str) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{stem}.png", folder / f"{stem}.svg"]
+    fig.savefig(paths[0], dpi=110, bbox_inches="tight")
+    fig.savefig(paths[1], bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool) -> list[Path]:
+    """The standard set; returns the PNG paths (SVGs are written beside them)."""
+    written = []
+
+    def figure(stem: str, draw, size=(7.5, 4.5)):
+        fig, ax = plt.subplots(figsize=size)
+        draw(ax)
+        written.append(save_figure(fig, folder, stem)[0])
+
+    figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale))
+    val_metrics = sorted(set(losses.loc[losses["split"] == "val", "metric"]))
+    if val_metrics:
+        fig, axes = plt.subplots(1, len(val_metrics), figsize=(4.5 * len(val_metrics), 3.8), squeeze=False)
+        for ax, metric in zip(axes[0], val_metrics):
+            plot_val_metric(ax, losses, metric)
+        fig.tight_layout()
+        written.append(save_figure(fig, folder, "val_metrics")[0])
+    quality = rank_by if rank_by in summary and summary[rank_by].notna().any() else None
+    if quality:
+        figure("final_" + quality, lambda ax: plot_final_bars(ax, summary, quality), size=(6.5, 4.2))
+        costs = [c for c in ("params", "ms_per_step") if c in summary and summary[c].notna().any()]
+        if costs:
+            fig, axes = plt.subplots(1, len(costs), figsize=(6 * len(costs), 4.2), squeeze=False)
+            for ax, cost in zip(axes[0], costs):
+                plot_quality_vs_cost(ax, summary, cost, quality)
+            fig.tight_layout()
+            written.append(save_figure(fig, folder, "quality_vs_cost")[0])
+    return written
+
+
+def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None):
+    """A metric across nights (history.table() rows), one line per model; the baseline night is
+    marked, and (model, run) pairs that regressed get a red ring."""
+    rows = history[history["metric"] == metric].copy()
+    runs = rows.drop_duplicates("run_id")[["run_id", "night"]]
+    labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]
+    position = {run: i for i, run in enumerate(runs["run_id"])}
+    colours = _colours(list(rows["model"].unique()))
+    for model, group in rows.groupby("model"):
+        x = group["run_id"].map(position)
+        ax.plot(x, group["value"], marker="o", color=colours[model], label=model)
+        for run, value in zip(group["run_id"], group["value"]):
+            if regressed and (model, run) in regressed:
+                ax.scatter(position[run], value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)
+    if baseline_run in position:
+        ax.axvline(position[baseline_run], color="grey", linestyle="--", linewidth=1, label="baseline")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} across nights")
+    ax.grid(alpha=0.3)
+    if len(rows):
+        ax.legend(fontsize=8)
+    return ax
+
+
+def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None) -> list[Path]:
+    """trend_<metric>.png (and .svg) for each watched metric the history has."""
+    written = []
+    for metric in metrics:
+        if not (history["metric"] == metric).any():
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4.0))
+        plot_trend(ax, history, metric, baseline_run, regressed)
+        fig.tight_layout()
+        written.append(save_figure(fig, folder, f"trend_{metric}")[0])
+    return written

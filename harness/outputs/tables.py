@@ -1,0 +1,182 @@
+"""Tables derived from the tidy rows of losses.csv (pandas): per member, per model, per pair.
+
+With `train.repeats: R`, members are named `<model>@<r>`; the per-model summary aggregates them:
+mean, standard deviation and a 95% t-interval across the R seeds, and a ranking that says which
+models cannot be told apart (their intervals overlap).
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from harness.outputs.columns import higher_is_better, is_finite
+from harness.outputs.writers import COLUMNS
+
+FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
+from harness.config.schema import REPEAT_SEPARATOR as SEPARATOR
+# Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+
+def load_losses(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        return pd.DataFrame(columns=list(COLUMNS))
+    return pd.read_csv(path, dtype={"model": str, "split": str, "metric": str})
+
+
+def base_model(member: str) -> str:
+    return member.split(SEPARATOR, 1)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Per member
+
+
+def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per trained member, in config order. `members` maps name -> facts the rows cannot
+    tell: params, flops_per_example, status, diverged_step, ms_per_step, images_per_s."""
+    records = []
+    for name, facts in members.items():
+        mine = losses[losses["model"] == name]
+        train = mine[(mine["split"] == "train") & (mine["metric"] == "loss")].sort_values("step")
+        val = mine[mine["split"] == "val"].pivot_table(index="step", columns="metric", values="value")
+        record: dict[str, Any] = {
+            "model": name,
+            "params": facts.get("params"),
+            "flops_per_example": facts.get("flops_per_example"),
+            "status": facts.get("status", "ok"),
+            "steps": int(train["step"].max()) if len(train) else 0,
+            "final_train_loss": _tail_mean(train["value"]),
+            "best_val_loss": float("nan"),
+            "best_step": pd.NA,
+            "ms_per_step": facts.get("ms_per_step"),
+            "images_per_s": facts.get("images_per_s"),
+            "diverged_step": facts.get("diverged_step"),
+            "input_wait_share": facts.get("input_wait_share"),
+        }
+        if "loss" in val and val["loss"].notna().any():
+            record["best_val_loss"] = float(val["loss"].min())
+            record["best_step"] = int(val["loss"].idxmin())
+        for metric in val.columns:
+            if len(val):
+                record[f"val_{metric}"] = float(val[metric].iloc[-1])
+        records.append(record)
+    summary = pd.DataFrame.from_records(records)
+    for column in ("best_step", "diverged_step"):
+        summary[column] = summary[column].astype("Int64")
+    return summary
+
+
+def _tail_mean(values: pd.Series) -> float:
+    finite = values[values.apply(is_finite)]
+    return float(finite.tail(FINAL_LOSS_WINDOW).mean()) if len(finite) else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# Per model (aggregating repeats) and ranking
+
+
+def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou") -> pd.DataFrame:
+    """One row per model, ranked by `rank_by` (best first)."""
+    frame = member_summary.copy()
+    frame["model"] = frame["model"].map(base_model)
+    repeated = frame.groupby("model", sort=False).size().max() > 1
+    rows = []
+    for model, group in frame.groupby("model", sort=False):
+        row: dict[str, Any] = {"model": model}
+        ok = (group["status"] == "ok").sum()
+        row["status"] = "ok" if ok == len(group) else ("diverged" if len(group) == 1 else f"diverged ({len(group) - ok}/{len(group)})")
+        for column in group.columns:
+            if column in ("model", "status"):
+                continue
+            values = pd.to_numeric(group[column], errors="coerce")
+            if column == "diverged_step":
+                row[column] = values.min() if values.notna().any() else pd.NA
+                continue
+            row[column] = float(values.mean()) if values.notna().any() else float("nan")
+            if repeated and column.startswith(("val_", "final_", "best_val")):
+                row[f"{column}_std"], row[f"{column}_ci95"] = _spread(values.dropna())
+        row["repeats"] = len(group)
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    summary = _rank(summary, rank_by)
+    for column in ("params", "steps", "best_step"):
+        if column in summary:
+            summary[column] = summary[column].round().astype("Int64")
+    return summary
+
+
+def _spread(values: pd.Series) -> tuple[float, float]:
+    n = len(values)
+    if n < 2:
+        return float("nan"), float("nan")
+    std = float(values.std(ddof=1))
+    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+    return std, t * std / math.sqrt(n)
+
+
+def _rank(summary: pd.DataFrame, rank_by: str) -> pd.DataFrame:
+    if rank_by not in summary or summary[rank_by].isna().all():
+        summary.insert(0, "rank", pd.array([pd.NA] * len(summary), dtype="Int64"))
+        return summary
+    ascending = not higher_is_better(rank_by)
+    summary = summary.sort_values(rank_by, ascending=ascending, na_position="last").reset_index(drop=True)
+    summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
+    ci = f"{rank_by}_ci95"
+    if ci in summary:
+        low, high = summary[rank_by] - summary[ci], summary[rank_by] + summary[ci]
+        summary["indistinguishable_from"] = [
+            ", ".join(
+                summary.loc[j, "model"]
+                for j in range(len(summary))
+                if j != i and pd.notna(low[i]) and pd.notna(low[j]) and low[i] <= high[j] and low[j] <= high[i]
+            )
+            for i in range(len(summary))
+        ]
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------
+# Pairs: every model saw the same batches, so per-step losses can be compared pairwise
+
+
+PAIR_COLUMNS = ["model_a", "model_b", "steps", "mean_loss_diff", "std_loss_diff", "a_beats_b"]
+
+
+def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
+    """With one model there are no pairs: the table is empty but keeps its columns."""
+    train = losses[(losses["split"] == "train") & (losses["metric"] == "loss")].copy()
+    if train.empty:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    train["model"] = train["model"].map(base_model)
+    per_step = train.groupby(["step", "model"], sort=False)["value"].mean().unstack("model")
+    models = list(dict.fromkeys(train["model"]))
+    rows = []
+    for a, b in combinations(models, 2):
+        both = per_step[[a, b]].dropna()
+        both = both[both.apply(lambda row: row.map(is_finite).all(), axis=1)]
+        diff = both[a] - both[b]
+        rows.append(
+            {
+                "model_a": a,
+                "model_b": b,
+                "steps": len(both),
+                "mean_loss_diff": float(diff.mean()) if len(diff) else float("nan"),
+                "std_loss_diff": float(diff.std(ddof=1)) if len(diff) > 1 else float("nan"),
+                # how often a's loss was lower than b's on the very same batch
+                "a_beats_b": float((diff < 0).mean()) if len(diff) else float("nan"),
+            }
+        )
+    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+
+
+def save_table(table: pd.DataFrame, path: Path) -> None:
+    from harness.training.rundir import atomic_write_text
+
+    atomic_write_text(path, table.to_csv(index=False))

@@ -1,0 +1,192 @@
+"""Where measurements go as the run proceeds: one interface, several writers.
+
+A measurement is a tidy row (step, epoch, model, split, metric, value). The runner hands each batch
+of rows to a `MultiWriter`; each writer decides what to do with them (append to losses.csv, show
+progress in the terminal, ...).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+COLUMNS = ("step", "epoch", "model", "split", "metric", "value")
+
+
+@dataclass(frozen=True)
+class Row:
+    step: int
+    epoch: int
+    model: str
+    split: str
+    metric: str
+    value: float
+
+
+class Writer(Protocol):
+    def write(self, rows: Sequence[Row], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MultiWriter:
+    def __init__(self, writers: Sequence[Writer]):
+        self.writers = list(writers)
+
+    def write(self, rows: Sequence[Row], step: int) -> None:
+        for writer in self.writers:
+            writer.write(rows, step)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+
+
+class CsvRowsWriter:
+    """Appends rows to losses.csv and flushes at every write, so a crash keeps what was measured."""
+
+    def __init__(self, path: Path):
+        new = not path.exists() or path.stat().st_size == 0
+        self._handle = path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.writer(self._handle, lineterminator="\n")
+        if new:
+            self._csv.writerow(COLUMNS)
+            self._handle.flush()
+
+    def write(self, rows: Sequence[Row], step: int) -> None:
+        self._csv.writerows(
+            (r.step, r.epoch, r.model, r.split, r.metric, _format(r.value)) for r in rows
+        )
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _format(value: float) -> str:
+    # repr keeps every bit of a float32 loss; the table must hold exactly what was computed.
+    return repr(float(value)) if math.isfinite(value) else str(float(value))
+
+
+class TensorBoardWriter:
+    """tb/<model>/ event files, one folder per member so TensorBoard overlays them, with the
+    model's hyperparameters (hparams plugin) so runs can be filtered and compared there too.
+
+    Scalars are named `<split>/<metric>` (train/loss, val/iou); the model is the folder.
+    """
+
+    def __init__(self, folder: Path, hparams: dict[str, dict]):
+        from harness.core.backend import import_tf
+
+        self.tf = import_tf()
+        self.writers = {}
+        for name, params in hparams.items():
+            writer = self.tf.summary.create_file_writer(str(folder / name))
+            self.writers[name] = writer
+            try:
+                from tensorboard.plugins.hparams import api as hp
+
+                with writer.as_default():
+                    hp.hparams(params, trial_id=name)
+            except ImportError:  # hparams need the tensorboard package; scalars do not
+                pass
+
+    def write(self, rows: Sequence[Row], step: int) -> None:
+        for name, writer in self.writers.items():
+            mine = [r for r in rows if r.model == name]
+            if not mine:
+                continue
+            with writer.as_default():
+                for r in mine:
+                    self.tf.summary.scalar(f"{r.split}/{r.metric}", r.value, step=r.step)
+            writer.flush()
+
+    def close(self) -> None:
+        for writer in self.writers.values():
+            writer.close()
+
+
+def truncate_rows_after(path: Path, step: int) -> int:
+    """Drop rows measured after `step` (work a resume will redo), keeping every other byte as it was.
+    Returns how many rows were dropped. This is what makes each (model, split, metric, step)
+    appear exactly once however many times a run is resumed."""
+    from harness.training.rundir import atomic_write_text
+
+    if not path.exists():
+        return 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        lines = handle.read().splitlines(keepends=True)
+    header, body = lines[:1], lines[1:]
+    kept = [line for line in body if _row_step(line) is not None and _row_step(line) <= step]
+    if len(kept) != len(body):
+        atomic_write_text(path, "".join(header + kept))
+    return len(body) - len(kept)
+
+
+def _row_step(line: str) -> int | None:
+    # A line cut short by a kill mid-write has no newline, or no value: it is dropped too.
+    if not line.endswith("\n") or line.count(",") < len(COLUMNS) - 1:
+        return None
+    try:
+        return int(line.split(",", 1)[0])
+    except ValueError:
+        return None
+
+
+class TerminalWriter:
+    """Progress with each model's latest train loss (and val scores when they arrive).
+
+    A live bar when attached to a terminal (rich); plain lines otherwise, so logs of nightly jobs
+    stay readable.
+    """
+
+    def __init__(self, total_steps: int, models: Sequence[str], mode: str = "auto", start_step: int = 0):
+        self.total = total_steps
+        self.models = list(models)
+        self.latest: dict[str, str] = {}
+        self.val: dict[str, str] = {}
+        if mode == "auto":
+            mode = "bar" if sys.stderr.isatty() else "lines"
+        self.mode = mode
+        self._started = time.monotonic()
+        self._progress = None
+        if mode == "bar":
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.description}"),
+                transient=False,
+            )
+            self._task = self._progress.add_task("", total=total_steps, completed=start_step)
+            self._progress.start()
+
+    def write(self, rows: Sequence[Row], step: int) -> None:
+        for r in rows:
+            if r.split == "train" and r.metric == "loss":
+                self.latest[r.model] = f"{r.value:.4f}"
+            elif r.split == "val" and r.metric in ("loss", "iou"):
+                self.val.setdefault(r.model, {})[r.metric] = f"{r.value:.3f}"
+        line = "  ".join(f"{m} {self.latest.get(m, '-')}" for m in self.models)
+        if self.mode == "bar" and self._progress is not None:
+            self._progress.update(self._task, completed=step, description=line)
+        elif self.mode == "lines":
+            elapsed = time.monotonic() - self._started
+            print(f"step {step}/{self.total} [{elapsed:6.1f}s]  loss: {line}", file=sys.stderr, flush=True)
+            if any(r.split == "val" for r in rows):
+                scores = "  ".join(
+                    f"{m} loss {v.get('loss', '-')} iou {v.get('iou', '-')}" for m, v in self.val.items()
+                )
+                print(f"  val @ {step}: {scores}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,142 @@
+"""The end of a run: a list of small actions, applied in order to the trained run.
+
+The order matters: probes before the tables (summary.csv shows their figures), exports before the
+tables (nothing reads them, but a kill after the tables must not leave a completed run without its
+models), `completed` before the report page (it shows run.json's final facts), MLflow last (a
+failure there costs only the MLflow copy).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from harness.config.schema import ExperimentConfig
+from harness.data.pipeline import Datasets, build_datasets
+from harness.errors import ConfigError
+from harness.training.export import export_model
+from harness.training.records import MemberRecord, StepTiming
+from harness.training.rundir import RunDir, utc_now
+
+
+@dataclass
+class FinishedRun:
+    """What the end-of-run actions work on: the trained members and everything the run knows."""
+
+    config: ExperimentConfig
+    run: RunDir
+    placement: Any
+    members: list
+    datasets: Datasets
+    scan: Any
+    train_loop: Any
+    global_step: Any
+    records: dict[str, MemberRecord]
+    timing: StepTiming
+    update_info: Callable[..., None]  # run.json: update these keys and write it
+    info: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def models_info(self) -> dict[str, Any]:
+        return {name: record.as_dict() for name, record in self.records.items()}
+
+
+def record_trace_count(done: FinishedRun) -> None:
+    done.update_info(trace_count=done.train_loop.tracing_count())
+
+
+def probe_input_share(done: FinishedRun) -> None:
+    from harness.training.probe import probe_input_wait_share
+
+    steps = done.config.output.probe_steps
+    if steps <= 0:
+        return
+    data = build_datasets(done.config.data, done.config.seed, 0, 3 * steps + 1, done.scan).train
+    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, data, steps)
+    done.update_info(timing=done.timing.as_dict())
+
+
+def probe_step_times(done: FinishedRun) -> None:
+    from harness.training.probe import probe_ms_per_step
+
+    images, masks = next(iter(done.datasets.val))
+    ms = probe_ms_per_step(done.members, done.placement.strategy, images, masks, steps=done.config.output.probe_steps)
+    for name, value in ms.items():
+        done.records[name].ms_per_step = round(value, 3)
+        done.records[name].images_per_s = round(1000.0 * int(images.shape[0]) / value, 1)
+    for record in done.records.values():
+        record.input_wait_share = done.timing.input_wait_share  # one pipeline: the same for all
+
+
+def count_flops(done: FinishedRun) -> None:
+    from harness.training.flops import forward_flops
+
+    counted: dict[tuple, int | None] = {}
+    for member in done.members:
+        spec = member.spec
+        network = (spec.arch, spec.backbone, repr(sorted(spec.options.items())))
+        if network not in counted:  # repeats share a network: count it once
+            counted[network] = forward_flops(member.model)
+        done.records[member.name].flops_per_example = counted[network]
+    done.update_info(models=done.models_info())
+
+
+def export_models(done: FinishedRun) -> None:
+    if not done.config.output.export:
+        return
+    for member in done.members:
+        for key, model in member.exported_models().items():
+            export_model(model, done.run.path / "models" / member.name / f"{key}.keras")
+
+
+def write_tables(done: FinishedRun) -> None:
+    from harness.outputs.derived import samples_from_models, write_outputs
+
+    samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan)
+    summary = write_outputs(done.run, done.config, done.info, samples)
+    done.warnings += validation_warnings(summary, done.config)
+    for warning in done.warnings:
+        print(f"harness: warning: {warning}", file=sys.stderr)
+
+
+def mark_completed(done: FinishedRun) -> None:
+    from harness.outputs.derived import write_report_page
+
+    done.update_info(status="completed", ended=utc_now(), warnings=done.warnings)
+    if done.placement.is_chief:
+        write_report_page(done.run, done.config, done.info)  # run.json facts now final
+
+
+def log_mlflow(done: FinishedRun) -> None:
+    """After completion: a failure here costs the MLflow copy, never the run's own results."""
+    if done.config.output.mlflow is None or not done.placement.is_chief:
+        return
+    from harness.outputs.mlflow_log import log_run
+
+    try:
+        record = log_run(done.run, done.config, done.info)
+    except ConfigError:
+        raise
+    except Exception as exc:  # MLflow raises its own and its backends' errors
+        record = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+        print(f"harness: warning: MLflow logging failed, the run's results are complete: {record['error']}", file=sys.stderr)
+    done.update_info(mlflow=record)
+
+
+END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, log_mlflow)
+
+
+def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
+    """Point at the usual cause when validation is far worse than training: BatchNorm moving
+    averages (momentum 0.99) that have not caught up with the weights in a short run."""
+    if config.train.batchnorm_momentum is not None or "val_loss" not in summary:
+        return []
+    suspicious = summary[summary["val_loss"] > 3 * summary["final_train_loss"]]["model"].tolist()
+    if not suspicious:
+        return []
+    return [
+        f"validation loss is over 3x the training loss for {', '.join(suspicious)}. In short runs "
+        "this is usually BatchNorm moving averages lagging the weights; try "
+        "--set train.batchnorm_momentum=0.9"
+    ]

@@ -1,0 +1,102 @@
+"""The outer loop of a run, as small as Orbit's `Controller.train`: train to the next event, write
+what came back, validate when due, checkpoint when due, stop on a signal.
+
+Everything it touches is passed in (the train and eval calls, the checkpointer, the writer), so
+the loop is tested with fakes; "is it time?" lives in one place, `Schedule`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from harness.outputs.writers import Row
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When things happen, in steps (1-based, counted after the update)."""
+
+    total_steps: int
+    steps_per_call: int
+    steps_per_epoch: int
+    checkpoint_every: int
+
+    def next_call(self, step: int) -> int:
+        """How many steps the next call runs: up to steps_per_call, but never past an epoch end, a
+        checkpoint or the last step: there the loop has something to do."""
+        to_event = min(p - step % p for p in (self.steps_per_epoch, self.checkpoint_every))
+        return max(1, min(self.steps_per_call, to_event, self.total_steps - step))
+
+    def validate_due(self, step: int) -> bool:
+        return step % self.steps_per_epoch == 0 or step == self.total_steps
+
+    def checkpoint_due(self, step: int) -> bool:
+        return step % self.checkpoint_every == 0 or step == self.total_steps
+
+    def epoch_of(self, step: int) -> int:
+        return (step - 1) // self.steps_per_epoch + 1
+
+
+class Writer(Protocol):
+    def write(self, rows: Sequence[Row], step: int) -> None: ...
+
+
+class StopFlag:
+    """SIGTERM/SIGINT set a flag (the compiled call in progress finishes); the loop reads it once
+    per call. A context manager: the previous handlers come back on exit."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._previous: dict[int, object] = {}
+
+    def request(self, signum: int, frame=None) -> None:
+        self.signal = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else ""
+
+    def __enter__(self) -> "StopFlag":
+        if threading.current_thread() is threading.main_thread():  # only it may handle signals
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self._previous[signum] = signal.signal(signum, self.request)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
+@dataclass
+class Controller:
+    schedule: Schedule
+    train: Callable[[int, int], list[Row]]  # (step, k) -> rows of the k steps after `step`
+    evaluate: Callable[[int], list[Row]]  # step -> validation rows
+    checkpoint: Callable[[int], None]
+    writer: Writer
+    after_call: Callable[[int], None]  # step -> None: the run's record of its progress
+    stop: StopFlag
+
+    def run(self, step: int) -> int:
+        """Train from `step`; return the step reached: the last one, or an earlier one after a stop
+        signal (a checkpoint was written at it)."""
+        while step < self.schedule.total_steps:
+            k = self.schedule.next_call(step)
+            rows = self.train(step, k)
+            step += k
+            if self.schedule.validate_due(step):
+                rows += self.evaluate(step)
+            self.writer.write(rows, step)
+            # Read the flag once: a signal arriving after this point is handled next time round,
+            # never between deciding to save and deciding to stop.
+            stopping = self.stop.signal is not None
+            if self.schedule.checkpoint_due(step) or stopping:
+                self.checkpoint(step)
+            self.after_call(step)
+            if stopping:
+                return step
+        return step

@@ -1,0 +1,154 @@
+"""Starting and resuming runs: process settings, the data, the run directory and its lock, and
+the checks that refuse to continue a run whose config or data changed. The run itself is the
+Runner's (`harness.training.runner`)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.config.schema import ExperimentConfig
+from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
+from harness.data.resolve import resolve_data
+from harness.errors import ConfigError, DataError
+from harness.members.registry import check_code, input_multiple
+from harness.outputs.tables import load_losses
+from harness.training import rundir as rd
+from harness.training.lock import FolderLock
+from harness.training.records import RunResult
+
+
+def prepare_process(config: ExperimentConfig) -> Placement:
+    """Process-wide settings, in the order TensorFlow needs them: devices before anything
+    initialises the runtime, then determinism and precision, then the strategy."""
+    configure_devices(config.placement)
+    configure_determinism(config.train.deterministic)
+    configure_precision(config.placement.precision)
+    return build_placement(config)
+
+
+def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None, scan=None) -> RunResult:
+    """Train a new run, in `run` if the caller created it already (nightly registers it first;
+    it passes the data it resolved as `scan`, with `config` already resolved)."""
+    from harness.training.runner import Runner
+
+    check_code(config)  # the factories and kinds the config names, before anything is written
+    placement = prepare_process(config)
+    if scan is None:
+        config, scan = resolve_data_sizes(config, results_dir)
+    if not placement.is_chief:
+        # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
+        with _scratch_run_dir(config) as scratch:
+            return Runner(config, scratch, placement, scan, resuming=False).run()
+    run = run or rd.create_run_dir(config, results_dir)
+    with FolderLock(run.path):
+        return Runner(config, run, placement, scan, resuming=False).run()
+
+
+def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
+    """Continue an interrupted run from its newest valid checkpoint, optionally elsewhere
+    (`placement.*` overrides: trained mirrored on GPUs, resumed on a CPU). Like `run`, this runs
+    the code the run's config names (model factories, member kinds)."""
+    from harness.training.runner import Runner
+
+    run = rd.RunDir(Path(run_dir))
+    info = run.read_info()
+    config = run.read_config(overrides or [])
+    refuse_changed_config(config, info)
+    check_code(config)
+    placement = prepare_process(config)
+    if not placement.is_chief:
+        rescanned, scan = resolve_data_sizes(config, run.path.parent.parent)
+        with _scratch_run_dir(config, copy_from=run) as scratch:
+            return Runner(config, scratch, placement, scan, resuming=True).run()
+    with FolderLock(run.path):
+        info = run.read_info()  # again, now that no other process can be writing it
+        if info.get("status") == "completed":
+            print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
+            return load_result(run, config)
+        rescanned, scan = resolve_data_sizes(config, run.path.parent.parent)
+        refuse_changed_data(config, rescanned)
+        return Runner(config, run, placement, scan, resuming=True).run()
+
+
+def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None):
+    """Real sources: the pre-flight scan (exit 3 naming every bad file); returns the config with
+    the sizes it found, and the scan. After prepare_process: a TFDS source reads its files with
+    TensorFlow."""
+    cache = Path(results_dir or config.output.results_dir) / config.name / ".data-cache"
+    multiple = input_multiple(config) if config.data.source != "synthetic" else 1
+    resolved, scan = resolve_data(config, multiple, cache)
+    if scan is not None and config.output.progress != "none":
+        facts = scan.facts
+        print(
+            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val) of "
+            f"{facts['listed']} listed, {facts['skipped']} skipped, at {scan.image_size[0]}x{scan.image_size[1]} "
+            f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
+            file=sys.stderr,
+        )
+        for note in facts["notes"]:
+            print(f"harness: data: {note}", file=sys.stderr)
+    return resolved, scan
+
+
+def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -> None:
+    if rescanned.data == config.data:
+        return
+    raise DataError(
+        "the data changed since this run started (files added, removed or now bad), so its batches "
+        "would differ; start a new run instead. What differs (started -> now):",
+        differences(config.data.model_dump(mode="json"), rescanned.data.model_dump(mode="json"), "data."),
+    )
+
+
+def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> None:
+    if info.get("config_fingerprint") in (None, config.fingerprint()):
+        return
+    raise ConfigError(
+        "config.yaml changed since this run started, so its checkpoints do not belong to it; "
+        "start a new run instead (harness run). What differs (started -> now):",
+        differences(info.get("config", {}), config.to_dict()) or ["(the config fingerprint differs)"],
+    )
+
+
+def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """`key.path: old -> new` for every leaf that differs (output settings are not compared)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            if key == "output":
+                continue
+            out += differences(old.get(key), new.get(key), f"{prefix}{key}.")
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{prefix}{i}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
+    summary = pd.read_csv(run.summary_csv) if run.summary_csv.exists() else pd.DataFrame()
+    return RunResult(run.path, config, summary, load_losses(run.losses_csv), run.read_run_info())
+
+
+class _scratch_run_dir:
+    """A temporary run directory for a non-chief worker (a copy of the real one's checkpoints when
+    resuming: the real one must be on a filesystem every worker sees)."""
+
+    def __init__(self, config: ExperimentConfig, copy_from: rd.RunDir | None = None):
+        self.config, self.source = config, copy_from
+
+    def __enter__(self) -> rd.RunDir:
+        self.folder = Path(tempfile.mkdtemp(prefix="harness-worker-"))
+        if self.source is None:
+            return rd.create_run_dir(self.config, self.folder)
+        run = rd.RunDir(self.folder / "run")
+        shutil.copytree(self.source.path, run.path, ignore=shutil.ignore_patterns(".lock", "models"))
+        return run
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

@@ -1,0 +1,61 @@
+"""Each trained model on its own, in the `.keras` format: loadable with plain tf_keras
+(`tf_keras.models.load_model(path, compile=False)`), with no harness and no segmentation-models.
+
+models/<name>/model.keras   the model at the end of the run
+models/<name>/best.keras    the model at its best validation loss; best.json says which step
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from harness.outputs.columns import is_finite
+from harness.training.rundir import atomic_write_text
+
+
+def export_model(model, path: Path) -> None:
+    """Save to a temporary name beside `path`, then rename: a kill never leaves half a model."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}-partial.keras")
+    model.save(str(tmp), save_format="keras")
+    os.replace(tmp, path)
+
+
+class BestTracker:
+    """Keeps models/<name>/best.keras at the lowest validation loss seen so far.
+
+    On resume, a best model saved after the restored step belongs to work that is being redone:
+    it is forgotten, and the redone validations choose again.
+    """
+
+    def __init__(self, folder: Path, names: list[str], restored_step: int):
+        self.folder = folder
+        self.best: dict[str, float] = {}
+        for name in names:
+            record = self._record(name)
+            if record is None:
+                continue
+            if record["step"] <= restored_step:
+                self.best[name] = record["val_loss"]
+            else:
+                for stale in (self._meta(name), self.folder / name / "best.keras"):
+                    stale.unlink(missing_ok=True)
+
+    def update(self, name: str, model, step: int, val_loss: float) -> bool:
+        if not is_finite(val_loss) or val_loss >= self.best.get(name, float("inf")):
+            return False
+        export_model(model, self.folder / name / "best.keras")
+        atomic_write_text(self._meta(name), json.dumps({"step": step, "val_loss": val_loss}) + "\n")
+        self.best[name] = val_loss
+        return True
+
+    def _meta(self, name: str) -> Path:
+        return self.folder / name / "best.json"
+
+    def _record(self, name: str) -> dict | None:
+        try:
+            return json.loads(self._meta(name).read_text())
+        except (OSError, ValueError):
+            return None

@@ -1,0 +1,62 @@
+"""Turning what went wrong into errors a user can act on: resource failures (which resource, what
+to try) and XLA failures (which members cannot be compiled)."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+from harness.core.backend import import_tf
+from harness.core.step import member_fragment
+from harness.errors import ConfigError, ResourceError
+from harness.members.base import preserved_state
+
+tf = import_tf()
+
+
+def translate(exc: BaseException, where: Path) -> BaseException:
+    """Resource failures as ResourceError (exit 4); anything else unchanged.
+
+    TensorFlow raises ResourceExhaustedError both for a full disk (writing a checkpoint) and for
+    device memory; the message tells them apart."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceError(
+            f"disk full while writing {exc.filename or where}: free some space on that disk or "
+            "choose another results directory (--results DIR). The last checkpoint is intact: "
+            f"harness resume {where} continues once there is room."
+        )
+    if isinstance(exc, tf.errors.ResourceExhaustedError):
+        text = str(exc)
+        if "No space left" in text or "disk" in text.lower() or "write" in text.lower():
+            return ResourceError(
+                f"disk full while writing under {where} ({text.splitlines()[0][:200]}): free some "
+                f"space, then harness resume {where}"
+            )
+        return ResourceError(
+            "out of memory while training: lower data.batch_size or data.image_size, train fewer "
+            "models at once, or use placement.precision mixed_float16 on a GPU. "
+            f"TensorFlow said: {text.splitlines()[0][:200]}"
+        )
+    return exc
+
+
+def explain_jit_failure(members: list, exc: Exception) -> ConfigError:
+    """Find which members XLA cannot compile, by compiling each one's fragment alone."""
+    failing = []
+    for m in members:
+        if not m.spec.jit_compile:
+            continue
+        shape = (1, *m.model.input_shape[1:])
+        images = tf.zeros(shape)
+        masks = tf.zeros((*shape[:-1], m.model.output_shape[-1]))
+        try:
+            with preserved_state(m):
+                member_fragment(m, 1, jit_compile=True)(images, masks, tf.constant(0, tf.int64))
+        except Exception as inner:  # XLA reports unsupported ops under several error classes
+            failing.append(f"{m.name} ({m.spec.arch}): {str(inner).splitlines()[0][:200]}")
+    detail = failing or [f"XLA error: {str(exc).splitlines()[0][:300]}"]
+    return ConfigError(
+        "jit_compile: XLA cannot compile these models on this device; set jit_compile: false for "
+        "them (models.<name>.jit_compile) or for the run (train.jit_compile):",
+        detail,
+    )

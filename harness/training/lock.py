@@ -1,0 +1,63 @@
+"""An exclusive lock on a folder, held while a run (or a nightly) uses it.
+
+The lock is an OS advisory lock (`flock`) on a `.lock` file, so the kernel releases it when the
+holding process dies, however it dies: a lock left by a killed process is simply taken over. The
+file also records who holds it (pid, host, since) for the message the second process prints.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+
+from harness.errors import LockedError
+from harness.training.rundir import utc_now
+
+
+class FolderLock:
+    def __init__(self, folder: Path, purpose: str = "run"):
+        self.path = Path(folder) / ".lock"
+        self.purpose = purpose
+        self._fd: int | None = None
+
+    def acquire(self) -> "FolderLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise LockedError(
+                f"{self.path.parent} is locked by another {holder.get('purpose', 'run')}: "
+                f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} since "
+                f"{holder.get('since', '?')}. Wait for it to finish, or stop that process."
+            ) from None
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now(), "purpose": self.purpose}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> dict:
+    try:
+        return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+    except (OSError, ValueError):
+        return {}

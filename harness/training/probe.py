@@ -1,0 +1,81 @@
+"""Probes run at the end of a run. Isolated cost of each model: ms per training step when it
+runs alone. And the input pipeline's share of the fused step's time.
+
+The fused step is one graph, so its time cannot be split between models. The probe runs each
+member's own step for a few iterations on one batch, then puts every variable it touched (weights,
+optimizer slots, flags) back exactly as it was: the trained models are left bit for bit unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+
+from harness.core.backend import import_tf
+from harness.core.step import member_fragment
+from harness.members.base import preserved_state
+
+tf = import_tf()
+
+
+def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str, float]:
+    if steps <= 0:
+        return {}
+    batch = int(images.shape[0])
+    results = {}
+    for member in members:
+        with preserved_state(member):
+            results[member.name] = _time_member(member, strategy, images, masks, batch, steps)
+    return results
+
+
+def _time_member(member, strategy, images, masks, batch: int, steps: int) -> float:
+    step = tf.constant(0, tf.int64)
+    fragment = member_fragment(member, batch, jit_compile=False)  # compiled whole, below
+
+    @tf.function(jit_compile=bool(member.spec.jit_compile))
+    def one(images, masks):
+        outputs = strategy.run(fragment, args=(images, masks, step))
+        return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
+
+    with strategy.scope():
+        tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))  # trace + warm-up, untimed
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
+            times.append(time.perf_counter() - start)
+    return 1000.0 * statistics.median(times)
+
+
+def probe_input_wait_share(train_loop, placement, members, global_step, dataset, steps: int, rounds: int = 1) -> float | None:
+    """The share of the fused step's time that goes to the input pipeline: the compiled loop is
+    timed on the real pipeline and on a few of its batches held in memory (free input),
+    alternating; share = 1 - t(in memory) / t(real), the median over rounds, floored at 0.
+
+    Measured by difference because on a CPU the pipeline does not only make the step wait: its
+    threads also take cores from the models. State (weights, optimizer slots, flags, the global
+    step) is put back afterwards, so the run's results are unchanged."""
+    if steps <= 0:
+        return None
+    real = placement.input_iterator(dataset)
+    in_memory = placement.input_iterator(dataset.take(steps).cache().repeat())
+
+    def timed(iterator) -> float:
+        began = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, steps))
+        return time.perf_counter() - began
+
+    step_before = global_step.numpy()
+    with contextlib.ExitStack() as stack:
+        for member in members:
+            stack.enter_context(preserved_state(member))
+        timed(in_memory)  # fills the in-memory copy; both pipelines warm before timing
+        timed(real)
+        shares = []
+        for _ in range(rounds):
+            real_s, memory_s = timed(real), timed(in_memory)
+            shares.append(max(0.0, 1.0 - memory_s / real_s))
+    global_step.assign(step_before)
+    return round(statistics.median(shares), 4)

@@ -1,0 +1,75 @@
+"""What a run records about each member and about its own pace, as typed objects (run.json holds
+their dictionaries: `models`, `timing`), and what a run returns to Python callers."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from harness.config.schema import ExperimentConfig
+
+
+@dataclass
+class MemberRecord:
+    """One member in run.json `models`: its status and the step it changed, and its cost figures."""
+
+    params: int | None = None
+    status: str = "ok"  # ok, diverged (later: stopped, dropped, oom)
+    changed_at_step: int = 0
+    diverged_step: int | None = None
+    flops_per_example: int | None = None
+    ms_per_step: float | None = None
+    images_per_s: float | None = None
+    input_wait_share: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MemberRecord":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def mark_diverged(self, step: int) -> None:
+        self.status, self.changed_at_step, self.diverged_step = "diverged", step, step
+
+
+class StepTiming:
+    """Wall time per step of the fused loop; the first call, which traces, is kept apart."""
+
+    def __init__(self):
+        self.first_call_s: float | None = None
+        self.steps = 0
+        self.seconds = 0.0
+        self.input_wait_share: float | None = None  # from the probe at the end of the run
+
+    def add(self, steps: int, seconds: float) -> None:
+        if self.first_call_s is None:  # tracing and the pipeline's warm-up: not the steady state
+            self.first_call_s = seconds
+            return
+        self.steps += steps
+        self.seconds += seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        ms = 1000.0 * self.seconds / self.steps if self.steps else None
+        return {"first_call_s": _round(self.first_call_s), "fused_ms_per_step": _round(ms), "input_wait_share": self.input_wait_share}
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a finished run returns to Python callers."""
+
+    run_dir: Path
+    config: ExperimentConfig
+    summary: pd.DataFrame
+    losses: pd.DataFrame
+    info: dict[str, Any]
+    models: dict[str, Any] = field(default_factory=dict)  # name -> trained tf_keras model (in memory)

@@ -1,0 +1,144 @@
+"""The run directory on disk: its layout, and writes that never leave a half-written file."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.config.schema import ExperimentConfig
+from harness.errors import ConfigError
+
+# What `harness resume --set` may change: where it runs and how it reports, never what is trained.
+RESUME_OVERRIDABLE = ("placement.", "output.progress", "output.probe_steps")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write to a temp file in the same folder, fsync, then rename: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def losses_csv(self) -> Path:
+        return self.path / "losses.csv"
+
+    @property
+    def summary_csv(self) -> Path:
+        return self.path / "summary.csv"
+
+    @property
+    def plots(self) -> Path:
+        return self.path / "plots"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def label(self) -> str:
+        """How a run is named to people: `<experiment>/<run_id>`."""
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def read_run_info(self) -> dict[str, Any]:
+        return json.loads(self.run_json.read_text(encoding="utf-8"))
+
+    def read_info(self) -> dict[str, Any]:
+        """run.json, or a ConfigError saying why this folder is not a readable run directory."""
+        if not self.run_json.is_file():
+            raise ConfigError(f"{self.path} is not a run directory (no run.json)")
+        try:
+            return self.read_run_info()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{self.run_json} cannot be read: {exc}") from None
+
+    def read_config(self, overrides: list[str] | None = None) -> ExperimentConfig:
+        """config.yaml as the run resolved it; `overrides` may change only RESUME_OVERRIDABLE keys.
+        Validating it imports none of the code it names."""
+        import yaml
+
+        from harness.config.loading import apply_override, validate_config
+
+        try:
+            raw = yaml.safe_load(self.config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ConfigError(f"{self.config_file} cannot be read: {exc}") from None
+        refused = [o for o in overrides or [] if not o.strip().startswith(RESUME_OVERRIDABLE)]
+        if refused:
+            raise ConfigError(
+                f"resume continues the same training; only where it runs may change ({', '.join(RESUME_OVERRIDABLE)}). Not allowed:",
+                refused,
+            )
+        for override in overrides or []:
+            apply_override(raw, override)
+        return validate_config(raw, source=str(self.config_file))
+
+    def write_run_info(self, info: dict[str, Any]) -> None:
+        atomic_write_text(self.run_json, json.dumps(info, indent=2, sort_keys=False) + "\n")
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+
+
+def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) -> RunDir:
+    """results/<name>/<run_id>/, with a suffix if two runs start in the same second."""
+    base = Path(results_dir or config.output.results_dir) / config.name
+    base.mkdir(parents=True, exist_ok=True)
+    run_id = new_run_id()
+    for attempt in range(1, 1000):
+        candidate = base / (run_id if attempt == 1 else f"{run_id}-{attempt}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        run = RunDir(candidate)
+        atomic_write_text(run.config_file, config.to_yaml())
+        return run
+    raise FileExistsError(f"could not create a new run directory under {base}")
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for package in ("tensorflow", "tf_keras", "segmentation_models", "harness"):
+        try:
+            found[package] = metadata.version(package.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    return found

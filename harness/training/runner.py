@@ -1,0 +1,266 @@
+"""The Runner: eager Python around the compiled step, and the only place a run does I/O.
+
+A fresh run and a resumed run are the same code path. The order matters:
+  1. (entry.py) process settings (determinism, devices) and placement, before any variable exists;
+     then the data, the run directory and its lock;
+  2. run.json says `running`;
+  3. under the strategy's scope: every member's model, optimizer and flags, and the global step;
+  4. restore the newest checkpoint that restores completely (none: start at step 0), then drop
+     rows measured after it from losses.csv: that work is redone, and recorded once;
+  5. the input pipeline, starting at the restored step (it is a function of the step);
+  6. the train loop and the eval function, each traced once, on first call;
+  7. the controller's loop: train up to the next event; write rows; validate at epoch ends;
+     checkpoint when due; on SIGTERM/SIGINT, checkpoint and stop with exit code 75;
+  8. the end-of-run actions (actions.END_OF_RUN): probes, FLOPs, exports, tables, `completed`,
+     report, MLflow.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.config.schema import ExperimentConfig
+from harness.core.backend import import_tf
+from harness.core.evaluation import make_eval_fn
+from harness.core.placement import Placement, describe_plan, device_names
+from harness.core.step import make_train_loop
+from harness.data.pipeline import build_datasets
+from harness.data.resolve import data_facts
+from harness.errors import HarnessError, Interrupted
+from harness.members.registry import build_members
+from harness.outputs.tables import load_losses
+from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, truncate_rows_after
+from harness.training import checkpoints as ckpt
+from harness.training import rundir as rd
+from harness.training.actions import END_OF_RUN, FinishedRun
+from harness.training.controller import Controller, Schedule, StopFlag
+from harness.training.export import BestTracker
+from harness.training.failures import explain_jit_failure, translate
+from harness.training.records import MemberRecord, RunResult, StepTiming
+
+tf = import_tf()
+
+
+class Runner:
+    def __init__(self, config: ExperimentConfig, run: rd.RunDir, placement: Placement, scan, resuming: bool):
+        self.config = config
+        self.run_dir = run
+        self.placement = placement
+        self.scan = scan
+        self.resuming = resuming
+        self.info = self._starting_info()
+        self.records: dict[str, MemberRecord] = {}
+        self.members: list = []
+        self.stop = StopFlag()
+        self.timing = StepTiming()
+
+    def run(self) -> RunResult:
+        self.run_dir.write_run_info(self.info)  # 2.
+        if self.placement.is_chief and self.config.output.progress != "none":
+            for line in describe_plan(self.placement.plan):
+                print(line, file=sys.stderr)
+        try:
+            with self.stop:
+                self._train()
+        except Interrupted:
+            raise
+        except BaseException as exc:
+            self._mark_failed(exc)
+            translated = translate(exc, self.run_dir.path)
+            if translated is exc:
+                raise
+            raise translated from exc
+        return self._result()
+
+    def _train(self) -> None:
+        config, run = self.config, self.run_dir
+        with self.placement.strategy.scope():  # 3.
+            members = build_members(config, self.placement.model_devices)
+            global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.members = members
+        self.records = {m.name: MemberRecord(params=m.params) for m in members}
+        checkpoint = ckpt.make_checkpoint(members, global_step)
+        start = self._restore(checkpoint)  # 4.
+        self._read_statuses()
+        best = BestTracker(run.path / "models", [m.name for m in members], start)
+        self._update_info(steps_done=start, models=self._models_info())
+
+        datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
+        schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
+        iterator = self.placement.input_iterator(datasets.train)
+        train_loop = make_train_loop(members, self.placement, global_step, config.data.batch_size, config.train.steps_per_call)  # 6.
+        evaluate = make_eval_fn(members, config.data.classes)
+        writer = self._writers(start)
+
+        def train(step: int, k: int) -> list[Row]:
+            began = time.perf_counter()
+            outputs = self._call_train_loop(train_loop, iterator, k)
+            self.timing.add(k, time.perf_counter() - began)
+            self._read_statuses()
+            return self._train_rows(outputs, step, schedule)
+
+        controller = Controller(  # 7.
+            schedule=schedule,
+            train=train,
+            evaluate=lambda step: self._validate(evaluate, datasets.val, best, step, schedule),
+            checkpoint=lambda step: ckpt.save(checkpoint, run.checkpoints, step, config.train.keep_checkpoints),
+            writer=writer,
+            after_call=lambda step: self._update_info(steps_done=step, models=self._models_info(), timing=self.timing.as_dict()),
+            stop=self.stop,
+        )
+        try:
+            step = controller.run(start)
+        finally:
+            writer.close()
+        if step < config.total_steps:
+            self._stopped(step)
+        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
+        for action in END_OF_RUN:  # 8.
+            action(done)
+
+    # -- the steps of a run ---------------------------------------------------------------------
+
+    def _writers(self, start: int) -> MultiWriter:
+        names = [m.name for m in self.members]
+        writers = [CsvRowsWriter(self.run_dir.losses_csv), TerminalWriter(self.config.total_steps, names, self.config.output.progress, start)]
+        if self.config.output.tensorboard:
+            writers.append(self._tensorboard_writer())
+        return MultiWriter(writers)
+
+    def _tensorboard_writer(self) -> TensorBoardWriter:
+        """TensorBoard files are derived data: on resume they are rebuilt from losses.csv (already
+        cut back to the checkpoint), so redone steps never appear twice in TensorBoard either."""
+        folder = self.run_dir.path / "tb"
+        if self.resuming:
+            shutil.rmtree(folder, ignore_errors=True)
+        writer = TensorBoardWriter(folder, {m.name: _hparams(m.spec) for m in self.members})
+        if self.resuming:
+            rows = [Row(*r) for r in load_losses(self.run_dir.losses_csv).itertuples(index=False)]
+            writer.write(rows, step=0)
+        return writer
+
+    def _restore(self, checkpoint) -> int:
+        """Step 4: restore, and forget what was measured after the checkpoint."""
+        restored = ckpt.restore_newest_valid(checkpoint, self.run_dir.checkpoints)
+        for reason in restored.skipped:
+            print(f"harness: skipped a checkpoint that does not restore completely: {reason}", file=sys.stderr)
+        if self.resuming:
+            where = f"step {restored.step} ({Path(restored.path).name})" if restored.path else "step 0 (no checkpoint was written yet)"
+            print(f"harness: resuming {self.run_dir.path} from {where}", file=sys.stderr)
+        dropped = truncate_rows_after(self.run_dir.losses_csv, restored.step)
+        self.info.setdefault("resumes", [])
+        if self.resuming:
+            self.info["resumes"].append(
+                {"at": rd.utc_now(), "from_step": restored.step, "rows_redone": dropped, "skipped_checkpoints": restored.skipped}
+            )
+        return restored.step
+
+    def _call_train_loop(self, train_loop, iterator, k: int):
+        try:
+            outputs = train_loop(iterator, k)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as exc:
+            if any(m.spec.jit_compile for m in self.members):
+                raise explain_jit_failure(self.members, exc) from None
+            raise
+        # The one host sync of the call: every step's metrics come back together.
+        return tf.nest.map_structure(lambda t: t.numpy(), outputs)
+
+    def _train_rows(self, outputs, step: int, schedule: Schedule) -> list[Row]:
+        rows = []
+        for name, metrics in outputs.items():
+            diverged_at = self.records[name].diverged_step
+            for metric, values in metrics.items():
+                for i, value in enumerate(values):
+                    s = step + i + 1
+                    if diverged_at is not None and s > diverged_at:
+                        break  # a diverged model is frozen: its later losses describe nothing
+                    rows.append(Row(s, schedule.epoch_of(s), name, "train", metric, float(value)))
+        return rows
+
+    def _validate(self, evaluate, val_dataset, best: BestTracker, step: int, schedule: Schedule) -> list[Row]:
+        scores = tf.nest.map_structure(lambda t: float(t.numpy()), evaluate(val_dataset))
+        rows = []
+        for member in self.members:
+            if self.records[member.name].status != "ok":
+                continue
+            metrics = scores[member.name]
+            rows += [Row(step, schedule.epoch_of(step), member.name, "val", metric, value) for metric, value in metrics.items()]
+            if self.config.output.export:
+                best.update(member.name, member.model, step, metrics["loss"])
+        return rows
+
+    def _read_statuses(self) -> None:
+        for m in self.members:
+            record = self.records[m.name]
+            if record.status == "ok" and bool(m.diverged.numpy()):
+                record.mark_diverged(int(m.diverged_step.numpy()))
+
+    def _stopped(self, step: int) -> None:
+        name = self.stop.name
+        self._update_info(status="interrupted", ended=rd.utc_now(), interrupted_by=name)
+        raise Interrupted(
+            f"stopped by {name} after step {step}/{self.config.total_steps}; a checkpoint was saved. "
+            f"Continue with: harness resume {self.run_dir.path}"
+        )
+
+    # -- run.json -------------------------------------------------------------------------------
+
+    def _starting_info(self) -> dict[str, Any]:
+        facts = {"devices": device_names(), "placement": self.placement.plan, "data": data_facts(self.config.data, self.scan)}
+        if self.resuming:
+            info = self.run_dir.read_run_info()
+            info.update(status="running", ended=None, error=None, **facts)
+            return info
+        return {
+            "status": "running",
+            "name": self.config.name,
+            "run_id": self.run_dir.run_id,
+            "started": rd.utc_now(),
+            "ended": None,
+            "versions": rd.versions(),
+            "devices": facts["devices"],
+            "placement": facts["placement"],
+            "config_fingerprint": self.config.fingerprint(),
+            "data": facts["data"],
+            "config": self.config.to_dict(),
+            "deterministic": self.config.train.deterministic,
+            "total_steps": self.config.total_steps,
+            "steps_done": 0,
+            "models": {},
+        }
+
+    def _models_info(self) -> dict[str, Any]:
+        return {name: record.as_dict() for name, record in self.records.items()}
+
+    def _update_info(self, **changes: Any) -> None:
+        self.info.update(changes)
+        self.run_dir.write_run_info(self.info)
+
+    def _mark_failed(self, exc: BaseException) -> None:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        message = exc.render() if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
+        try:
+            self._update_info(status=status, ended=rd.utc_now(), error=message)
+        except OSError:
+            pass  # the disk may be what failed; the original error matters more
+
+    def _result(self) -> RunResult:
+        return RunResult(
+            run_dir=self.run_dir.path,
+            config=self.config,
+            summary=pd.read_csv(self.run_dir.summary_csv),
+            losses=load_losses(self.run_dir.losses_csv),
+            info=self.info,
+            models={m.name: m.model for m in self.members},
+        )
+
+
+def _hparams(spec) -> dict[str, Any]:
+    optimizer = spec.optimizer
+    return {"arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss, "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}

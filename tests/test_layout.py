@@ -1,0 +1,108 @@
+"""The package's shape: no import cycles (imports inside functions included), test modules that do
+not import each other, and a config that can be read without running the code it names."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGE = REPO / "harness"
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return names
+
+
+def imported_modules(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every harness module `module` imports, anywhere in its body. Importing `a.b.c` also runs the
+    `__init__` of `a.b`, so a package counts as imported too (but a module's own ancestors don't:
+    Python has already run them)."""
+    is_package = path.name == "__init__.py"
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            targets = [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            for i in range(1, len(parts) + 1):
+                name = ".".join(parts[:i])
+                if name in known and name != module and not module.startswith(name + "."):
+                    found.add(name)
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    colour: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        colour[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if colour.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in colour and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        colour[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in colour and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    known = module_names()
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert len(graph) > 40 and graph["harness.training.runner"], "the walk must see the package"
+    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path):
+    a = tmp_path / "a.py"
+    a.write_text("def f():\n    from pkg import b\n")
+    known = {"pkg.a": a, "pkg.b": tmp_path / "b.py"}
+    (tmp_path / "b.py").write_text("from pkg.a import f\n")
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert find_cycle(graph) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
+
+
+def test_test_modules_do_not_import_each_other():
+    for path in (REPO / "tests").glob("test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("test_"), f"{path.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("test_") for a in node.names), path.name
+
+
+def test_reading_a_config_runs_none_of_the_code_it_names():
+    script = (
+        "import sys, harness\n"
+        "from harness.config.loading import validate_config\n"
+        "c = validate_config({'name': 'x', 'models': [{'name': 'm', 'arch': 'this:s', 'kind': 'antigravity:K'}]})\n"
+        "assert c.models[0].arch == 'this:s'\n"
+        "print(sorted(m for m in ('this', 'antigravity', 'tensorflow') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", "validating a config imported code it names, or TensorFlow"
