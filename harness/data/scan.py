@@ -1,0 +1,280 @@
+"""The pre-flight scan: every listed example decoded and checked before anything is built.
+
+The scan decodes every item in parallel threads (Pillow releases the GIL while decoding),
+checks it, converts the mask to class labels and fits both to `image_size`; every bad item is
+named with its reason. Then `harness.data.resolve` fills the sizes the scan found into the config,
+and `harness.data.pipeline` builds the input pipeline from the loaded arrays.
+
+Masks: palette PNGs give their indices; grayscale masks give their values; RGB masks are mapped
+through `data.palette` (or read as grayscale when all three channels agree). Binary masks stored
+as 0/255 are mapped to 0/1 (with a note); labels outside 0..classes-1 are an error, which for a
+JPEG mask is named as what it almost always is: compression artefacts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.config.schema import DataSpec
+from harness.errors import DataError
+
+from harness.data.sources import BadItem, Item
+
+
+@dataclass
+class Scan:
+    """The scanned, loaded data: train examples first, then validation ones."""
+
+    images: np.ndarray  # [N, H, W, C] uint8 or float32 in [0, 1]
+    labels: np.ndarray  # [N, H, W] uint8 class ids
+    train_size: int
+    val_size: int
+    image_size: tuple[int, int]
+    facts: dict[str, Any] = field(default_factory=dict)  # for run.json
+    variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (harness.data.pipeline)
+
+
+# ---------------------------------------------------------------------------------------------
+# The scan
+
+
+def scan_items(items: list[Item], spec: DataSpec, multiple: int) -> Scan:
+    began = time.perf_counter()
+    problems = list(getattr(items, "problems", []))
+    size, size_reason = _target_size(items, spec, multiple)
+    workers = min(32, 2 * (os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(lambda item: _load_item(item, spec, size), items))
+    kept, notes = [], Counter()
+    for item, result in zip(items, results):
+        if isinstance(result, str):
+            problems.append(f"{item.name}: {result}")
+        else:
+            kept.append((item, *result[:2]))
+            notes.update(result[2])
+    if problems and spec.on_bad_data == "fail":
+        raise DataError(
+            f"data.source {spec.source}: {len(problems)} bad item(s) of {len(items)} (fix them, or set "
+            "data.on_bad_data: skip to leave them out):",
+            problems,
+        )
+    if not kept:
+        raise DataError(f"data.source {spec.source}: no usable examples", problems)
+    return _assemble(kept, spec, size, size_reason, problems, notes, len(items), time.perf_counter() - began)
+
+
+def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str], notes: Counter, listed: int, seconds: float) -> Scan:
+    is_val = np.array([_is_val(item, spec.val_fraction) for item, _, _ in kept])
+    order = np.concatenate([np.flatnonzero(~is_val), np.flatnonzero(is_val)])
+    n_val, n_train = int(is_val.sum()), int((~is_val).sum())
+    if n_val == 0 or n_train == 0:
+        raise DataError(f"data.source {spec.source}: {n_train} training and {n_val} validation examples; both need at least one (data.val_fraction)")
+    float_images = any(image.dtype != np.uint8 for _, image, _ in kept)
+    images = np.stack([kept[i][1].astype(np.float32) / (255.0 if kept[i][1].dtype == np.uint8 else 1.0) if float_images else kept[i][1] for i in order])
+    labels = np.stack([kept[i][2] for i in order])
+    train_size = min(n_train, spec.train_size or n_train)
+    val_size = min(n_val, spec.val_size or n_val)
+    keep = np.r_[0:train_size, n_train : n_train + val_size]
+    facts = {
+        "source": spec.source,
+        "listed": listed,
+        "used": int(train_size + val_size),
+        "skipped": len(problems),
+        "problems": problems[:200],
+        "notes": [f"{n} item(s): {what}" for what, n in sorted(notes.items())],
+        "image_size": list(size),
+        "image_size_reason": size_reason,
+        "fit": spec.fit,
+        "scan_seconds": round(seconds, 3),
+        "scan_items_per_s": round(listed / seconds, 1) if seconds > 0 else None,
+        "label_counts": {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))},
+    }
+    return Scan(images[keep], labels[keep], train_size, val_size, size, facts)
+
+
+def _is_val(item: Item, fraction: float) -> bool:
+    if item.split is not None:
+        return item.split == "val"
+    digest = hashlib.sha256(Path(item.name).stem.encode() if "[" not in item.name else item.name.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def _target_size(items, spec: DataSpec, multiple: int) -> tuple[tuple[int, int], str]:
+    if spec.image_size != "auto":
+        return tuple(spec.image_size), "data.image_size"
+    sizes = [s for s in (_native_size(item.image) for item in items) if s is not None]
+    if not sizes:
+        raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
+    median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
+    size = tuple(max(multiple, side // multiple * multiple) for side in median)
+    return size, f"auto: median source size {median[0]}x{median[1]} rounded down to a multiple of {multiple} (suits every model)"
+
+
+def _native_size(source: Any) -> tuple[int, int] | None:
+    if isinstance(source, np.ndarray):
+        return tuple(source.shape[:2])
+    try:
+        with _open(source) as image:
+            return image.height, image.width
+    except Exception:  # reported by the scan itself
+        return None
+
+
+def _open(source: Any):
+    from PIL import Image
+
+    return Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+
+
+def _load_item(item: Item, spec: DataSpec, size: tuple[int, int]):
+    """(image, labels, notes) fitted to `size`, or the reason the item is bad."""
+    try:
+        image = _read_image(item.image, spec.channels)
+        try:
+            mask, notes = _read_labels(item.mask, spec, item.mask_is_jpeg)
+        except BadItem as exc:
+            raise BadItem(f"mask {item.mask_name}: {exc}" if item.mask_name else f"mask: {exc}") from None
+        if image.shape[:2] != mask.shape[:2]:
+            raise BadItem(f"image is {image.shape[1]}x{image.shape[0]} but its mask is {mask.shape[1]}x{mask.shape[0]}")
+        return _fit(image, size, spec.fit, nearest=False), _fit(mask, size, spec.fit, nearest=True), notes
+    except BadItem as exc:
+        return str(exc)
+    except Exception as exc:  # any decoder failure names the file
+        return f"does not decode: {type(exc).__name__}: {exc}"
+
+
+def _decode(source: Any):
+    from PIL import Image
+
+    try:
+        image = _open(source)
+        image.load()
+        return image
+    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as exc:
+        raise BadItem(f"does not decode: {exc}") from None
+
+
+_MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
+
+
+def _read_image(source: Any, channels: int) -> np.ndarray:
+    if isinstance(source, np.ndarray):
+        array = np.asarray(source)
+        if array.ndim == 2:
+            array = array[..., None]
+        if array.ndim != 3:
+            raise BadItem(f"image array of shape {array.shape}: expected [H, W] or [H, W, C]")
+        if array.shape[-1] == 1 and channels > 1:
+            array = np.repeat(array, channels, axis=-1)
+        if array.shape[-1] != channels:
+            raise BadItem(f"image has {array.shape[-1]} channels, data.channels is {channels}")
+        if array.dtype.kind == "f":
+            if not np.isfinite(array).all():
+                raise BadItem(f"image has {int((~np.isfinite(array)).sum())} NaN/Inf values")
+            scale = 255.0 if array.max(initial=0) > 1.0 + 1e-6 else 1.0
+            return (array / scale).astype(np.float32)
+        return array.astype(np.uint8) if array.max(initial=0) <= 255 else (array / array.max() * 255).astype(np.uint8)
+    image = _decode(source)
+    if image.mode in ("I;16", "I", "F"):
+        raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")
+    return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels)
+
+
+def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray, list[str]]:
+    notes = []
+    if isinstance(source, np.ndarray):
+        array = np.asarray(source)
+        if array.ndim == 3 and array.shape[-1] == 1:
+            array = array[..., 0]
+        if array.ndim != 2:
+            raise BadItem(f"mask array of shape {array.shape}: expected [H, W] class ids")
+        if array.dtype.kind == "f":
+            if not np.isfinite(array).all():
+                raise BadItem(f"mask has {int((~np.isfinite(array)).sum())} NaN/Inf values")
+            if not np.array_equal(array, np.round(array)):
+                raise BadItem("mask has non-integer values: expected class ids")
+    else:
+        image = _decode(source)
+        if image.mode == "P":
+            array = np.asarray(image)  # palette PNG: the indices are the classes
+            notes.append("palette mask: indices used as classes")
+        elif image.mode in ("RGB", "RGBA"):
+            array = _rgb_labels(np.asarray(image.convert("RGB")), spec.palette)
+        else:
+            array = np.asarray(image)  # L, I;16, 1 (bool), LA
+            if array.ndim == 3:
+                array = array[..., 0]
+    array = array.astype(np.int64)
+    values = np.unique(array)
+    if spec.classes == 1 and values.max(initial=0) == 255 and set(values.tolist()) <= {0, 255}:
+        array = array // 255
+        values = np.unique(array)
+        notes.append("binary mask stored as 0/255: mapped to 0/1")
+    limit = max(spec.classes, 2)
+    stray = values[(values < 0) | (values >= limit)]
+    if len(stray):
+        count = int(np.isin(array, stray).sum())
+        shown = ", ".join(map(str, stray[:8].tolist())) + (" ..." if len(stray) > 8 else "")
+        if is_jpeg:
+            raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG")
+        raise BadItem(f"{count} mask pixels with labels outside 0..{limit - 1} ({shown}); data.classes is {spec.classes}")
+    return array.astype(np.uint8), notes
+
+
+def _rgb_labels(rgb: np.ndarray, palette) -> np.ndarray:
+    if palette is None:
+        if (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all():
+            return rgb[..., 0]
+        raise BadItem("RGB mask with colours: give data.palette (the colour of each class)")
+    codes = rgb.astype(np.int64) @ np.array([65536, 256, 1])
+    table = {r * 65536 + g * 256 + b: k for k, (r, g, b) in enumerate(palette)}
+    labels = np.full(codes.shape, -1, np.int64)
+    for code, klass in table.items():
+        labels[codes == code] = klass
+    if (labels < 0).any():
+        unknown = {tuple(int(c) for c in rgb[i, j]) for i, j in zip(*np.nonzero(labels < 0))}
+        raise BadItem(f"{int((labels < 0).sum())} mask pixels with colours not in data.palette: {sorted(unknown)[:5]}")
+    return labels
+
+
+def _fit(array: np.ndarray, size: tuple[int, int], fit: str, nearest: bool) -> np.ndarray:
+    """Resize (stretch) or scale-and-centre-crop to `size` (height, width)."""
+    from PIL import Image
+
+    height, width = size
+    if array.shape[:2] == (height, width):
+        return array
+    resample = Image.NEAREST if nearest else Image.BILINEAR
+    if fit == "crop":
+        scale = max(height / array.shape[0], width / array.shape[1])
+        inner = (max(height, math.ceil(array.shape[0] * scale)), max(width, math.ceil(array.shape[1] * scale)))
+        array = _resize(array, inner, resample)
+        top, left = (inner[0] - height) // 2, (inner[1] - width) // 2
+        return array[top : top + height, left : left + width]
+    return _resize(array, (height, width), resample)
+
+
+def _resize(array: np.ndarray, size: tuple[int, int], resample) -> np.ndarray:
+    from PIL import Image
+
+    if array.ndim == 2:
+        return np.asarray(Image.fromarray(array).resize((size[1], size[0]), resample))
+    if array.dtype == np.uint8 and array.shape[-1] in (1, 3, 4):
+        squeezed = array[..., 0] if array.shape[-1] == 1 else array
+        resized = np.asarray(Image.fromarray(squeezed).resize((size[1], size[0]), resample))
+        return resized.reshape(size[0], size[1], array.shape[-1])
+    channels = [np.asarray(Image.fromarray(array[..., c].astype(np.float32), mode="F").resize((size[1], size[0]), resample)) for c in range(array.shape[-1])]
+    return np.stack(channels, axis=-1).astype(array.dtype)
+
+
