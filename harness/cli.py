@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import traceback
@@ -241,7 +242,7 @@ def cmd_history(args) -> int:
     from rich.table import Table
 
     from harness.nights.tonight import find_history, history_table
-    from harness.outputs.columns import format_cell
+    from harness.outputs.columns import terminal_text
 
     store = find_history(args.name, args.results)
     if args.pin:
@@ -256,11 +257,11 @@ def cmd_history(args) -> int:
     for column in table.columns:
         view.add_column(str(column), justify="left" if column in ("night", "run_id", "status", "commit") else "right")
     for _, row in table.iterrows():
-        cells = [format_cell(v) for v in row]
+        cells = [terminal_text(v) for v in row]
         if row["run_id"] == baseline:
             cells[1] += " (baseline)"
         view.add_row(*cells)
-    needed = sum(max([len(str(c))] + [len(format_cell(v)) for v in table[c]]) + 3 for c in table.columns) + 12
+    needed = sum(max([len(str(c))] + [len(terminal_text(v)) for v in table[c]]) + 3 for c in table.columns) + 12
     Console(width=max(needed, Console().width)).print(view)
     if args.csv:
         table.to_csv(args.csv, index=False)
@@ -315,23 +316,25 @@ def _print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.outputs.columns import format_cell
+    from harness.outputs.columns import terminal_text
 
     columns = [c for c in SUMMARY_COLUMNS if c in summary.columns]
     table = Table(title="summary (all columns in summary.csv)")
     for column in columns:
         table.add_column(SUMMARY_COLUMNS[column], justify="left" if column in ("model", "status") else "right")
     for _, row in summary.iterrows():
-        table.add_row(*(format_cell(row[c]) for c in columns))
+        table.add_row(*(terminal_text(row[c]) for c in columns))
     Console(width=max(100, Console().width)).print(table)
 
 
 
 def _report_bug() -> int:
-    crash = Path(tempfile.gettempdir()) / "harness-crash.txt"
     text = traceback.format_exc()
     try:
-        crash.write_text(text, encoding="utf-8")
+        # A new file each time (O_EXCL, mode 0600): never one another user planted or linked.
+        fd, crash = tempfile.mkstemp(prefix="harness-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
         where = f"the traceback is in {crash}"
     except OSError:
         where = "traceback:\n" + text

@@ -90,10 +90,11 @@ def test_checkpoint_of_a_mirrored_run_restores_under_one_device(tmp_path):
     with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
         members = build_members(one_config)
         step = tf.Variable(0, dtype=tf.int64)
-    restored = ckpt.restore_newest_valid(ckpt.make_checkpoint(members, step), mirrored.run_dir / "checkpoints")
-    assert restored.step == 8  # newest
-    checkpoint = ckpt.make_checkpoint(members, step)
-    checkpoint.read(str(mirrored.run_dir / "checkpoints" / "ckpt-4")).assert_consumed()
+    info = json.loads((mirrored.run_dir / "run.json").read_text())
+    checkpoint = ckpt.make_checkpoint(members, step, info["run_token"])
+    restored = ckpt.restore_newest_valid(checkpoint, mirrored.run_dir / "checkpoints", info["checkpoints"])
+    assert restored.step == 8 and info["checkpoints"] == [8, 4]  # newest
+    checkpoint.with_token.read(str(mirrored.run_dir / "checkpoints" / "ckpt-4")).assert_consumed()
     kernel = members[0].model.trainable_variables[0]
     key = next(k for k in saved.get_variable_to_shape_map() if k.startswith("member_0_model") and "kernel" in k and "OPTIMIZER" not in k and saved.get_variable_to_shape_map()[k] == kernel.shape)
     np.testing.assert_array_equal(saved.get_tensor(key), kernel.numpy())

@@ -145,7 +145,7 @@ def test_corrupt_newest_checkpoint_falls_back_and_leftovers_are_cleaned(uninterr
 
     result = run_cli("resume", run_dir)
     assert result.returncode == 0, result.stderr
-    assert f"skipped a checkpoint that does not restore completely: ckpt-{newest}" in result.stderr
+    assert f"skipped checkpoint ckpt-{newest}: does not restore completely" in result.stderr
     assert f"from step {previous}" in result.stderr
     assert not (checkpoints / f"ckpt-{newest + 2}_temp").exists()
     assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()

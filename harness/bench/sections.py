@@ -277,11 +277,12 @@ def bench_checkpoint(base, saves: int, folder: Path) -> pd.DataFrame:
     contender = make_fused_contender(config, "one_device")
     step_ms = statistics.median(alternate([contender], 3, 2)["ms_per_step"])
     _, members, step = _members(config)
-    checkpoint = ckpt.make_checkpoint(members, step)
+    checkpoint = ckpt.make_checkpoint(members, step, token="bench")
     times = []
     for i in range(saves):
         began = time.perf_counter()
-        ckpt.save(checkpoint, folder / "ckpt", i + 1, keep=1)
+        ckpt.save(checkpoint, folder / "ckpt", i + 1)
+        ckpt.delete(folder / "ckpt", [i])
         times.append(1000 * (time.perf_counter() - began))
     save_ms = statistics.median(times)
     steps_per_epoch = config.data.train_size // config.data.batch_size

@@ -184,7 +184,13 @@ def _read_image(source: Any, channels: int) -> np.ndarray:
                 raise BadItem(f"image has {int((~np.isfinite(array)).sum())} NaN/Inf values")
             scale = 255.0 if array.max(initial=0) > 1.0 + 1e-6 else 1.0
             return (array / scale).astype(np.float32)
-        return array.astype(np.uint8) if array.max(initial=0) <= 255 else (array / array.max() * 255).astype(np.uint8)
+        low, high = int(array.min(initial=0)), int(array.max(initial=0))
+        if low < 0:
+            raise BadItem(
+                f"image values range {low}..{high}: integer images must not be negative (they would wrap "
+                "around as 8-bit); scale them to 0..255, or to floats in 0..1"
+            )
+        return array.astype(np.uint8) if high <= 255 else (array / high * 255).astype(np.uint8)
     image = _decode(source)
     if image.mode in ("I;16", "I", "F"):
         raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")

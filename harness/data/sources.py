@@ -5,7 +5,9 @@ manifest rows). Decoding and checking them is the scan's job (`harness.data.scan
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,8 +47,20 @@ def list_items(spec: DataSpec) -> list[Item]:
     listing = {"folder": _folder_items, "csv": _csv_items, "arrays": _array_items, "tfds": _tfds_items}[spec.source]
     items = listing(spec)
     if not items and not getattr(items, "problems", None):
-        raise DataError(f"data.source {spec.source}: no examples found")
+        raise DataError(f"data.source {spec.source}: no examples found in {_where(spec)}")
     return items
+
+
+def _where(spec: DataSpec) -> str:
+    """Where a source looked, as the user gave it."""
+    if spec.source == "folder":
+        folders = [spec.images, spec.masks, spec.val_images, spec.val_masks]
+        return ", ".join(str(f) for f in folders if f is not None)
+    if spec.source == "csv":
+        return str(spec.manifest)
+    if spec.source == "arrays":
+        return str(spec.arrays or f"{spec.images} and {spec.masks}")
+    return f"{spec.tfds.data_dir}/{spec.tfds.name}"
 
 
 class _Listing(list):
@@ -65,16 +79,31 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
 
 def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[str]]:
     found: dict[str, list[Path]] = defaultdict(list)
+    broken = []
     for path in sorted(folder.iterdir()):
-        if path.is_file() and path.suffix.lower() in IMAGE_EXTENSIONS:
+        if path.suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        if path.is_symlink() and not path.is_file():
+            broken.append(f"{path}: a broken symbolic link ({_why_broken(path)})")
+        elif path.is_file():
             found[path.stem].append(path)
-    problems = [
+    problems = broken + [
         f"{folder / stem}.*: {len(paths)} {what} files share the stem {stem!r} ({', '.join(p.name for p in paths)}); keep one"
         for stem, paths in found.items()
         if len(paths) > 1
     ]
     doubled = {stem for stem, paths in found.items() if len(paths) > 1}
     return {stem: paths[0] for stem, paths in found.items() if len(paths) == 1}, problems, doubled
+
+
+def _why_broken(link: Path) -> str:
+    try:
+        link.resolve(strict=True)
+    except (RuntimeError, OSError) as exc:  # a loop: RuntimeError (3.11) or OSError ELOOP (3.13)
+        if isinstance(exc, FileNotFoundError):
+            return f"it points to {os.readlink(link)}, which does not exist"
+        return "it loops back on itself"
+    return "it cannot be read"
 
 
 def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listing:
@@ -102,16 +131,24 @@ def _folder_items(spec: DataSpec) -> _Listing:
 def _csv_items(spec: DataSpec) -> _Listing:
     manifest = _must_exist(spec.manifest, "manifest", False)
     base = manifest.parent
-    with manifest.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = {"image", "mask"} - set(reader.fieldnames or [])
-        if missing:
-            raise ConfigError(f"data.manifest {manifest}: needs the columns image and mask (and optionally split); missing: {', '.join(sorted(missing))}")
-        rows = list(reader)
+    raw = manifest.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(f"data.manifest {manifest}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the manifest as UTF-8") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = {"image", "mask"} - set(reader.fieldnames or [])
+    if missing:
+        raise ConfigError(f"data.manifest {manifest}: needs the columns image and mask (and optionally split); missing: {', '.join(sorted(missing))}")
+    rows = list(reader)
     items, problems, seen = [], [], Counter(r["image"] for r in rows)
     for line, row in enumerate(rows, start=2):
-        image, mask = base / row["image"], base / row["mask"]
         where = f"{manifest}:{line}"
+        if not (row.get("image") or "").strip() or not (row.get("mask") or "").strip():
+            problems.append(f"{where}: needs an image path and a mask path, got {','.join(v for v in row.values() if isinstance(v, str))!r}")
+            continue
+        image, mask = base / row["image"], base / row["mask"]
         split = (row.get("split") or "").strip().lower() or None
         if seen[row["image"]] > 1:
             problems.append(f"{where}: {row['image']} is listed {seen[row['image']]} times")

@@ -30,7 +30,7 @@ from harness.errors import EXIT_OK, ConfigError, EXIT_REGRESSION, HarnessError, 
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.training.lock import FolderLock
 from harness.nights.regressions import Change, compare, models_added_or_removed
-from harness.outputs.columns import format_cell, is_finite
+from harness.outputs.columns import format_cell, is_finite, markdown_text
 
 NIGHTLY_JSON = "nightly.json"
 NIGHTLY_MD = "nightly.md"
@@ -281,11 +281,11 @@ def render_markdown(name: str, report: dict[str, Any], history: pd.DataFrame, li
         for c in rows:
             verdict_cell = "**REGRESSION**" + (f" ({c['note']})" if c["note"] else "") if c["regressed"] else (c["note"] or "ok")
             lines.append(
-                f"| {c['model']} | {c['metric']} | {format_cell(c['before'])} | {format_cell(c['now'])} | {_fmt_change(c)} | {c['allowed']} | {verdict_cell} |"
+                f"| {markdown_text(c['model'])} | {markdown_text(c['metric'])} | {format_cell(c['before'])} | {format_cell(c['now'])} | {_fmt_change(c)} | {c['allowed']} | {verdict_cell} |"
             )
         lines.append("")
     if report["notes"]:
-        lines += ["## Notes", ""] + [f"- {n}" for n in report["notes"]] + [""]
+        lines += ["## Notes", ""] + [f"- {markdown_text(n)}" for n in report["notes"]] + [""]
     lines += ["## History", "", markdown_table(history_pivot(history, report["watched"])), ""]
     if report["trend_plots"]:
         lines += ["## Trends", ""] + [f"![{Path(p).stem}]({link_prefix}{p})" for p in report["trend_plots"]] + [""]
@@ -303,8 +303,8 @@ def _fmt_change(change: dict[str, Any]) -> str:
 def markdown_table(frame: pd.DataFrame) -> str:
     if not len(frame):
         return "(empty)"
-    cells = [[format_cell(v) for v in row] for row in frame.itertuples(index=False)]
-    lines = ["| " + " | ".join(map(str, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
+    cells = [[markdown_text(v) for v in row] for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(map(markdown_text, frame.columns)) + " |", "| " + " | ".join("---" for _ in frame.columns) + " |"]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in cells])
 
 

@@ -39,6 +39,21 @@ def is_missing(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
+def terminal_text(value: Any) -> str:
+    """A cell for rich's console: formatted, with control characters (escape sequences) dropped and
+    rich's markup escaped, so a model named `[/x]` or holding ESC prints as itself."""
+    from rich.markup import escape
+
+    text = "".join(ch if ch.isprintable() else "?" for ch in format_cell(value))
+    return escape(text)
+
+
+def markdown_text(value: Any) -> str:
+    """A cell for a Markdown table: formatted, with Markdown's and HTML's special characters escaped."""
+    text = "".join(ch if ch.isprintable() else "?" for ch in format_cell(value))
+    return "".join(f"\\{ch}" if ch in "\\`*_[]<>|#" else ch for ch in text)
+
+
 def format_cell(value: Any) -> str:
     """A table cell for people: 4 significant digits, '-' for missing (None, NaN, NA)."""
     if is_missing(value):

@@ -8,7 +8,7 @@ import pandas as pd
 
 from harness.errors import ConfigError
 from harness.training.rundir import RunDir
-from harness.outputs.columns import format_cell, has_direction, higher_is_better
+from harness.outputs.columns import has_direction, higher_is_better, terminal_text
 
 COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1"]
 
@@ -49,7 +49,7 @@ def print_comparison(table: pd.DataFrame) -> None:
     for i, row in table.iterrows():
         cells = []
         for column, value in row.items():
-            text = format_cell(value)
+            text = terminal_text(value)
             if best.get(column) == i:
                 text = f"[bold green]{text}[/]"
             elif column == "status" and value != "ok":

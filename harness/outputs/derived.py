@@ -132,7 +132,10 @@ def load_exported_model(path: Path):
 
 def rebuild(run_dir: Path) -> pd.DataFrame:
     """`harness report RUN_DIR`: everything derived, again, from what the run directory holds."""
+    from harness.training.lock import FolderLock
+
     run = RunDir(Path(run_dir))
     info = run.read_info()
     config = run.read_config()
-    return write_outputs(run, config, info, samples_from_exports(run, config))
+    with FolderLock(run.path, purpose="report"):  # a run still writing its rows holds it: exit 5
+        return write_outputs(run, config, info, samples_from_exports(run, config))

@@ -1,23 +1,28 @@
 """Checkpoints of everything a run needs to continue: every model and optimizer (slots and
-iteration counts, nested models included), each member's divergence flags, and the global step.
+iteration counts, nested models included), each member's divergence flags, the global step, and
+the run's token, which says which run a checkpoint belongs to.
 
 The data position needs no state of its own: the train pipeline is a pure function of the step.
 
-Robustness, in the order `restore_newest_valid` applies it:
-  1. folders left by a save that was killed (`*_temp*`) are removed;
-  2. candidates are found by listing `ckpt-N.index` files, not by trusting the `checkpoint`
-     pointer file, which a kill or a full disk can leave missing or garbled;
-  3. newest first, each is restored and verified: every variable of the run must be matched by the
-     checkpoint and every value in it used (`assert_consumed`); a partial or corrupt one is skipped
-     with a message, and the previous one tried;
-  4. no valid checkpoint while some exist is an error, never a silent restart from step 0.
+Which checkpoints are the run's own: run.json `checkpoints` lists the steps of the run's completed
+saves (a save is recorded after it returns), and each checkpoint carries the run's token. Only
+those are restored or pruned: a checkpoint copied in from elsewhere is never restored and never
+makes the run's own disappear. Restoring, in order (`restore_newest_valid`):
+  1. `checkpoints` must be a folder (or absent);
+  2. folders left by a save that was killed (`*_temp*`) are removed;
+  3. candidates are the recorded steps (all `ckpt-N.index` files for a run.json from before the
+     record existed), found by listing files, never by TensorFlow's `checkpoint` pointer file;
+  4. newest first, each is checked (its files, its token) and restored completely
+     (`assert_consumed`); one that fails is named with the reason and the previous one tried;
+  5. none restores: if the run had completed a checkpoint, refuse (exit 2) naming what is wrong,
+     never restart silently; if it never had (killed during its first save), start at step 0.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.backend import import_tf
@@ -26,40 +31,74 @@ from harness.errors import ConfigError
 tf = import_tf()
 
 _CKPT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+_TOKEN_KEY = "run_token/.ATTRIBUTES/VARIABLE_VALUE"
 
 
 class NoValidCheckpoint(ConfigError):
-    """Checkpoints exist but none fits this run's models (changed code, corrupt files)."""
+    """The run completed checkpoints but none restores (changed code, corrupt or missing files)."""
 
 
-def make_checkpoint(members, global_step) -> "tf.train.Checkpoint":
+@dataclass(frozen=True)
+class RunCheckpoint:
+    """What a checkpoint of this run holds, with and without the run's token (checkpoints written
+    before tokens existed are restored without it)."""
+
+    with_token: "tf.train.Checkpoint"
+    without_token: "tf.train.Checkpoint"
+    token: str
+
+
+def make_checkpoint(members, global_step, token: str) -> RunCheckpoint:
     """Every member's objects (models, optimizers, flags: whatever its kind holds), nested models
-    included, and the global step."""
+    included, the global step and the run's token."""
     items = {"global_step": global_step}
     for i, m in enumerate(members):
         # Positions, not names, key the objects: the config check keeps them in the same order,
         # and positions keep the keys valid identifiers whatever the model is called.
         for key, obj in m.checkpoint_items().items():
             items[f"member_{i}_{key}"] = obj
-    return tf.train.Checkpoint(**items)
+    with tf.device("/cpu:0"):
+        token_variable = tf.Variable(token, dtype=tf.string, trainable=False, name="run_token")
+    return RunCheckpoint(tf.train.Checkpoint(run_token=token_variable, **items), tf.train.Checkpoint(**items), token)
 
 
 @dataclass(frozen=True)
 class Restored:
     step: int
     path: str | None
-    skipped: list[str]
+    skipped: list[str] = field(default_factory=list)  # why each candidate was not used
+    note: str | None = None  # what the user should know about where the run starts
 
 
-def save(checkpoint, directory: Path, step: int, keep: int) -> str:
-    """Save as ckpt-<step> and delete all but the newest `keep` checkpoints."""
+def check_folder(directory: Path) -> None:
+    if directory.exists() and not directory.is_dir():
+        raise ConfigError(
+            f"{directory} is a file, not the run's checkpoints folder; move it away (harness never deletes it) "
+            "and resume again"
+        )
+
+
+def save(checkpoint: RunCheckpoint, directory: Path, step: int) -> str:
+    """Write ckpt-<step>. The caller records it as the run's own once this returns."""
+    check_folder(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = checkpoint.write(str(directory / f"ckpt-{step}"))
-    for old_step in list_checkpoint_steps(directory)[keep:]:
-        for file in directory.glob(f"ckpt-{old_step}.*"):
-            file.unlink(missing_ok=True)
+    path = checkpoint.with_token.write(str(directory / f"ckpt-{step}"))
     _write_pointer(directory, step)
     return path
+
+
+def keep_newest(directory: Path, own_steps: list[int], keep: int) -> tuple[list[int], list[int]]:
+    """(kept, dropped): the newest `keep` of the run's own steps, and the rest. The caller records
+    `kept` first, then calls `delete` on `dropped`: a kill in between leaves files, never a record
+    of files that are gone."""
+    ordered = sorted(set(own_steps), reverse=True)
+    return ordered[:keep], ordered[keep:]
+
+
+def delete(directory: Path, steps: list[int]) -> None:
+    for step in steps:
+        for file in directory.glob(f"ckpt-{step}.*"):
+            file.unlink(missing_ok=True)
 
 
 def _write_pointer(directory: Path, step: int) -> None:
@@ -74,15 +113,10 @@ def _write_pointer(directory: Path, step: int) -> None:
 
 
 def list_checkpoint_steps(directory: Path) -> list[int]:
-    """Steps of the complete-looking checkpoints in `directory`, newest first."""
+    """Steps of every `ckpt-N.index` in `directory`, newest first."""
     if not directory.is_dir():
         return []
-    steps = []
-    for file in directory.iterdir():
-        match = _CKPT_INDEX.match(file.name)
-        if match and any(directory.glob(f"ckpt-{match[1]}.data-*")):
-            steps.append(int(match[1]))
-    return sorted(steps, reverse=True)
+    return sorted((int(m[1]) for f in directory.iterdir() if (m := _CKPT_INDEX.match(f.name))), reverse=True)
 
 
 def remove_leftovers(directory: Path) -> list[str]:
@@ -97,22 +131,68 @@ def remove_leftovers(directory: Path) -> list[str]:
     return removed
 
 
-def restore_newest_valid(checkpoint, directory: Path) -> Restored:
-    """Restore the newest checkpoint that restores completely; step 0 if there is none at all."""
+def restore_newest_valid(checkpoint: RunCheckpoint, directory: Path, recorded: list[int] | None) -> Restored:
+    """Restore the run's newest checkpoint that restores completely (see the module's order).
+    `recorded`: the run's completed saves from run.json; None for a run.json from before it."""
+    check_folder(directory)
     remove_leftovers(directory)
+    present = list_checkpoint_steps(directory)
+    candidates = present if recorded is None else sorted(recorded, reverse=True)
     skipped = []
-    for step in list_checkpoint_steps(directory):
-        path = str(directory / f"ckpt-{step}")
-        try:
-            status = checkpoint.read(path)
-            status.assert_consumed()
-        except Exception as exc:  # corrupt file, missing object, shape mismatch: all mean "not this one"
-            skipped.append(f"ckpt-{step}: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
-            continue
-        return Restored(step=step, path=path, skipped=skipped)
-    if skipped:
+    for step in candidates:
+        path = directory / f"ckpt-{step}"
+        problem = _files_problem(directory, step) or _owner_problem(path, checkpoint.token)
+        if problem is None:
+            problem = _restore(checkpoint, path)
+        if problem is None:
+            return Restored(step, str(path), skipped)
+        skipped.append(f"ckpt-{step}: {problem}")
+    ignored = sorted(set(present) - set(candidates))
+    if recorded:
         raise NoValidCheckpoint(
-            f"no checkpoint in {directory} restores completely; refusing to restart from step 0",
+            f"this run completed checkpoints at step(s) {', '.join(map(str, sorted(recorded)))} (run.json), and none of them "
+            f"restores from {directory}; refusing to restart from step 0. To start over, begin a new run: "
+            f"harness run {directory.parent / 'config.yaml'}",
             skipped,
         )
-    return Restored(step=0, path=None, skipped=[])
+    if recorded is None and skipped:
+        raise NoValidCheckpoint(f"no checkpoint in {directory} restores completely; refusing to restart from step 0", skipped)
+    note = None
+    if skipped or ignored:
+        note = "no checkpoint of this run was completed (killed during its first save?): starting from step 0"
+        skipped += [f"ckpt-{s}: not a completed save of this run (not in run.json): left as it is" for s in ignored]
+    return Restored(0, None, skipped, note)
+
+
+def _files_problem(directory: Path, step: int) -> str | None:
+    index = directory / f"ckpt-{step}.index"
+    if not index.is_file():
+        return f"its files are missing ({index.name} and its .data files were deleted?)"
+    if not any(directory.glob(f"ckpt-{step}.data-*")):
+        return f"its .data files are missing (only {index.name} is there)"
+    return None
+
+
+def _owner_problem(path: Path, token: str) -> str | None:
+    try:
+        reader = tf.train.load_checkpoint(str(path))
+    except Exception as exc:  # a truncated or garbled index: TensorFlow raises several kinds
+        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    if not reader.has_tensor(_TOKEN_KEY):
+        return None  # written before checkpoints carried a token: restored without one
+    owner = reader.get_tensor(_TOKEN_KEY)
+    owner = owner.decode() if isinstance(owner, bytes) else str(owner)
+    if owner != token:
+        return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere"
+    return None
+
+
+def _restore(checkpoint: RunCheckpoint, path: Path) -> str | None:
+    reader = tf.train.load_checkpoint(str(path))
+    target = checkpoint.with_token if reader.has_tensor(_TOKEN_KEY) else checkpoint.without_token
+    try:
+        status = target.read(str(path))
+        status.assert_consumed()
+    except Exception as exc:  # corrupt file, missing object, shape mismatch: all mean "not this one"
+        return f"does not restore completely: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return None

@@ -3,13 +3,13 @@ to try) and XLA failures (which members cannot be compiled)."""
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 from harness.core.backend import import_tf
 from harness.core.step import member_fragment
 from harness.errors import ConfigError, ResourceError
 from harness.members.base import preserved_state
+from harness.training.rundir import is_disk_full
 
 tf = import_tf()
 
@@ -19,7 +19,7 @@ def translate(exc: BaseException, where: Path) -> BaseException:
 
     TensorFlow raises ResourceExhaustedError both for a full disk (writing a checkpoint) and for
     device memory; the message tells them apart."""
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+    if is_disk_full(exc):
         return ResourceError(
             f"disk full while writing {exc.filename or where}: free some space on that disk or "
             "choose another results directory (--results DIR). The last checkpoint is intact: "

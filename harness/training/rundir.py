@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import platform
 import tempfile
 from dataclasses import dataclass
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.schema import ExperimentConfig
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ResourceError
 
 # What `harness resume --set` may change: where it runs and how it reports, never what is trained.
 RESUME_OVERRIDABLE = ("placement.", "output.progress", "output.probe_steps")
@@ -23,10 +25,13 @@ def utc_now() -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers see old or new, never half."""
+    """Write to a temp file in the same folder, fsync, then rename: readers see old or new, never half.
+    The file gets the mode any other tool's output would (0644 under umask 022): mkstemp makes
+    it 0600, which teammates, a web server or a CI artifact step could not read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -35,6 +40,16 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it is to set it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
@@ -118,7 +133,12 @@ def new_run_id() -> str:
 def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) -> RunDir:
     """results/<name>/<run_id>/, with a suffix if two runs start in the same second."""
     base = Path(results_dir or config.output.results_dir) / config.name
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise ResourceError(f"disk full while creating {base}: free some space or choose another results folder (--results DIR)") from None
+        raise
     run_id = new_run_id()
     for attempt in range(1, 1000):
         candidate = base / (run_id if attempt == 1 else f"{run_id}-{attempt}")
@@ -127,7 +147,16 @@ def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) ->
         except FileExistsError:
             continue
         run = RunDir(candidate)
-        atomic_write_text(run.config_file, config.to_yaml())
+        try:
+            atomic_write_text(run.config_file, config.to_yaml())
+        except OSError as exc:
+            shutil.rmtree(candidate, ignore_errors=True)  # nothing half-made is left behind
+            if is_disk_full(exc):
+                raise ResourceError(
+                    f"disk full while creating the run directory {candidate} (writing config.yaml): free some space "
+                    "or choose another results folder (--results DIR); nothing was left behind"
+                ) from None
+            raise
         return run
     raise FileExistsError(f"could not create a new run directory under {base}")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +62,42 @@ class Runner:
         self.timing = StepTiming()
 
     def run(self) -> RunResult:
-        self.run_dir.write_run_info(self.info)  # 2.
-        if self.placement.is_chief and self.config.output.progress != "none":
-            for line in describe_plan(self.placement.plan):
-                print(line, file=sys.stderr)
         try:
+            self._start()
             with self.stop:
                 self._train()
         except Interrupted:
             raise
         except BaseException as exc:
-            self._mark_failed(exc)
+            recorded = self._mark_failed(exc)
             translated = translate(exc, self.run_dir.path)
+            if isinstance(translated, HarnessError) and not recorded:
+                translated.problems.append(
+                    f"{self.run_dir.run_json} could not be updated, so it may still say status: running; "
+                    f"no process holds the run, and harness resume {self.run_dir.path} continues it"
+                )
             if translated is exc:
                 raise
             raise translated from exc
         return self._result()
+
+    def _start(self) -> None:
+        """Step 2: run.json says `running`. A new run that cannot write even that leaves nothing."""
+        try:
+            self.run_dir.write_run_info(self.info)
+        except OSError:
+            if not self.resuming:
+                shutil.rmtree(self.run_dir.path, ignore_errors=True)
+            raise
+        if self.resuming and self.previous_status == "running":
+            print(
+                f"harness: {self.run_dir.run_json} said running, but no process held the run: it was killed "
+                "(or stopped by a full disk) without updating it",
+                file=sys.stderr,
+            )
+        if self.placement.is_chief and self.config.output.progress != "none":
+            for line in describe_plan(self.placement.plan):
+                print(line, file=sys.stderr)
 
     def _train(self) -> None:
         config, run = self.config, self.run_dir
@@ -85,7 +106,7 @@ class Runner:
             global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         self.members = members
         self.records = {m.name: MemberRecord(params=m.params) for m in members}
-        checkpoint = ckpt.make_checkpoint(members, global_step)
+        checkpoint = ckpt.make_checkpoint(members, global_step, self.info["run_token"])
         start = self._restore(checkpoint)  # 4.
         self._read_statuses()
         best = BestTracker(run.path / "models", [m.name for m in members], start)
@@ -109,7 +130,7 @@ class Runner:
             schedule=schedule,
             train=train,
             evaluate=lambda step: self._validate(evaluate, datasets.val, best, step, schedule),
-            checkpoint=lambda step: ckpt.save(checkpoint, run.checkpoints, step, config.train.keep_checkpoints),
+            checkpoint=lambda step: self._checkpoint(checkpoint, step),
             writer=writer,
             after_call=lambda step: self._update_info(steps_done=step, models=self._models_info(), timing=self.timing.as_dict()),
             stop=self.stop,
@@ -147,9 +168,16 @@ class Runner:
 
     def _restore(self, checkpoint) -> int:
         """Step 4: restore, and forget what was measured after the checkpoint."""
-        restored = ckpt.restore_newest_valid(checkpoint, self.run_dir.checkpoints)
+        folder = self.run_dir.checkpoints
+        recorded = self.info.get("checkpoints") if self.resuming else []
+        restored = ckpt.restore_newest_valid(checkpoint, folder, recorded)
         for reason in restored.skipped:
-            print(f"harness: skipped a checkpoint that does not restore completely: {reason}", file=sys.stderr)
+            print(f"harness: skipped checkpoint {reason}", file=sys.stderr)
+        if restored.note:
+            print(f"harness: {restored.note}", file=sys.stderr)
+        # The run's own completed saves from here on: none after the restored step survives.
+        own = ckpt.list_checkpoint_steps(folder) if recorded is None else recorded
+        self.info["checkpoints"] = [s for s in own if 0 < s <= restored.step]
         if self.resuming:
             where = f"step {restored.step} ({Path(restored.path).name})" if restored.path else "step 0 (no checkpoint was written yet)"
             print(f"harness: resuming {self.run_dir.path} from {where}", file=sys.stderr)
@@ -160,6 +188,15 @@ class Runner:
                 {"at": rd.utc_now(), "from_step": restored.step, "rows_redone": dropped, "skipped_checkpoints": restored.skipped}
             )
         return restored.step
+
+    def _checkpoint(self, checkpoint, step: int) -> None:
+        """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
+        (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
+        folder = self.run_dir.checkpoints
+        ckpt.save(checkpoint, folder, step)
+        kept, dropped = ckpt.keep_newest(folder, [step, *self.info["checkpoints"]], self.config.train.keep_checkpoints)
+        self._update_info(checkpoints=kept)
+        ckpt.delete(folder, dropped)
 
     def _call_train_loop(self, train_loop, iterator, k: int):
         try:
@@ -215,12 +252,15 @@ class Runner:
         facts = {"devices": device_names(), "placement": self.placement.plan, "data": data_facts(self.config.data, self.scan)}
         if self.resuming:
             info = self.run_dir.read_run_info()
+            self.previous_status = info.get("status")
             info.update(status="running", ended=None, error=None, **facts)
+            info.setdefault("run_token", uuid.uuid4().hex)  # run.json from before tokens
             return info
         return {
             "status": "running",
             "name": self.config.name,
             "run_id": self.run_dir.run_id,
+            "run_token": uuid.uuid4().hex,  # saved in every checkpoint: which run it belongs to
             "started": rd.utc_now(),
             "ended": None,
             "versions": rd.versions(),
@@ -232,6 +272,7 @@ class Runner:
             "deterministic": self.config.train.deterministic,
             "total_steps": self.config.total_steps,
             "steps_done": 0,
+            "checkpoints": [],  # steps of the run's own completed checkpoints, newest first
             "models": {},
         }
 
@@ -242,13 +283,18 @@ class Runner:
         self.info.update(changes)
         self.run_dir.write_run_info(self.info)
 
-    def _mark_failed(self, exc: BaseException) -> None:
+    def _mark_failed(self, exc: BaseException) -> bool:
+        """run.json says how the run ended; False if it could not be written (the disk may be what
+        failed: the original error matters more)."""
+        if not self.run_dir.path.is_dir():
+            return True  # a new run removed whole: there is nothing to mark
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         message = exc.render() if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
         try:
             self._update_info(status=status, ended=rd.utc_now(), error=message)
         except OSError:
-            pass  # the disk may be what failed; the original error matters more
+            return False
+        return True
 
     def _result(self) -> RunResult:
         return RunResult(
