@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness",
         description="Train several models together, on the same batches, in one compiled TensorFlow step.",
     )
+    from harness import __version__
+
+    parser.add_argument("--version", action="version", version=f"harness {__version__}", help="print the installed version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_run, _add_resume, _add_workers, _add_compare, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
         add(commands)

@@ -113,3 +113,19 @@ def wait_for_run_dir(results: Path, process, name: str = "tiny", timeout: float 
             return None
         time.sleep(0.05)
     raise AssertionError(f"no run directory under {results / name} after {timeout}s")
+
+
+def run_main(*args) -> subprocess.CompletedProcess:
+    """The CLI in this process (`harness.cli.main`), with what it prints captured: for tests of
+    what a command says and returns, without a new process's start-up. Not for bit-for-bit
+    comparisons with runs the real CLI made: this process has two logical CPU devices, which
+    changes the last bits of some kernels' results."""
+    import contextlib
+    import io
+
+    from harness.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return subprocess.CompletedProcess(["harness", *map(str, args)], code, out.getvalue(), err.getvalue())

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
 
 from harness.cli import build_parser, main
 
@@ -40,12 +40,12 @@ def test_user_factory_from_config(tmp_path):
 
 def test_user_factory_size_rule_is_checked(tmp_path):
     raw = tiny_config(models=[{"name": "mine", "arch": "factories:small_convnet"}], data={"image_size": 15})
-    result = run_cli("run", write_yaml(tmp_path / "c.yaml", raw), env={"PYTHONPATH": str(REPO / "tests")})
+    result = run_main("run", write_yaml(tmp_path / "c.yaml", raw))  # tests/ is on sys.path
     assert result.returncode == 2 and "multiple of 2" in result.stderr and "16x16" in result.stderr
 
 
 def test_models_lists_architectures_and_backbones():
-    result = run_cli("models")
+    result = run_main("models")
     assert result.returncode == 0, result.stderr
     for name in ("Unet", "Linknet", "FPN", "PSPNet", "tiny_unet", "resnet18", "efficientnetb0", "package.module:function"):
         assert name in result.stdout
@@ -66,6 +66,14 @@ def test_every_command_has_help_and_every_option_says_what_it_does(capsys):
         assert exit_info.value.code == 0 and f"usage: harness {name}" in capsys.readouterr().out
         undocumented = [a.dest for a in command._actions if not a.help and not isinstance(a, argparse._HelpAction)]
         assert not undocumented, f"harness {name}: options without help: {undocumented}"
+
+
+def test_version(capsys):
+    from harness import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"harness {__version__}"
 
 
 def test_no_command_is_a_usage_error(capsys):

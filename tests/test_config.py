@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import REPO, run_main, tiny_config, write_yaml
 
 from harness.config import catalog
 from harness.members import zoo
@@ -193,7 +193,7 @@ def test_every_experiment_file_is_valid_and_explains_itself():
 def test_cli_bad_config_exits_2_without_traceback(tmp_path, mutate, expected):
     raw = tiny_config()
     mutate(raw)
-    result = run_cli("run", write_yaml(tmp_path / "bad.yaml", raw), "--results", tmp_path / "r")
+    result = run_main("run", write_yaml(tmp_path / "bad.yaml", raw), "--results", tmp_path / "r")
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
@@ -202,7 +202,7 @@ def test_cli_bad_config_exits_2_without_traceback(tmp_path, mutate, expected):
 
 def test_cli_bad_override_exits_2(tmp_path):
     path = write_yaml(tmp_path / "c.yaml", tiny_config())
-    result = run_cli("run", path, "--set", "train.epochs=abc", "--results", tmp_path / "r")
+    result = run_main("run", path, "--set", "train.epochs=abc", "--results", tmp_path / "r")
     assert result.returncode == 2 and "train.epochs" in result.stderr and "Traceback" not in result.stderr
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import REPO, run_cli, start_cli, tiny_config, write_yaml
+from conftest import REPO, run_cli, run_main, start_cli, tiny_config, write_yaml
 
 from harness.config.schema import NightlySpec, ThresholdSpec
 from harness.config.loading import validate_config
@@ -177,7 +177,7 @@ def test_a_corrupt_history_is_named_and_left_alone(tmp_path):
     folder = tmp_path / "results" / "tiny"
     folder.mkdir(parents=True)
     (folder / "history.sqlite").write_bytes(b"not a database at all" * 100)
-    result = run_cli("history", "tiny", "--results", tmp_path / "results")
+    result = run_main("history", "tiny", "--results", tmp_path / "results")
     assert result.returncode == 3, result.stderr
     assert "history.sqlite" in result.stderr and "Traceback" not in result.stderr
     assert (folder / "history.sqlite").read_bytes() == b"not a database at all" * 100

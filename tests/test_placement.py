@@ -60,14 +60,17 @@ def test_mirrored_matches_one_device_within_tolerance(one_device_no_bn, tmp_path
 
 
 def test_per_model_pins_each_model_and_equals_one_device_bitwise(tmp_path):
-    one = run(validate_config(placed("one_device")), results_dir=tmp_path / "one")
-    pinned = run(validate_config(placed("per_model")), results_dir=tmp_path / "pinned")
-    assert pinned.info["placement"]["models"] == {"fcn": ["/device:CPU:0"], "unet": ["/device:CPU:1"], "deconv": ["/device:CPU:0"]}
-    for name, device in (("fcn", "CPU:0"), ("unet", "CPU:1"), ("deconv", "CPU:0")):
+    # `custom` is a user's kind written as the README shows: maths only, no pinning, no batch copy.
+    models = [*tiny_config()["models"], {"name": "custom", "kind": "custom_kinds:FocalWithCoverage", "arch": "tiny_unet"}]
+    one = run(validate_config(placed("one_device", models)), results_dir=tmp_path / "one")
+    pinned = run(validate_config(placed("per_model", models)), results_dir=tmp_path / "pinned")
+    devices = {"fcn": "CPU:0", "unet": "CPU:1", "deconv": "CPU:0", "custom": "CPU:1"}
+    assert pinned.info["placement"]["models"] == {name: [f"/device:{d}"] for name, d in devices.items()}
+    for name, device in devices.items():
         model = pinned.models[name]
         assert all(v.device.endswith(device) for v in model.variables), name
     assert losses_of(pinned)["value"].tolist() == losses_of(one)["value"].tolist()
-    for name in ("fcn", "unet", "deconv"):
+    for name in devices:
         for x, y in zip(pinned.models[name].get_weights(), one.models[name].get_weights()):
             np.testing.assert_array_equal(x, y)
 
@@ -133,7 +136,8 @@ def test_float16_has_one_loss_scale_optimizer_per_model(tmp_path):
     from harness.core.backend import import_keras
 
     keras = import_keras()
-    config = validate_config(placed("one_device", precision="mixed_float16"))
+    models = [*tiny_config()["models"], {"name": "custom", "kind": "custom_kinds:FocalWithCoverage", "arch": "tiny_fcn"}]
+    config = validate_config(placed("one_device", models, precision="mixed_float16"))
     try:
         members = build_members(config)
         assert all(isinstance(m.optimizer, keras.mixed_precision.LossScaleOptimizer) for m in members)

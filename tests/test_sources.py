@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli, tiny_config, write_yaml
+from conftest import run_cli, run_main, tiny_config, write_yaml
 from PIL import Image
 
 from harness.core.backend import import_tf
@@ -100,7 +100,7 @@ def test_every_bad_file_is_named_with_its_reason_and_exit_3(tmp_path):
     images, masks = write_folder(tmp_path, 12)
     inject_faults(images, masks)
     config = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None})
-    result = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results")
+    result = run_main("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results")
     assert result.returncode == 3, result.stderr
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
@@ -274,14 +274,14 @@ def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
     images, masks = write_folder(tmp_path, 10, size=(16, 16))
     config = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None, "val_fraction": 0.3})
     config["train"]["epochs"] = 1
-    assert run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results").returncode == 0
+    assert run_main("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results").returncode == 0
     (run_dir,) = (tmp_path / "results" / "tiny").glob("2*")
     info = json.loads((run_dir / "run.json").read_text())
     (run_dir / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))  # as if killed
     moved = tmp_path / "aside.png"
     (images / "ex03.png").rename(moved)
     (masks / "ex03.png").unlink()
-    refused = run_cli("resume", run_dir)
+    refused = run_main("resume", run_dir)
     assert refused.returncode == 3, refused.stderr
     assert "the data changed since this run started" in refused.stderr
     assert re.search(r"data\.(train|val)_size: (\d+) -> (\d+)", refused.stderr), refused.stderr  # the split ex03 was in shrank

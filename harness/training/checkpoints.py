@@ -176,11 +176,11 @@ def _files_problem(directory: Path, step: int) -> str | None:
 def _owner_problem(path: Path, token: str) -> str | None:
     try:
         reader = tf.train.load_checkpoint(str(path))
-    except Exception as exc:  # a truncated or garbled index: TensorFlow raises several kinds
+        if not reader.has_tensor(_TOKEN_KEY):
+            return None  # written before checkpoints carried a token: restored without one
+        owner = reader.get_tensor(_TOKEN_KEY)
+    except Exception as exc:  # a truncated or garbled index or data file: TensorFlow raises several kinds
         return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    if not reader.has_tensor(_TOKEN_KEY):
-        return None  # written before checkpoints carried a token: restored without one
-    owner = reader.get_tensor(_TOKEN_KEY)
     owner = owner.decode() if isinstance(owner, bytes) else str(owner)
     if owner != token:
         return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere"
@@ -188,9 +188,9 @@ def _owner_problem(path: Path, token: str) -> str | None:
 
 
 def _restore(checkpoint: RunCheckpoint, path: Path) -> str | None:
-    reader = tf.train.load_checkpoint(str(path))
-    target = checkpoint.with_token if reader.has_tensor(_TOKEN_KEY) else checkpoint.without_token
     try:
+        reader = tf.train.load_checkpoint(str(path))
+        target = checkpoint.with_token if reader.has_tensor(_TOKEN_KEY) else checkpoint.without_token
         status = target.read(str(path))
         status.assert_consumed()
     except Exception as exc:  # corrupt file, missing object, shape mismatch: all mean "not this one"
