@@ -20,4 +20,4 @@ class FocalWithCoverage(Member):
             loss = batch.mean(self.loss_fn(batch.masks, predictions))
         coverage = tf.reduce_mean(tf.cast(predictions > 0.5, tf.float32))
         update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
-        return StepOutput({"loss": loss, "coverage": coverage}, [update])
+        return StepOutput({"loss": loss, "coverage": coverage}, [update], predictions)

@@ -12,8 +12,10 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
-    sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input"]
+    sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input", "statistics"]
     assert list(dict.fromkeys(table["section"])) == sections
+    statistics = table[table["section"] == "statistics"]
+    assert (statistics["seconds"] > 0).all() and statistics["pairs"].tolist() == [15, 15]  # 6 members
     loop = table[table["section"] == "loop"].set_index("contender")
     assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
     assert loop.loc["hand_loop", "ratio"] == 1.0 and (loop["median_ms_per_step"] > 0).all()

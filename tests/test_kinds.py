@@ -40,7 +40,9 @@ def metrics_of(result, name, split):
 
 
 def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
-    assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss"}
+    # compare_loss: the generator's masks scored on the common loss (its own is adversarial + L1)
+    assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss", "compare_loss"}
+    assert mixed.losses.query("model == 'gan' and metric == 'compare_loss'")["value"].notna().all()
     assert metrics_of(mixed, "gan", "val") == {"loss", "iou", "f1"}
     train = mixed.losses.query("model == 'gan' and split == 'train'").pivot(index="step", columns="metric", values="value")
     np.testing.assert_allclose(train["loss"], train["adv"] + 10 * train["l1"], rtol=1e-5)
@@ -60,7 +62,8 @@ def test_autoencoder_is_scored_by_reconstruction(mixed):
 
 
 def test_custom_member_kind_from_a_config(mixed):
-    assert metrics_of(mixed, "custom", "train") == {"loss", "coverage"}
+    assert metrics_of(mixed, "custom", "train") == {"loss", "coverage", "compare_loss"}
+    assert mixed.losses.query("model == 'custom' and metric == 'compare_loss'")["value"].notna().all()
     coverage = mixed.losses.query("model == 'custom' and metric == 'coverage'")["value"]
     assert coverage.between(0, 1).all()
 

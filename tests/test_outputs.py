@@ -12,12 +12,13 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli, tiny_config
+from conftest import run_main, tiny_config
 
 from harness.api import run
 from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
-from harness.outputs.tables import _spread, build_pairs
+from harness.outputs.statistics import t_interval as _spread
+from harness.outputs.tables import build_pairs
 
 STEPS = 8
 
@@ -48,7 +49,7 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
 
 def test_interval_is_a_student_t_interval():
     std, ci = _spread(pd.Series([1.0, 2.0, 3.0]))
-    assert std == pytest.approx(1.0) and ci == pytest.approx(4.303 / math.sqrt(3))
+    assert std == pytest.approx(1.0) and ci == pytest.approx(4.302653 / math.sqrt(3))  # t(0.975, 2 dof), from a table
     assert all(math.isnan(v) for v in _spread(pd.Series([1.0])))
 
 
@@ -128,7 +129,7 @@ def test_report_is_self_contained(repeated):
     result, _ = repeated
     page = (result.run_dir / "report.html").read_text()
     sources = re.findall(r"<img[^>]*src='([^']*)'", page)
-    assert len(sources) == 5 and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert len(sources) == 6 and all(s.startswith("data:image/png;base64,") for s in sources)  # pair_differences too
     assert "http://" not in page and "https://" not in page
     for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny"):
         assert text in page
@@ -151,18 +152,18 @@ def test_report_renders_every_image_in_headless_chromium(repeated, tmp_path):
     body = re.search(r"<body[^>]*>", done.stdout).group(0)
     total = int(re.search(r'data-images="(\d+)"', body).group(1))
     rendered = int(re.search(r'data-images-rendered="(\d+)"', body).group(1))
-    assert total == 5 and rendered == total
+    assert total == 6 and rendered == total  # five plots and the pairwise differences
 
 
 def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     result, _ = repeated
     out = tmp_path / "cmp.csv"
-    done = run_cli("compare", result.run_dir, result.run_dir, "--csv", out)
+    done = run_main("compare", result.run_dir, result.run_dir, "--csv", out)
     assert done.returncode == 0, done.stderr
     assert "unet" in done.stdout and "best of each column" in done.stdout
     table = pd.read_csv(out)
     assert len(table) == 6 and {"run", "model", "val_iou", "ms_per_step"} <= set(table.columns)
-    missing = run_cli("compare", tmp_path / "nothing")
+    missing = run_main("compare", tmp_path / "nothing")
     assert missing.returncode == 2 and "no summary.csv" in missing.stderr
 
 
@@ -173,11 +174,11 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     shutil.rmtree(copy / "plots")
     for name in ("report.html", "summary.csv", "pairs.csv"):
         (copy / name).unlink()
-    done = run_cli("report", copy)
+    done = run_main("report", copy)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
     assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
-    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 5
+    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 6  # with the pairwise differences
 
 
 def test_one_model_has_an_empty_pairs_table_with_columns():

@@ -26,6 +26,8 @@ Sections (rows of bench.csv):
   placement  each strategy vs one device (on two logical CPUs: an overhead check only)
   checkpoint one save of every model and optimizer, and its share of step time
   input      the share of step time spent waiting for input (suite and expensive pipelines)
+  statistics the ranking's statistics for 40 members x 500 validation images x 2000 resamples
+             (paired bootstrap), and paired tests for 40 models x 5 seeds, on synthetic counts
   gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
@@ -45,6 +47,7 @@ from harness.bench.sections import (
     bench_checkpoint, bench_compile, bench_dispatch, bench_fit, bench_gpu, bench_input, bench_loop,
     bench_memory, bench_overhead, bench_placement, bench_scaling,
 )
+from harness.bench.statistics import bench_statistics
 from harness.bench.suites import SUITES
 
 tf = import_tf()
@@ -82,6 +85,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "placement": lambda: bench_placement(base, rounds, steps),
         "checkpoint": lambda: bench_checkpoint(base, 3, folder),
         "input": lambda: bench_input(base, rounds, steps),
+        "statistics": lambda: bench_statistics(1 if tiny else 3, *((6, 50, 200) if tiny else ())),
     }
     if gpu:
         work["gpu"] = lambda: bench_gpu(base, rounds, steps)

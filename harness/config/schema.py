@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -264,6 +265,9 @@ class ThresholdSpec(Strict):
     rel: Annotated[float, Field(ge=0)] | None = None
     # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
     higher_is_better: bool | None = None
+    # True: a change beyond the threshold counts only if the earlier value is also outside
+    # tonight's 95% bootstrap interval (summary.csv <metric>_low/_high): not a drop noise explains.
+    beyond_noise: bool = False
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "ThresholdSpec":
@@ -301,6 +305,16 @@ class OutputSpec(Strict):
     mlflow: MlflowSpec | None = None  # pip install "harness[mlflow]"
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
     nightly: NightlySpec = NightlySpec()
+    # The loss every member is also scored on, on the very same batches, so pairs.csv compares
+    # like with like. None: the loss most members train on (bce when no loss is the most common).
+    compare_loss: str | None = None
+
+    @field_validator("compare_loss")
+    @classmethod
+    def _compare_loss_parses(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_loss(value)
+        return value
 
 
 class ExperimentConfig(Strict):
@@ -351,6 +365,24 @@ class ExperimentConfig(Strict):
             for m in self.models
             for r in range(1, self.train.repeats + 1)
         ]
+
+    def compare_loss(self) -> str | None:
+        """The common loss pairs compare members on (None: no member predicts masks)."""
+        if self.output.compare_loss is not None:
+            return self.output.compare_loss
+        losses = [m.loss for m in self.models if m.kind != "autoencoder"]
+        if not losses:
+            return None
+        counts = Counter(losses)
+        top = max(counts.values())
+        winners = [loss for loss in dict.fromkeys(losses) if counts[loss] == top]
+        return winners[0] if len(winners) == 1 else "bce"
+
+    def scored_on_compare_loss(self, spec: "ModelSpec") -> bool:
+        """Whether a member needs the common loss computed apart: its own training loss is another
+        one (or its kind's `loss` is not a plain segmentation loss)."""
+        common = self.compare_loss()
+        return common is not None and spec.kind != "autoencoder" and (spec.kind != "supervised" or spec.loss != common)
 
     def networks(self) -> list[tuple[str, str, dict]]:
         """(name, arch, options) of every network the models build, discriminators included."""

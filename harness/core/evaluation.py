@@ -1,12 +1,16 @@
-"""Validation: one compiled function that scores every member over the whole validation set.
+"""Validation: one compiled function that runs every member over the whole validation set and
+returns, per member, what each image contributes (`eval_images`): for segmentation, its loss and
+its per-class intersection, predicted and true pixel counts (background excluded for multi-class
+tasks). They come back in the one host sync of the evaluation.
 
-Each member says what it sums per batch (`eval_batch`, from `eval_zeros`) and how the sums
-become scores (`eval_scores`); for segmentation: mean loss, IoU and F1 (dice) of the thresholded
-(binary) or argmax (multi-class) prediction, from intersection and union counts summed over the
-whole set, background excluded for multi-class tasks. Each member runs on its own device.
+Scores are then a function of summed counts (`segmentation_scores`, numpy): over all images they
+are the validation scores; over one image, that image's scores (val_scores.csv); over a bootstrap
+resample of the images, the resample's scores. One function, so the three always agree.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from harness.core.backend import import_tf
 from harness.core.member_step import on_device
@@ -15,38 +19,41 @@ tf = import_tf()
 
 
 def make_eval_fn(members, classes: int):
-    """One tf.function: {member: {metric: scalar}} over the whole validation set."""
-
-    def batch_counts(images, masks):
-        counts = {m.name: _on_device_eval(m, images, masks, classes) for m in members}
-        return counts, tf.cast(tf.shape(images)[0], tf.float32)
+    """One tf.function: {member: {quantity: tensor[N, ...]}}, one row per validation image."""
 
     @tf.function
     def evaluate(dataset):
-        totals = {m.name: m.eval_zeros(classes) for m in members}
-        examples = tf.constant(0.0)
+        arrays = {
+            m.name: {key: tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False) for key in m.eval_keys(classes)}
+            for m in members
+        }
+        i = tf.constant(0)
         for images, masks in dataset:
-            counts, n = batch_counts(images, masks)
-            totals = tf.nest.map_structure(tf.add, totals, counts)
-            examples += n
-        return {m.name: m.eval_scores(totals[m.name], examples) for m in members}
+            arrays = _write_batch(arrays, members, images, masks, classes, i)  # reassigned: a loop variable
+            i += 1
+        return {name: {key: array.concat() for key, array in per_key.items()} for name, per_key in arrays.items()}
 
     return evaluate
 
 
-def _on_device_eval(member, images, masks, classes: int):
-    with on_device(member.device):
-        return member.eval_batch(images, masks, classes)
+def _write_batch(arrays, members, images, masks, classes: int, i):
+    written = {}
+    for m in members:
+        with on_device(m.device):
+            values = m.eval_images(images, masks, classes)
+        written[m.name] = {key: array.write(i, tf.cast(values[key], tf.float32)) for key, array in arrays[m.name].items()}
+    return written
 
 
-def segmentation_counts(loss_sum, probabilities, masks, classes: int):
+def segmentation_counts(per_example_loss, probabilities, masks, classes: int) -> dict:
+    """Per image: loss [B], and per class intersection, predicted and true pixels [B, C']."""
     predicted, truth = _hard_labels(probabilities, masks, classes)
-    return (
-        loss_sum,
-        tf.reduce_sum(predicted * truth, axis=[0, 1, 2]),
-        tf.reduce_sum(predicted, axis=[0, 1, 2]),
-        tf.reduce_sum(truth, axis=[0, 1, 2]),
-    )
+    return {
+        "loss": per_example_loss,
+        "intersection": tf.reduce_sum(predicted * truth, axis=[1, 2]),
+        "predicted": tf.reduce_sum(predicted, axis=[1, 2]),
+        "truth": tf.reduce_sum(truth, axis=[1, 2]),
+    }
 
 
 def _hard_labels(probabilities, masks, classes: int):
@@ -56,11 +63,23 @@ def _hard_labels(probabilities, masks, classes: int):
     return predicted[..., 1:], masks[..., 1:]
 
 
-def segmentation_scores(total, examples):
-    loss_sum, intersection, predicted, truth = total
+def segmentation_scores(totals: dict, examples) -> dict:
+    """Mean loss, IoU and F1 (dice) from summed counts. Works on any leading axes (one image, all
+    of them, a batch of bootstrap resamples): counts are [..., C'] and `examples` broadcasts.
+    Classes absent from both prediction and truth are left out of the mean; where no class is
+    present at all (an empty image predicted empty), IoU and F1 are 1: nothing to get wrong."""
+    intersection, predicted, truth = (np.asarray(totals[k], np.float64) for k in ("intersection", "predicted", "truth"))
     union = predicted + truth - intersection
-    present = tf.cast(union > 0, tf.float32)
-    n_present = tf.maximum(tf.reduce_sum(present), 1.0)
-    iou = tf.reduce_sum(tf.math.divide_no_nan(intersection, union) * present) / n_present
-    f1 = tf.reduce_sum(tf.math.divide_no_nan(2.0 * intersection, predicted + truth) * present) / n_present
-    return {"loss": loss_sum / examples, "iou": iou, "f1": f1}
+    present = union > 0
+    n_present = present.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iou = np.where(present, intersection / np.where(present, union, 1.0), 0.0).sum(-1) / np.maximum(n_present, 1)
+        f1 = np.where(present, 2.0 * intersection / np.where(present, predicted + truth, 1.0), 0.0).sum(-1) / np.maximum(n_present, 1)
+    iou, f1 = np.where(n_present > 0, iou, 1.0), np.where(n_present > 0, f1, 1.0)
+    scores = {"loss": np.asarray(totals["loss"], np.float64) / examples, "iou": iou, "f1": f1}
+    if intersection.shape[-1] > 1:  # multi-class: each class's own IoU and F1 too
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for c in range(intersection.shape[-1]):
+                scores[f"iou_c{c + 1}"] = np.where(present[..., c], intersection[..., c] / np.where(present[..., c], union[..., c], 1.0), np.nan)
+                scores[f"f1_c{c + 1}"] = np.where(present[..., c], 2 * intersection[..., c] / np.where(present[..., c], predicted[..., c] + truth[..., c], 1.0), np.nan)
+    return scores

@@ -55,6 +55,7 @@ class StepOutput:
 
     metrics: dict[str, Any]
     updates: list[Update] = field(default_factory=list)
+    predictions: Any = None  # the masks it predicted, if any: scored on the common loss
 
 
 def gradients(tape, loss, variables, optimizer) -> Update:
@@ -78,16 +79,24 @@ def on_device(device: str | None):
     return tf.device(device) if device else contextlib.nullcontext()
 
 
-def run_member_step(member, images, masks, global_batch: int, step) -> dict[str, Any]:
-    """One member's fragment of the fused step: pinned, local batch, maths, then apply-or-skip."""
+def run_member_step(member, images, masks, global_batch: int, step, compare_loss=None) -> dict[str, Any]:
+    """One member's fragment of the fused step: pinned, local batch, maths, then apply-or-skip.
+    With `compare_loss` (a per-example loss function), its predictions are also scored on the
+    common loss: a few element-wise ops, outside the tape."""
     with on_device(member.device):
         if member.device:
             # The batch lives on the input pipeline's device; copying it once here makes every op of
             # the member read a local tensor, as on a single device: bitwise the same results.
             images, masks = tf.identity(images), tf.identity(masks)
-        output = member.train_step(Batch(images, masks, global_batch, step))
+        batch = Batch(images, masks, global_batch, step)
+        output = member.train_step(batch)
         apply_if_finite(member, output.updates, step)
-    return output.metrics
+        metrics = dict(output.metrics)
+        if compare_loss is not None:
+            predictions = output.predictions
+            # A kind that returns no predictions has nothing to compare: NaN, left out of pairs.
+            metrics["compare_loss"] = tf.constant(float("nan")) if predictions is None else batch.mean(compare_loss(masks, tf.cast(predictions, tf.float32)))
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,9 +37,12 @@ class TrainLoop:
         return self._step_fn.experimental_get_tracing_count() + self._loop_fn.experimental_get_tracing_count()
 
 
-def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10) -> TrainLoop:
+def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10, compare_loss: dict | None = None) -> TrainLoop:
+    """`compare_loss`: member name -> per-example loss function, for the members also scored on
+    the common loss (a `compare_loss` metric)."""
     strategy = placement.strategy
-    fragments = [member_fragment(m, global_batch) for m in members]
+    compare_loss = compare_loss or {}
+    fragments = [member_fragment(m, global_batch, compare_loss=compare_loss.get(m.name)) for m in members]
 
     def replica_step(images, masks, step):
         outputs = {m.name: fragment(images, masks, step) for m, fragment in zip(members, fragments)}
@@ -61,7 +64,8 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
         global_step.assign_add(1)
         return outputs
 
-    return TrainLoop(one_step, {m.name: m.metric_names for m in members}, steps_per_call)
+    names = {m.name: tuple(m.metric_names) + (("compare_loss",) if m.name in compare_loss else ()) for m in members}
+    return TrainLoop(one_step, names, steps_per_call)
 
 
 def _loop(one_step, metric_names: dict, iterator, num_steps):
@@ -86,13 +90,13 @@ def _write_all(arrays, outputs, i):
     }
 
 
-def member_fragment(member, global_batch: int, jit_compile: bool | None = None):
+def member_fragment(member, global_batch: int, jit_compile: bool | None = None, compare_loss=None):
     """f(images, masks, step) -> the member's metrics: its step with the mechanics around it,
     XLA-compiled on its own when asked (the loop around it holds the input iterator, which XLA
     cannot compile, so jit applies per member, as Keras does per step)."""
 
     def fragment(images, masks, step):
-        return run_member_step(member, images, masks, global_batch, step)
+        return run_member_step(member, images, masks, global_batch, step, compare_loss)
 
     jit = member.spec.jit_compile if jit_compile is None else jit_compile
     return tf.function(fragment, jit_compile=True) if jit else fragment

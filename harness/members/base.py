@@ -56,7 +56,7 @@ class Member:
       train_step(batch)   graph code, maths only: losses, `gradients(...)`, metrics -> StepOutput
       metric_names        the keys of StepOutput.metrics (each becomes a `train` row of losses.csv)
       predict(images)     what validation scores and samples.png shows
-      eval_zeros/eval_batch/eval_scores   validation: sums per batch, then scores
+      eval_keys/eval_images/eval_scores   validation: per-image quantities, scores from their sums
       checkpoint_items()  every trackable object a checkpoint must hold
       exported_models()   the models written to models/<name>/<key>.keras
 
@@ -104,23 +104,25 @@ class Member:
             predictions = self.model(batch.images, training=True)
             loss = batch.mean(self.loss_fn(batch.masks, predictions))
         update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
-        return StepOutput({"loss": loss}, [update])
+        return StepOutput({"loss": loss}, [update], predictions)
 
     # -- validation -----------------------------------------------------------------------------
 
     def predict(self, images):
         return self.model(images, training=False)
 
-    def eval_zeros(self, classes: int):
-        zeros = tf.zeros([max(classes - 1, 1)])
-        return (tf.constant(0.0), zeros, zeros, zeros)
+    def eval_keys(self, classes: int) -> tuple[str, ...]:
+        """The per-image quantities `eval_images` returns."""
+        return ("loss", "intersection", "predicted", "truth")
 
-    def eval_batch(self, images, masks, classes: int):
-        """Sums over one batch: loss, and per class intersection, predicted and true pixels."""
+    def eval_images(self, images, masks, classes: int) -> dict:
+        """Graph code, per image of the batch: loss, and per class intersection, predicted and
+        true pixels. Summed over images they give the scores (`eval_scores`)."""
         probabilities = tf.cast(self.predict(images), tf.float32)
-        return segmentation_counts(tf.reduce_sum(self.loss_fn(masks, probabilities)), probabilities, masks, classes)
+        return segmentation_counts(self.loss_fn(masks, probabilities), probabilities, masks, classes)
 
-    def eval_scores(self, totals, examples):
+    def eval_scores(self, totals: dict, examples) -> dict:
+        """numpy: scores from per-image quantities summed over any set of images."""
         return segmentation_scores(totals, examples)
 
     # -- state ----------------------------------------------------------------------------------

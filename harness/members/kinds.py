@@ -9,6 +9,8 @@ the validation hooks) and what a checkpoint and an export hold. Users' own kinds
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 from typing import Any
 
 from harness.core.backend import import_keras, import_tf
@@ -68,7 +70,7 @@ class GanMember(Member):
             gradients(g_tape, g_loss, self.model.trainable_variables, self.optimizer),
             gradients(d_tape, d_loss, self.discriminator.trainable_variables, self.d_optimizer),
         ]
-        return StepOutput({"loss": g_loss, "adv": adv, "l1": l1, "disc_loss": d_loss}, updates)
+        return StepOutput({"loss": g_loss, "adv": adv, "l1": l1, "disc_loss": d_loss}, updates, fake)
 
     def checkpoint_items(self) -> dict[str, Any]:
         return {
@@ -107,14 +109,14 @@ class AutoencoderMember(Member):
     def train_step(self, batch: Batch) -> StepOutput:
         return super().train_step(batch.with_masks(batch.images))
 
-    def eval_zeros(self, classes: int):
-        return tf.constant(0.0)
+    def eval_keys(self, classes: int) -> tuple[str, ...]:
+        return ("loss",)
 
-    def eval_batch(self, images, masks, classes: int):
-        return tf.reduce_sum(self.loss_fn(images, tf.cast(self.predict(images), tf.float32)))
+    def eval_images(self, images, masks, classes: int) -> dict:
+        return {"loss": self.loss_fn(images, tf.cast(self.predict(images), tf.float32))}
 
-    def eval_scores(self, totals, examples):
-        return {"loss": totals / examples}
+    def eval_scores(self, totals: dict, examples) -> dict:
+        return {"loss": np.asarray(totals["loss"], np.float64) / examples}
 
 
 def _mse_per_example(target, prediction):

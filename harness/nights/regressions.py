@@ -65,11 +65,12 @@ def compare(
         for metric, threshold in sorted(thresholds.items()):
             if (model, metric) not in before:
                 continue
-            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold))
+            interval = (now.get((model, f"{metric}_low"), math.nan), now.get((model, f"{metric}_high"), math.nan))
+            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval))
     return changes
 
 
-def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec) -> Change:
+def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan)) -> Change:
     sign = -1.0 if higher_is_better(metric, threshold) else 1.0
     allowed = f"abs {threshold.abs:g}" if threshold.abs is not None else f"rel {threshold.rel:.0%}"
     if not columns.is_finite(before):
@@ -79,7 +80,15 @@ def _change(against: str, run: str, model: str, metric: str, before: float, now:
     worse_by = sign * (now - before)
     limit = threshold.abs if threshold.abs is not None else threshold.rel * abs(before)
     # A change of exactly the threshold is allowed, also when decimal values round (0.5 - 0.48).
-    return Change(against, run, model, metric, before, now, worse_by, allowed, worse_by > limit + _ROUNDING * max(abs(before), abs(now), limit))
+    regressed = worse_by > limit + _ROUNDING * max(abs(before), abs(now), limit)
+    note = ""
+    if threshold.beyond_noise:
+        low, high = interval
+        if not (columns.is_finite(low) and columns.is_finite(high)):
+            note = "no bootstrap interval tonight: judged by the threshold alone"
+        elif regressed and low <= before <= high:
+            regressed, note = False, f"within tonight's 95% bootstrap interval [{low:.4g}, {high:.4g}]: noise"
+    return Change(against, run, model, metric, before, now, worse_by, allowed, regressed, note)
 
 
 def models_added_or_removed(now_status: Mapping[str, str], before_status: Mapping[str, str]) -> list[str]:

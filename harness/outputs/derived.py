@@ -18,6 +18,7 @@ from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_nightly_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table
+from harness.outputs.uncertainty import ranking_statistics
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -28,20 +29,22 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     """
     losses = load_losses(run.losses_csv)
     member_summary = build_member_summary(losses, info.get("models", {}))
-    summary = build_summary(member_summary, config.output.rank_by)
-    pairs = build_pairs(losses)
+    intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary)
+    summary = build_summary(member_summary, config.output.rank_by, intervals, pair_stats)
+    on_common = {m.name for m in config.member_specs() if m.kind != "autoencoder"} if config.compare_loss() else None
+    pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)
     save_table(summary, run.summary_csv)
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
         save_table(member_summary, run.path / "summary_members.csv")
-    save_plots(run.plots, losses, summary, config.output.rank_by, config.output.log_scale)
+    save_plots(run.plots, losses, summary, config.output.rank_by, config.output.log_scale, pairs, config.compare_loss(), on_common)
     if samples is not None:
         save_figure(plot_samples(*samples), run.plots, "samples")
     write_report_page(run, config, info)
     return summary
 
 
-PLOT_ORDER = ("final_", "quality_vs_cost", "loss_curves", "val_metrics", "samples")
+PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "loss_curves", "val_metrics", "samples")
 
 
 def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:

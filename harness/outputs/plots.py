@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.outputs.columns import higher_is_better  # noqa: E402
-from harness.outputs.tables import base_model  # noqa: E402
+from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
@@ -41,9 +41,10 @@ def _per_model(losses: pd.DataFrame, split: str, metric: str, x: str = "step") -
     return out
 
 
-def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothing: float = SMOOTHING):
-    """Train loss per step: raw (faint), smoothed (solid), and the band across repeats."""
-    curves = _per_model(losses, "train", "loss")
+def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothing: float = SMOOTHING, compared_on: str | None = None, members: set[str] | None = None):
+    """Train loss per step on the common loss (`compared_on`: the loss every member is scored on,
+    on the same batches): raw (faint), smoothed (solid), and the band across repeats."""
+    curves = _per_model(common_loss_rows(losses, members).assign(metric="loss"), "train", "loss")
     colours = _colours(list(curves))
     for model, stats in curves.items():
         colour = colours[model]
@@ -59,7 +60,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
     if log_scale:
         ax.set_yscale("log")
-    ax.set_title("training loss (same batches for every model)")
+    ax.set_title(f"training loss: {compared_on or 'each model its own'} (same batches for every model)", fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
     return ax
@@ -83,19 +84,43 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
 
 
 def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
-    """The ranking metric per model, best first, with 95% intervals when there are repeats."""
-    errors = summary.get(f"{metric}_ci95")
+    """The ranking metric per model, best first, with its 95% interval: across seeds with
+    repeats, a paired bootstrap over validation images with one seed."""
     colours = _colours(list(summary["model"]))
     values = summary[metric].astype(float)
-    ax.bar(
-        summary["model"], values, color=[colours[m] for m in summary["model"]],
-        yerr=None if errors is None else errors.astype(float).fillna(0), capsize=6,
-    )
+    errors, label = None, ""
+    if f"{metric}_ci95" in summary:
+        half = summary[f"{metric}_ci95"].astype(float).fillna(0)
+        errors, label = np.vstack([half, half]), " (95% interval across seeds)"
+    elif f"{metric}_low" in summary:
+        low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
+        errors, label = np.vstack([(values - low).clip(lower=0).fillna(0), (high - values).clip(lower=0).fillna(0)]), " (95% bootstrap interval over validation images)"
+    ax.bar(summary["model"], values, color=[colours[m] for m in summary["model"]], yerr=errors, capsize=6)
     for i, value in enumerate(values):
         ax.annotate(f"{value:.3f}", (i, value), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by model" + (" (95% interval across seeds)" if errors is not None else ""))
+    ax.set_title(f"{metric} by model{label}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    return ax
+
+
+def plot_pair_differences(ax, pairs: pd.DataFrame):
+    """A forest plot: each pair's difference in the ranking metric with its 95% interval; the
+    pairs whose interval excludes zero (a supported difference) are drawn solid."""
+    rows = pairs.dropna(subset=["diff"]).iloc[::-1]
+    y = np.arange(len(rows))
+    supported = rows["supported"].astype(bool).to_numpy()
+    for colour, keep in (("tab:blue", supported), ("0.6", ~supported)):
+        ax.errorbar(
+            rows["diff"][keep], y[keep],
+            xerr=np.vstack([(rows["diff"] - rows["diff_low"])[keep].clip(lower=0), (rows["diff_high"] - rows["diff"])[keep].clip(lower=0)]),
+            fmt="o", color=colour, capsize=4,
+        )
+    ax.axvline(0, color="black", linewidth=0.8)
+    ax.set_yticks(y, [f"{a} - {b}" for a, b in zip(rows["model_a"], rows["model_b"])])
+    ax.set_xlabel(f"difference in {rows['metric'].iloc[0] if len(rows) else 'metric'} (a - b), 95% interval")
+    ax.set_title("pairwise differences (solid: supported, grey: not)", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
     return ax
 
 
@@ -170,7 +195,7 @@ def save_figure(fig, folder: Path, stem: str) -> list[Path]:
     return paths
 
 
-def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool) -> list[Path]:
+def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool, pairs: pd.DataFrame | None = None, compared_on: str | None = None, members: set[str] | None = None) -> list[Path]:
     """The standard set; returns the PNG paths (SVGs are written beside them)."""
     written = []
 
@@ -179,7 +204,9 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
         draw(ax)
         written.append(save_figure(fig, folder, stem)[0])
 
-    figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale))
+    figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale, compared_on=compared_on, members=members))
+    if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
+        figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs), size=(7.5, 1.6 + 0.35 * len(pairs)))
     val_metrics = sorted(set(losses.loc[losses["split"] == "val", "metric"]))
     if val_metrics:
         fig, axes = plt.subplots(1, len(val_metrics), figsize=(4.5 * len(val_metrics), 3.8), squeeze=False)

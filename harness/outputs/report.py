@@ -55,14 +55,19 @@ def render_report(
         "<p id='broken'>Some images of this report failed to render.</p>",
         "<h2>Summary</h2>",
         _table(summary, highlight=rank_by),
+        f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>",
     ]
     for warning in info.get("warnings") or []:
         parts.append(f"<p class='warning'>warning: {html.escape(warning)}</p>")
     if len(pairs):
         parts += [
             "<h2>Pairs, on the same batches</h2>",
-            "<p>mean_loss_diff = train loss of model_a minus model_b, averaged over steps; "
-            "a_beats_b = share of steps where model_a's loss was lower on the very same batch.</p>",
+            "<p>On the common loss (compared_on): mean_loss_diff = train loss of model_a minus model_b, "
+            "averaged over steps; a_beats_b = share of steps where model_a's loss was lower on the very same "
+            "batch. On the ranking metric: diff = model_a minus model_b with its 95% interval (diff_low, "
+            "diff_high): a paired bootstrap over validation images with one seed (p_a_better: the share of "
+            "resamples in which model_a was better), a paired t-test across seeds with repeats (p_holm: "
+            "Holm-adjusted over all pairs); supported = the difference is unlikely to be noise.</p>",
             _table(pairs),
         ]
     parts.append("<h2>Plots</h2>")
@@ -71,6 +76,23 @@ def render_report(
         parts += [f"<h2>{html.escape(heading)}</h2>", body]
     parts += ["<h2>Run</h2>", _facts(info), "<h2>Config</h2>", f"<pre>{html.escape(config_yaml)}</pre>", "</body></html>"]
     return "\n".join(parts)
+
+
+def verdict(pairs: pd.DataFrame, rank_by: str) -> str:
+    """One sentence: which differences in the ranking metric the data supports, and which not."""
+    if "supported" not in pairs or pairs["supported"].isna().all():
+        return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
+    supported, unsupported = [], []
+    for row in pairs.dropna(subset=["supported"]).itertuples(index=False):
+        a_better = (row.diff > 0) == higher_is_better(rank_by)
+        better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
+        diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
+        text = f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"  # better minus worse
+        (supported if row.supported else unsupported).append(text)
+    parts = [f"Supported differences in {rank_by} (95%): {'; '.join(supported)}." if supported else f"No difference in {rank_by} is supported at 95%."]
+    if unsupported:
+        parts.append(f"Not supported (could be noise): {'; '.join(unsupported)}.")
+    return " ".join(parts)
 
 
 def _image(path: Path) -> str:

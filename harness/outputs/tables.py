@@ -1,27 +1,26 @@
 """Tables derived from the tidy rows of losses.csv (pandas): per member, per model, per pair.
 
 With `train.repeats: R`, members are named `<model>@<r>`; the per-model summary aggregates them:
-mean, standard deviation and a 95% t-interval across the R seeds, and a ranking that says which
-models cannot be told apart (their intervals overlap).
+mean, standard deviation and a 95% t-interval across the R seeds. Which models cannot be told
+apart comes from paired comparisons (statistics.py), never from overlapping intervals.
 """
 
 from __future__ import annotations
 
-import math
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
 from harness.outputs.columns import higher_is_better, is_finite
+from harness.outputs.statistics import indistinguishable, t_interval
 from harness.outputs.writers import COLUMNS
 
-FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 from harness.config.schema import REPEAT_SEPARATOR as SEPARATOR
-# Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (then the normal 1.96).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]  # fmt: skip
+
+FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 
 
 def load_losses(path: Path) -> pd.DataFrame:
@@ -82,8 +81,10 @@ def _tail_mean(values: pd.Series) -> float:
 # Per model (aggregating repeats) and ranking
 
 
-def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou") -> pd.DataFrame:
-    """One row per model, ranked by `rank_by` (best first)."""
+def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", intervals: pd.DataFrame | None = None, pair_stats: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per model, ranked by `rank_by` (best first). `intervals` (one seed): per model,
+    `<metric>_low`/`_high` from the paired bootstrap; `pair_stats`: which differences of the
+    ranking metric are supported (statistics.py), from which `indistinguishable_from` follows."""
     frame = member_summary.copy()
     frame["model"] = frame["model"].map(base_model)
     repeated = frame.groupby("model", sort=False).size().max() > 1
@@ -101,44 +102,28 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou") -> pd.
                 continue
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
             if repeated and column.startswith(("val_", "final_", "best_val")):
-                row[f"{column}_std"], row[f"{column}_ci95"] = _spread(values.dropna())
+                row[f"{column}_std"], row[f"{column}_ci95"] = t_interval(values.dropna())
         row["repeats"] = len(group)
         rows.append(row)
     summary = pd.DataFrame(rows)
-    summary = _rank(summary, rank_by)
+    if intervals is not None and len(intervals):
+        summary = summary.merge(intervals, on="model", how="left")
+    summary = _rank(summary, rank_by, pair_stats)
     for column in ("params", "steps", "best_step"):
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
 
 
-def _spread(values: pd.Series) -> tuple[float, float]:
-    n = len(values)
-    if n < 2:
-        return float("nan"), float("nan")
-    std = float(values.std(ddof=1))
-    t = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
-    return std, t * std / math.sqrt(n)
-
-
-def _rank(summary: pd.DataFrame, rank_by: str) -> pd.DataFrame:
+def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) -> pd.DataFrame:
     if rank_by not in summary or summary[rank_by].isna().all():
         summary.insert(0, "rank", pd.array([pd.NA] * len(summary), dtype="Int64"))
         return summary
     ascending = not higher_is_better(rank_by)
     summary = summary.sort_values(rank_by, ascending=ascending, na_position="last").reset_index(drop=True)
     summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
-    ci = f"{rank_by}_ci95"
-    if ci in summary:
-        low, high = summary[rank_by] - summary[ci], summary[rank_by] + summary[ci]
-        summary["indistinguishable_from"] = [
-            ", ".join(
-                summary.loc[j, "model"]
-                for j in range(len(summary))
-                if j != i and pd.notna(low[i]) and pd.notna(low[j]) and low[i] <= high[j] and low[j] <= high[i]
-            )
-            for i in range(len(summary))
-        ]
+    if pair_stats is not None and len(pair_stats):
+        summary["indistinguishable_from"] = indistinguishable(summary["model"].tolist(), pair_stats)
     return summary
 
 
@@ -146,12 +131,27 @@ def _rank(summary: pd.DataFrame, rank_by: str) -> pd.DataFrame:
 # Pairs: every model saw the same batches, so per-step losses can be compared pairwise
 
 
-PAIR_COLUMNS = ["model_a", "model_b", "steps", "mean_loss_diff", "std_loss_diff", "a_beats_b"]
+PAIR_COLUMNS = ["model_a", "model_b", "compared_on", "steps", "mean_loss_diff", "std_loss_diff", "a_beats_b"]
 
 
-def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
-    """With one model there are no pairs: the table is empty but keeps its columns."""
-    train = losses[(losses["split"] == "train") & (losses["metric"] == "loss")].copy()
+def common_loss_rows(losses: pd.DataFrame, members: set[str] | None = None) -> pd.DataFrame:
+    """Each member's training loss on the common loss: its `compare_loss` rows where it trains on
+    another loss (computed in the step from its predictions), else its own `loss` rows. Only
+    `members` (those on the common loss: not autoencoders, whose loss is a reconstruction's) when
+    given; every member when no member predicts masks."""
+    train = losses[losses["split"] == "train"]
+    if members is not None:
+        train = train[train["model"].isin(members)]
+    has_compare = set(train.loc[train["metric"] == "compare_loss", "model"])
+    own = train[(train["metric"] == "loss") & ~train["model"].isin(has_compare)]
+    return pd.concat([own, train[train["metric"] == "compare_loss"]])
+
+
+def build_pairs(losses: pd.DataFrame, compared_on: str | None = None, metric_stats: pd.DataFrame | None = None, members: set[str] | None = None) -> pd.DataFrame:
+    """Every pair on the same batches: the per-batch win rate on the common loss (`compared_on`),
+    joined with the ranking metric's paired difference and interval (`metric_stats`). With one
+    model there are no pairs: the table is empty but keeps its columns."""
+    train = common_loss_rows(losses, members).copy()
     if train.empty:
         return pd.DataFrame(columns=PAIR_COLUMNS)
     train["model"] = train["model"].map(base_model)
@@ -160,12 +160,13 @@ def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for a, b in combinations(models, 2):
         both = per_step[[a, b]].dropna()
-        both = both[both.apply(lambda row: row.map(is_finite).all(), axis=1)]
+        both = both[np.isfinite(both.to_numpy(dtype=float)).all(axis=1)]
         diff = both[a] - both[b]
         rows.append(
             {
                 "model_a": a,
                 "model_b": b,
+                "compared_on": compared_on or "loss",
                 "steps": len(both),
                 "mean_loss_diff": float(diff.mean()) if len(diff) else float("nan"),
                 "std_loss_diff": float(diff.std(ddof=1)) if len(diff) > 1 else float("nan"),
@@ -173,7 +174,10 @@ def build_pairs(losses: pd.DataFrame) -> pd.DataFrame:
                 "a_beats_b": float((diff < 0).mean()) if len(diff) else float("nan"),
             }
         )
-    return pd.DataFrame(rows, columns=PAIR_COLUMNS)
+    pairs = pd.DataFrame(rows, columns=PAIR_COLUMNS)
+    if metric_stats is not None and len(metric_stats):
+        pairs = pairs.merge(metric_stats, on=["model_a", "model_b"], how="left")
+    return pairs
 
 
 def save_table(table: pd.DataFrame, path: Path) -> None:

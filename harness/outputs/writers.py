@@ -190,3 +190,59 @@ class TerminalWriter:
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+VAL_SCORE_BASE = ("step", "epoch", "model", "image")
+COUNTS = ("intersection", "predicted", "truth")
+
+
+def val_score_columns(classes: int) -> list[str]:
+    """val_scores.csv: per evaluation, member and validation image, its scores and the counts they
+    come from (background excluded); multi-class tasks add each class's scores and counts."""
+    if classes == 1:
+        return [*VAL_SCORE_BASE, "loss", "iou", "f1", *COUNTS]
+    per_class = [f"{name}_c{c}" for name in ("iou", "f1", *COUNTS) for c in range(1, classes)]
+    return [*VAL_SCORE_BASE, "loss", "iou", "f1", *per_class]
+
+
+def counts_of(frame, classes: int) -> dict:
+    """Per-image quantities [N, C'] (and loss [N]) back from val_scores.csv rows."""
+    import numpy as np
+
+    if classes == 1:
+        counts = {k: frame[[k]].to_numpy(np.float64) for k in COUNTS}
+    else:
+        counts = {k: frame[[f"{k}_c{c}" for c in range(1, classes)]].to_numpy(np.float64) for k in COUNTS}
+    return {"loss": frame["loss"].to_numpy(np.float64), **counts}
+
+
+class ValScoresWriter:
+    """Appends each evaluation's per-image rows to val_scores.csv, flushed at every write."""
+
+    def __init__(self, path: Path, classes: int):
+        self.columns = val_score_columns(classes)
+        self.classes = classes
+        new = not path.exists() or path.stat().st_size == 0
+        self._handle = path.open("a", newline="", encoding="utf-8")
+        self._csv = csv.writer(self._handle, lineterminator="\n")
+        if new:
+            self._csv.writerow(self.columns)
+            self._handle.flush()
+
+    def write(self, step: int, epoch: int, model: str, per_image: dict, scores: dict) -> None:
+        values = dict(scores)
+        for key in COUNTS:
+            if key in per_image:
+                if self.classes == 1:
+                    values[key] = per_image[key][:, 0]
+                else:
+                    values.update({f"{key}_c{c}": per_image[key][:, c - 1] for c in range(1, self.classes)})
+        count = len(per_image["loss"])
+        for i in range(count):
+            row = [step, epoch, model, i]
+            row += [_format(float(values[c][i])) if c in values else "" for c in self.columns[len(VAL_SCORE_BASE):]]
+            self._csv.writerow(row)
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()

@@ -128,14 +128,22 @@ END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flo
 
 
 def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
-    """Point at the usual cause when validation is far worse than training: BatchNorm moving
-    averages (momentum 0.99) that have not caught up with the weights in a short run."""
+    """What a reader of the tables should know: members compared on a loss some did not train on,
+    and validation far worse than training (usually BatchNorm moving averages, momentum 0.99, that
+    have not caught up with the weights in a short run)."""
+    warnings = []
+    losses = sorted({m.loss for m in config.models if m.kind != "autoencoder"})
+    if config.output.compare_loss is None and len(losses) > 1:
+        warnings.append(
+            f"members train on different losses ({', '.join(losses)}); pairs.csv and the loss plot compare them on "
+            f"{config.compare_loss()}, computed for every member from its predictions; set output.compare_loss to choose"
+        )
     if config.train.batchnorm_momentum is not None or "val_loss" not in summary:
-        return []
+        return warnings
     suspicious = summary[summary["val_loss"] > 3 * summary["final_train_loss"]]["model"].tolist()
     if not suspicious:
-        return []
-    return [
+        return warnings
+    return warnings + [
         f"validation loss is over 3x the training loss for {', '.join(suspicious)}. In short runs "
         "this is usually BatchNorm moving averages lagging the weights; try "
         "--set train.batchnorm_momentum=0.9"

@@ -69,6 +69,10 @@ class RunDir:
         return self.path / "losses.csv"
 
     @property
+    def val_scores_csv(self) -> Path:
+        return self.path / "val_scores.csv"
+
+    @property
     def summary_csv(self) -> Path:
         return self.path / "summary.csv"
 

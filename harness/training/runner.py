@@ -17,6 +17,7 @@ A fresh run and a resumed run are the same code path. The order matters:
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import time
@@ -29,6 +30,7 @@ import pandas as pd
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
+from harness.core.losses import make_loss
 from harness.core.placement import Placement, describe_plan, device_names
 from harness.core.step import make_train_loop
 from harness.data.pipeline import build_datasets
@@ -36,7 +38,7 @@ from harness.data.resolve import data_facts
 from harness.errors import HarnessError, Interrupted
 from harness.members.registry import build_members
 from harness.outputs.tables import load_losses
-from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, truncate_rows_after
+from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, ValScoresWriter, truncate_rows_after
 from harness.training import checkpoints as ckpt
 from harness.training import rundir as rd
 from harness.training.actions import END_OF_RUN, FinishedRun
@@ -46,6 +48,7 @@ from harness.training.failures import explain_jit_failure, translate
 from harness.training.records import MemberRecord, RunResult, StepTiming
 
 tf = import_tf()
+_PER_CLASS = re.compile(r"_c\d+$")  # per-class scores go to val_scores.csv, not to losses.csv
 
 
 class Runner:
@@ -115,9 +118,11 @@ class Runner:
         datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
         iterator = self.placement.input_iterator(datasets.train)
-        train_loop = make_train_loop(members, self.placement, global_step, config.data.batch_size, config.train.steps_per_call)  # 6.
+        compare = {m.name: make_loss(config.compare_loss()) for m in members if config.scored_on_compare_loss(m.spec)}
+        train_loop = make_train_loop(members, self.placement, global_step, config.data.batch_size, config.train.steps_per_call, compare)  # 6.
         evaluate = make_eval_fn(members, config.data.classes)
         writer = self._writers(start)
+        self.val_scores = ValScoresWriter(run.val_scores_csv, config.data.classes)
 
         def train(step: int, k: int) -> list[Row]:
             began = time.perf_counter()
@@ -139,6 +144,7 @@ class Runner:
             step = controller.run(start)
         finally:
             writer.close()
+            self.val_scores.close()
         if step < config.total_steps:
             self._stopped(step)
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
@@ -182,6 +188,7 @@ class Runner:
             where = f"step {restored.step} ({Path(restored.path).name})" if restored.path else "step 0 (no checkpoint was written yet)"
             print(f"harness: resuming {self.run_dir.path} from {where}", file=sys.stderr)
         dropped = truncate_rows_after(self.run_dir.losses_csv, restored.step)
+        truncate_rows_after(self.run_dir.val_scores_csv, restored.step)
         self.info.setdefault("resumes", [])
         if self.resuming:
             self.info["resumes"].append(
@@ -221,15 +228,20 @@ class Runner:
         return rows
 
     def _validate(self, evaluate, val_dataset, best: BestTracker, step: int, schedule: Schedule) -> list[Row]:
-        scores = tf.nest.map_structure(lambda t: float(t.numpy()), evaluate(val_dataset))
-        rows = []
+        """Scores over the validation set (rows of losses.csv) and per image (val_scores.csv),
+        from what each image contributed: one evaluation, one host sync."""
+        per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(val_dataset))
+        rows, epoch = [], schedule.epoch_of(step)
         for member in self.members:
             if self.records[member.name].status != "ok":
                 continue
-            metrics = scores[member.name]
-            rows += [Row(step, schedule.epoch_of(step), member.name, "val", metric, value) for metric, value in metrics.items()]
+            mine = per_image[member.name]
+            count = len(mine["loss"])
+            metrics = member.eval_scores({k: v.sum(axis=0) for k, v in mine.items()}, count)
+            rows += [Row(step, epoch, member.name, "val", metric, float(value)) for metric, value in metrics.items() if not _PER_CLASS.search(metric)]
+            self.val_scores.write(step, epoch, member.name, mine, member.eval_scores(mine, 1))
             if self.config.output.export:
-                best.update(member.name, member.model, step, metrics["loss"])
+                best.update(member.name, member.model, step, float(metrics["loss"]))
         return rows
 
     def _read_statuses(self) -> None:

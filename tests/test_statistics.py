@@ -1,0 +1,134 @@
+"""Rankings with their uncertainty: per-image scores, the paired bootstrap, paired tests across
+seeds with Holm's correction, the common loss, and how the report and the nightly use them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_config
+
+from harness.api import run
+from harness.config.loading import validate_config
+from harness.config.schema import ThresholdSpec
+from harness.core.evaluation import segmentation_scores
+from harness.nights.regressions import compare
+from harness.outputs.statistics import Scored, bootstrap_metric, holm, indistinguishable, paired_tests_across_seeds
+from harness.outputs.writers import counts_of
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """fcn and unet train on bce+dice, deconv on focal+dice: the common loss is bce+dice."""
+    return run(validate_config(tiny_config(train={"epochs": 3})), results_dir=tmp_path_factory.mktemp("r"))
+
+
+def test_val_scores_hold_every_image_of_every_evaluation_and_add_up_to_the_val_rows(tiny_run):
+    scores = pd.read_csv(tiny_run.run_dir / "val_scores.csv")
+    evaluations = sorted(tiny_run.losses.query("split == 'val'")["step"].unique())
+    assert len(scores) == len(evaluations) * 3 * 8  # evaluations x members x validation images
+    for (step, model), rows in scores.groupby(["step", "model"]):
+        counts = counts_of(rows.sort_values("image"), classes=1)
+        whole = segmentation_scores({k: v.sum(axis=0) for k, v in counts.items()}, len(rows))
+        val = tiny_run.losses.query("split == 'val' and step == @step and model == @model").set_index("metric")["value"]
+        for metric in ("loss", "iou", "f1"):
+            assert math.isclose(float(whole[metric]), val[metric], rel_tol=1e-5, abs_tol=1e-7), (step, model, metric)
+        per_image = segmentation_scores(counts, 1)
+        np.testing.assert_allclose(per_image["iou"], rows.sort_values("image")["iou"], rtol=1e-6)
+
+
+def members_with(iou_by_member: dict[str, float], images: int = 60, noise: float = 0.15, seed: int = 0) -> dict[str, Scored]:
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(100, 300, (images, 1)).astype(float)
+    shared = rng.normal(0, noise, (images, 1))  # hard images are hard for every member: paired
+    out = {}
+    for name, quality in iou_by_member.items():
+        intersection = np.floor(truth * np.clip(quality + shared + rng.normal(0, 0.02, (images, 1)), 0.01, 1))
+        out[name] = Scored({"loss": rng.random(images), "intersection": intersection, "predicted": intersection + 5, "truth": truth}, segmentation_scores)
+    return out
+
+
+def test_paired_bootstrap_separates_a_real_difference_from_none():
+    scored = members_with({"good": 0.8, "bad": 0.5, "twin": 0.8})
+    scored["clone"] = scored["good"]  # the very same predictions
+    per_member, pairs = bootstrap_metric(scored, "iou", resamples=500)
+    assert (per_member["low"] <= per_member["value"]).all() and (per_member["value"] <= per_member["high"]).all()
+    pair = pairs.set_index(["model_a", "model_b"])
+    assert pair.loc[("good", "bad"), "supported"] and pair.loc[("good", "bad"), "p_a_better"] == 1.0
+    assert not pair.loc[("good", "clone"), "supported"] and pair.loc[("good", "clone"), "p_a_better"] == 0.5
+    assert pair.loc[("good", "clone"), "diff_low"] == pair.loc[("good", "clone"), "diff_high"] == 0.0
+    assert indistinguishable(["good", "bad", "clone"], pairs) == ["clone", "", "good"]
+
+
+def test_the_bootstrap_is_paired_a_small_consistent_gain_is_supported_though_intervals_overlap():
+    scored = members_with({"a": 0.62, "b": 0.60}, noise=0.2)
+    per_member, pairs = bootstrap_metric(scored, "iou", resamples=1000)
+    a, b = per_member.set_index("model").loc["a"], per_member.set_index("model").loc["b"]
+    assert a["low"] < b["high"], "the members' own intervals overlap"
+    assert bool(pairs.loc[0, "supported"]) and pairs.loc[0, "diff_low"] > 0, "the paired difference does not"
+
+
+def test_holm_adjustment_matches_the_textbook_example():
+    np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
+    assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == 0.01
+
+
+def test_paired_tests_across_seeds_with_wilcoxon_where_the_count_allows():
+    rng = np.random.default_rng(3)
+    seed_effect = rng.normal(0, 0.05, 6)  # each seed lifts or sinks every model alike
+    rows = []
+    for s in range(6):
+        rows += [
+            {"model": "a", "seed": s, "val_iou": 0.70 + seed_effect[s] + 0.010 + rng.normal(0, 0.001)},
+            {"model": "b", "seed": s, "val_iou": 0.70 + seed_effect[s] + rng.normal(0, 0.001)},
+        ]
+        rows.append({"model": "c", "seed": s, "val_iou": rows[-1]["val_iou"] + (0.001 if s % 2 else -0.001)})  # b, give or take
+    pairs = paired_tests_across_seeds(pd.DataFrame(rows), "val_iou").set_index(["model_a", "model_b"])
+    assert pairs.loc[("a", "b"), "supported"] and pairs.loc[("a", "b"), "diff_low"] > 0
+    assert not pairs.loc[("b", "c"), "supported"]
+    assert pairs["p_wilcoxon"].notna().all() and (pairs["p_holm"] >= pairs["p_t"]).all()
+    three = paired_tests_across_seeds(pd.DataFrame([r for r in rows if r["seed"] < 3]), "val_iou")
+    assert three["p_wilcoxon"].isna().all() and three["seeds"].eq(3).all()
+
+
+def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run):
+    summary, pairs = tiny_run.summary, pd.read_csv(tiny_run.run_dir / "pairs.csv")
+    for metric in ("val_iou", "val_f1", "val_loss"):
+        assert ((summary[f"{metric}_low"] <= summary[metric] + 1e-9) & (summary[metric] <= summary[f"{metric}_high"] + 1e-9)).all()
+    assert "indistinguishable_from" in summary
+    assert set(pairs["compared_on"]) == {"bce+dice"} and {"diff", "diff_low", "diff_high", "p_a_better", "supported"} <= set(pairs.columns)
+    compared = tiny_run.losses.query("metric == 'compare_loss'")
+    assert set(compared["model"]) == {"deconv"}, "only the member training on another loss needs it computed"
+    assert any("train on different losses" in w for w in tiny_run.info["warnings"])
+    report = (tiny_run.run_dir / "report.html").read_text()
+    assert "differences in val_iou" in report and (tiny_run.run_dir / "plots" / "pair_differences.png").exists()
+
+
+def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
+    result = run(validate_config(tiny_config(train={"epochs": 1}, output={"probe_steps": 0, "progress": "none", "compare_loss": "bce"})), results_dir=tmp_path)
+    train = result.losses.query("split == 'train'").pivot_table(index=["model", "step"], columns="metric", values="value")
+    assert set(train.reset_index()["model"]) == {"fcn", "unet", "deconv"} and train["compare_loss"].notna().all()
+    plain = train.loc[["fcn", "unet"]]
+    assert (plain["compare_loss"] < plain["loss"]).all(), "bce alone is below bce + dice (dice >= 0)"
+    assert not any("train on different losses" in w for w in result.info["warnings"])
+
+
+def test_repeats_rank_by_a_paired_test_not_overlapping_intervals(tmp_path):
+    result = run(validate_config(tiny_config(train={"epochs": 1, "repeats": 3})), results_dir=tmp_path)
+    pairs = pd.read_csv(result.run_dir / "pairs.csv")
+    assert {"seeds", "p_t", "p_holm", "supported", "diff_low", "diff_high"} <= set(pairs.columns)
+    assert (pairs["seeds"] == 3).all()
+    assert "val_iou_ci95" in result.summary and "indistinguishable_from" in result.summary
+
+
+def test_nightly_verdict_can_ignore_drops_within_the_bootstrap_noise():
+    now = {("m", "val_iou"): 0.80, ("m", "val_iou_low"): 0.76, ("m", "val_iou_high"): 0.84}
+    before = {("m", "val_iou"): 0.83}
+    status = {"m": "ok"}
+    plain = compare(now, before, status, status, {"val_iou": ThresholdSpec(abs=0.02)}, "previous", "r0")
+    noisy = compare(now, before, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
+    assert plain[0].regressed and not noisy[0].regressed and "noise" in noisy[0].note
+    outside = compare(now, {("m", "val_iou"): 0.86}, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
+    assert outside[0].regressed
