@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"harness {__version__}", help="print the installed version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for add in (_add_run, _add_resume, _add_workers, _add_compare, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
+    for add in (_add_run, _add_resume, _add_workers, _add_compare, _add_runs, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
         add(commands)
     return parser
 
@@ -83,7 +83,20 @@ def _add_compare(commands) -> None:
     compare = commands.add_parser("compare", help="print models side by side, across one or several runs")
     compare.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (results/<name>/<run_id>) to put side by side")
     compare.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
+    _add_json(compare)
     compare.set_defaults(func=cmd_compare)
+
+
+def _add_json(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the table as JSON (a list of rows) for scripts, instead of a table")
+
+
+def _add_runs(commands) -> None:
+    runs = commands.add_parser("runs", help="list every run under the results folder, newest first, with its status and best member")
+    runs.add_argument("name", nargs="?", default=None, metavar="NAME", help="only this experiment's runs (results/NAME)")
+    runs.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="results folder (default: results)")
+    _add_json(runs)
+    runs.set_defaults(func=cmd_runs)
 
 
 def _add_report(commands) -> None:
@@ -130,6 +143,7 @@ def _add_history(commands) -> None:
     history.add_argument("--pin", default=None, metavar="RUN_ID", help="make this completed run the baseline nightly compares with")
     history.add_argument("--unpin", action="store_true", help="remove the baseline")
     history.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
+    _add_json(history)
     history.set_defaults(func=cmd_history)
 
 
@@ -181,7 +195,10 @@ def cmd_compare(args) -> int:
     from harness.outputs.compare import compare_runs, print_comparison
 
     table = compare_runs(args.run_dirs)
-    print_comparison(table)
+    if args.json:
+        print(table.to_json(orient="records"))
+    else:
+        print_comparison(table)
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"saved: {args.csv}")
@@ -240,6 +257,32 @@ def _night(text: str | None) -> str | None:
         raise ConfigError(f"--night {text!r}: expected a date like 2026-11-21") from None
 
 
+def cmd_runs(args) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from harness.outputs.columns import terminal_text
+    from harness.outputs.runs import list_runs
+
+    table = list_runs(args.results, args.name)
+    if args.json:
+        print(table.to_json(orient="records"))
+        return EXIT_OK
+    if table.empty:
+        where = args.results / args.name if args.name else args.results
+        print(f"no runs under {where}")
+        return EXIT_OK
+    view = Table(title=f"runs under {args.results}, newest first")
+    for column in ("run", "status", "started", "steps", "members", "best"):
+        view.add_column(column, justify="right" if column in ("steps", "members") else "left")
+    for _, row in table.iterrows():
+        best = "-" if not isinstance(row["best"], str) else f"{row['best']} ({row['ranked_by']} {row['best_value']:.4f})"
+        started = str(row["started"] or "-")[:16].replace("T", " ")
+        view.add_row(*(terminal_text(v) for v in (f"{row['name']}/{row['run_id']}", row["status"], started, row["steps"], row["members"], best)))
+    Console().print(view)
+    return EXIT_OK
+
+
 def cmd_history(args) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -256,6 +299,9 @@ def cmd_history(args) -> int:
         print("baseline removed")
     table = history_table(store, args.metric)
     baseline = store.baseline()
+    if args.json:
+        print(table.assign(baseline=table["run_id"] == baseline).to_json(orient="records"))
+        return EXIT_OK
     view = Table(title=f"history of {store.path.parent.name} (baseline: {baseline or 'none'})")
     for column in table.columns:
         view.add_column(str(column), justify="left" if column in ("night", "run_id", "status", "commit") else "right")

@@ -61,3 +61,22 @@ def _read_holder(fd: int) -> dict:
         return json.loads(os.pread(fd, 4096, 0).decode() or "{}")
     except (OSError, ValueError):
         return {}
+
+
+def holder_of(folder: Path) -> dict | None:
+    """Who holds the folder's lock right now (pid, host, since), or None: probed with a shared,
+    non-blocking lock on a read-only handle, so it writes nothing and never waits."""
+    path = Path(folder) / ".lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # no lock file: never locked
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read_holder(fd) or {"pid": "?"}
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,51 @@
+"""`harness runs [NAME]`: every run under the results folder, newest first, from files only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.training.lock import holder_of
+
+COLUMNS = ["name", "run_id", "status", "started", "steps", "members", "best", "ranked_by", "best_value"]
+
+
+def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
+    """One row per run directory (a folder with run.json) under results/<name>/, newest first. A
+    run whose run.json says `running` but whose lock no process holds was killed, or stopped by a
+    full disk before it could say so: its status reads `stopped (run.json says running)`."""
+    experiments = [results / name] if name else sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
+    rows = [_row(run) for folder in experiments if folder.is_dir() for run in folder.iterdir() if (run / "run.json").is_file()]
+    table = pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
+    return table.sort_values(["started", "run_id"], ascending=False, na_position="last").reset_index(drop=True)
+
+
+def _row(run: Path) -> dict | None:
+    try:
+        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"name": run.parent.name, "run_id": run.name, "status": "unreadable run.json"}
+    status = info.get("status", "?")
+    if status == "running" and holder_of(run) is None:
+        status = "stopped (run.json says running)"
+    row = {
+        "name": info.get("name", run.parent.name),
+        "run_id": run.name,
+        "status": status,
+        "started": info.get("started"),
+        "steps": f"{info.get('steps_done', 0)}/{info.get('total_steps', '?')}",
+        "members": len(info.get("models") or {}),
+    }
+    summary = run / "summary.csv"
+    if summary.is_file():
+        try:
+            table = pd.read_csv(summary)
+        except (OSError, ValueError, pd.errors.ParserError):
+            table = pd.DataFrame()
+        ranked_by = ((info.get("config") or {}).get("output") or {}).get("rank_by")
+        if len(table) and ranked_by in table:
+            best = table.iloc[0]
+            row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))
+    return row

@@ -1,0 +1,64 @@
+"""`harness runs` and the `--json` output of runs, compare and history, in process."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_main, tiny_config, write_yaml
+
+from harness.training.lock import FolderLock
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("runs")
+    config = write_yaml(folder / "c.yaml", tiny_config(train={"epochs": 1}))
+    for _ in range(2):
+        assert run_main("run", config, "--results", folder / "results").returncode == 0
+    other = write_yaml(folder / "o.yaml", {**tiny_config(train={"epochs": 1}), "name": "other"})
+    assert run_main("nightly", other, "--results", folder / "results", "--night", "2026-11-20").returncode == 0
+    return folder / "results"
+
+
+def test_runs_lists_every_run_newest_first_with_its_best_member(results):
+    listed = run_main("runs", "--results", results, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["name"] for r in rows].count("tiny") == 2 and [r["name"] for r in rows].count("other") == 1
+    assert [r["started"] for r in rows] == sorted((r["started"] for r in rows), reverse=True)
+    for row in rows:
+        summary = (results / row["name"] / row["run_id"] / "summary.csv").read_text().splitlines()
+        assert row["status"] == "completed" and row["steps"] == "4/4" and row["members"] == 3
+        assert row["best"] == summary[1].split(",")[1] and row["ranked_by"] == "val_iou"
+    only = json.loads(run_main("runs", "tiny", "--results", results, "--json").stdout)
+    assert {r["name"] for r in only} == {"tiny"}
+    table = run_main("runs", "--results", results)
+    assert "newest first" in table.stdout and "completed" in table.stdout
+
+
+def test_runs_tells_a_live_run_from_one_whose_run_json_is_stale(results):
+    run_dir = next((results / "tiny").iterdir())
+    info = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**info, "status": "running"}))
+    try:
+        stale = {r["run_id"]: r["status"] for r in json.loads(run_main("runs", "tiny", "--results", results, "--json").stdout)}
+        assert stale[run_dir.name] == "stopped (run.json says running)"
+        with FolderLock(run_dir):
+            live = {r["run_id"]: r["status"] for r in json.loads(run_main("runs", "tiny", "--results", results, "--json").stdout)}
+        assert live[run_dir.name] == "running"
+    finally:
+        (run_dir / "run.json").write_text(json.dumps(info))
+
+
+def test_no_runs_says_where_it_looked(tmp_path):
+    result = run_main("runs", "--results", tmp_path)
+    assert result.returncode == 0 and f"no runs under {tmp_path}" in result.stdout
+
+
+def test_compare_and_history_print_json_for_scripts(results):
+    runs = sorted((results / "tiny").iterdir())
+    compared = json.loads(run_main("compare", *runs, "--json").stdout)
+    assert len(compared) == 6 and {"run", "model", "val_iou"} <= set(compared[0])
+    history = json.loads(run_main("history", "other", "--results", results, "--json").stdout)
+    assert len(history) == 1 and history[0]["status"] == "completed" and history[0]["baseline"] is False
