@@ -167,7 +167,7 @@ def cmd_run(args) -> int:
     from harness.api import run
 
     result = run(config, results_dir=args.results)
-    _print_summary(result.summary)
+    _print_summary(result.summary, config.output.rank_by)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -177,7 +177,7 @@ def cmd_resume(args) -> int:
 
     result = resume(args.run_dir, args.overrides)
     if len(result.summary):
-        _print_summary(result.summary)
+        _print_summary(result.summary, result.config.output.rank_by)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -208,8 +208,10 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from harness.outputs.derived import rebuild
 
+    from harness.training.rundir import RunDir
+
     summary = rebuild(args.run_dir)
-    _print_summary(summary)
+    _print_summary(summary, RunDir(args.run_dir).read_config().output.rank_by)
     print(f"report: {args.run_dir / 'report.html'}")
     return EXIT_OK
 
@@ -349,32 +351,61 @@ def cmd_models(args) -> int:
 
 
 SUMMARY_COLUMNS = {
+    "rank": "rank",
     "model": "model",
-    "status": "status",
-    "params": "params",
-    "steps": "steps",
-    "final_train_loss": "train loss",
-    "best_val_loss": "best val loss",
     "val_iou": "val IoU",
     "val_f1": "val F1",
+    "val_loss": "val loss",
+    "best_val_loss": "best val loss",
+    "final_train_loss": "train loss",
+    "params": "params",
     "ms_per_step": "ms/step",
+    "steps": "steps",
+    "status": "status",
 }
 
 
-def _print_summary(summary) -> None:
+def _print_summary(summary, rank_by: str = "val_iou") -> None:
+    """The ranking, best first: the ranking metric right after the model (with its 95% interval
+    when there is one), numbers formatted per column so they line up, and only as many columns,
+    most important first, as the terminal is wide (every column is in summary.csv)."""
     from rich.console import Console
     from rich.table import Table
 
-    from harness.outputs.columns import terminal_text
+    from harness.outputs.columns import format_column, terminal_text
 
-    columns = [c for c in SUMMARY_COLUMNS if c in summary.columns]
-    table = Table(title="summary (all columns in summary.csv)")
-    for column in columns:
-        table.add_column(SUMMARY_COLUMNS[column], justify="left" if column in ("model", "status") else "right")
-    for _, row in summary.iterrows():
-        table.add_row(*(terminal_text(row[c]) for c in columns))
-    Console(width=max(100, Console().width)).print(table)
+    console = Console()
+    priority = ["rank", "model", rank_by, "status", "params", "ms_per_step"] + list(SUMMARY_COLUMNS)
+    cells: dict[str, list[str]] = {}
+    for column in dict.fromkeys(c for c in priority if c in summary.columns):
+        texts = [format_column(column, v) for v in summary[column]]
+        if column == rank_by:
+            texts = [t + _interval_text(summary, i, rank_by) for i, t in enumerate(texts)]
+        cells[column] = texts
+    shown, used = [], 4
+    for column, texts in cells.items():
+        width = max(len(SUMMARY_COLUMNS.get(column, column)), *(len(t) for t in texts)) + 3
+        if used + width > console.width and len(shown) >= 3:
+            continue
+        shown.append(column)
+        used += width
+    table = Table(title=f"ranked by {rank_by}, best first ({len(shown)} of {len(summary.columns)} columns; all in summary.csv)")
+    for column in shown:
+        table.add_column(SUMMARY_COLUMNS.get(column, column), justify="left" if column in ("model", "status") else "right", no_wrap=True)
+    for i in range(len(summary)):
+        table.add_row(*(terminal_text(cells[c][i]) for c in shown))
+    console.print(table)
 
+
+def _interval_text(summary, i: int, rank_by: str) -> str:
+    from harness.outputs.columns import format_column, is_missing
+
+    low, high, ci = f"{rank_by}_low", f"{rank_by}_high", f"{rank_by}_ci95"
+    if low in summary and not is_missing(summary[low].iloc[i]):
+        return f" [{format_column(rank_by, summary[low].iloc[i])}, {format_column(rank_by, summary[high].iloc[i])}]"
+    if ci in summary and not is_missing(summary[ci].iloc[i]):
+        return f" ± {format_column(rank_by, summary[ci].iloc[i])}"
+    return ""
 
 
 def _report_bug() -> int:

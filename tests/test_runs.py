@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from conftest import run_main, tiny_config, write_yaml
@@ -62,3 +63,17 @@ def test_compare_and_history_print_json_for_scripts(results):
     assert len(compared) == 6 and {"run", "model", "val_iou"} <= set(compared[0])
     history = json.loads(run_main("history", "other", "--results", results, "--json").stdout)
     assert len(history) == 1 and history[0]["status"] == "completed" and history[0]["baseline"] is False
+
+
+@pytest.mark.parametrize("width", [80, 160])
+def test_the_ranking_fits_the_terminal_and_says_what_it_is_ranked_by(results, monkeypatch, width):
+    monkeypatch.setenv("COLUMNS", str(width))
+    run_dir = next((results / "tiny").iterdir())
+    printed = run_main("report", run_dir).stdout
+    lines = [line for line in printed.splitlines() if not line.startswith("report: ")]  # a path is as long as it is
+    assert all(len(line) <= width for line in lines), max(lines, key=len)
+    assert "ranked by val_iou, best first" in printed and "rank" in lines[2]
+    best = [line for line in lines if line.startswith("│    1 ")][0]
+    assert re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", best), "the ranking metric with its interval"
+    shown = int(re.search(r"\((\d+) of \d+ columns", printed).group(1))
+    assert (shown > 6) == (width == 160)

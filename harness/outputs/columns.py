@@ -59,3 +59,24 @@ def format_cell(value: Any) -> str:
     if is_missing(value):
         return "-"
     return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def format_column(column: str, value: Any) -> str:
+    """A cell formatted for its column, so a column's numbers line up: scores and losses to 4
+    decimals, sizes as 15.0 k / 8.8 M, times to 0.1 ms."""
+    if is_missing(value) or isinstance(value, str):
+        return format_cell(value)
+    if column in ("params", "flops_per_example"):
+        return human_count(float(value))
+    if column in ("ms_per_step", "images_per_s"):
+        return f"{float(value):.1f}"
+    if column.startswith(("val_", "best_val", "final_train")) or column.endswith("_loss"):
+        return f"{float(value):.4f}"
+    return format_cell(value)
+
+
+def human_count(value: float) -> str:
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.1f} {suffix}"
+    return f"{value:.0f}"
