@@ -77,3 +77,22 @@ def test_the_ranking_fits_the_terminal_and_says_what_it_is_ranked_by(results, mo
     assert re.search(r"\d\.\d{4} \[\d\.\d{4}, \d\.\d{4}\]", best), "the ranking metric with its interval"
     shown = int(re.search(r"\((\d+) of \d+ columns", printed).group(1))
     assert (shown > 6) == (width == 160)
+
+
+def test_load_run_gives_tables_settings_pairs_and_models_loaded_when_first_used(results):
+    from harness.api import load_run
+    from harness.training.records import ExportedModels
+
+    run_dir = next((results / "tiny").iterdir())
+    result = load_run(run_dir)
+    assert isinstance(result.models, ExportedModels) and sorted(result.models) == ["deconv", "fcn", "unet"]
+    assert result.models._loaded == {}, "nothing is loaded before it is asked for"
+    assert result.models["unet"].output_shape[-1] == 1 and list(result.models._loaded) == ["unet"]
+    summary = result.summary.set_index("model")
+    assert summary.loc["deconv", "optimizer"] == "sgd" and summary.loc["deconv", "learning_rate"] == 0.05
+    assert summary.loc["deconv", "loss"] == "focal+dice" and summary.loc["unet", "arch"] == "tiny_unet"
+    assert str(result.summary["diverged_step"].dtype) == "Int64" and str(result.summary["params"].dtype) == "Int64"
+    assert len(result.pairs) == 3 and "supported" in result.pairs
+    assert len(result.val_scores) > 0
+    text = repr(result)
+    assert text.startswith("RunResult(") and "completed" in text and "best" in text and len(text) < 200

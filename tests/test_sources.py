@@ -265,8 +265,8 @@ def test_real_image_example_end_to_end(tmp_path):
     assert info["data"]["source"] == "folder" and info["data"]["image_size"] == [96, 96]
     assert "auto" in info["data"]["image_size_reason"] and info["data"]["skipped"] == 0
     summary = pd.read_csv(run_dir / "summary.csv")
-    share = summary["input_wait_share"].iloc[0]
-    assert 0.0 <= share < 1.0 and info["timing"]["input_wait_share"] == share
+    assert 0.0 <= info["timing"]["input_wait_share"] < 1.0
+    assert "input_wait_share" not in summary, "a figure of the run, not repeated on every model's row"
     assert (tmp_path / "results" / "real_images" / ".data-cache").is_dir()
 
 

@@ -17,7 +17,7 @@ from harness.config.schema import ExperimentConfig
 from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_nightly_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
-from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table
+from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import ranking_statistics
 
 
@@ -30,7 +30,8 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     losses = load_losses(run.losses_csv)
     member_summary = build_member_summary(losses, info.get("models", {}))
     intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary)
-    summary = build_summary(member_summary, config.output.rank_by, intervals, pair_stats)
+    summary = with_settings(build_summary(member_summary, config.output.rank_by, intervals, pair_stats), config.models)
+    member_summary = with_settings(member_summary, config.member_specs())
     on_common = {m.name for m in config.member_specs() if m.kind != "autoencoder"} if config.compare_loss() else None
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)
     save_table(summary, run.summary_csv)

@@ -23,6 +23,21 @@ from harness.config.schema import REPEAT_SEPARATOR as SEPARATOR
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 
 
+INTEGER_COLUMNS = ("rank", "params", "flops_per_example", "steps", "best_step", "diverged_step", "repeats")
+
+
+def load_summary(path: Path) -> pd.DataFrame:
+    """summary.csv with its integer columns as integers (nullable: a model that never diverged
+    has no diverged_step), not the floats a CSV reader makes of a column with gaps."""
+    if not path.exists():
+        return pd.DataFrame()
+    summary = pd.read_csv(path)
+    for column in INTEGER_COLUMNS:
+        if column in summary:
+            summary[column] = pd.to_numeric(summary[column], errors="coerce").round().astype("Int64")
+    return summary
+
+
 def load_losses(path: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
@@ -57,7 +72,6 @@ def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str
             "ms_per_step": facts.get("ms_per_step"),
             "images_per_s": facts.get("images_per_s"),
             "diverged_step": facts.get("diverged_step"),
-            "input_wait_share": facts.get("input_wait_share"),
         }
         if "loss" in val and val["loss"].notna().any():
             record["best_val_loss"] = float(val["loss"].min())
@@ -109,7 +123,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
     if intervals is not None and len(intervals):
         summary = summary.merge(intervals, on="model", how="left")
     summary = _rank(summary, rank_by, pair_stats)
-    for column in ("params", "steps", "best_step"):
+    for column in ("params", "flops_per_example", "steps", "best_step"):
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
@@ -178,6 +192,23 @@ def build_pairs(losses: pd.DataFrame, compared_on: str | None = None, metric_sta
     if metric_stats is not None and len(metric_stats):
         pairs = pairs.merge(metric_stats, on=["model_a", "model_b"], how="left")
     return pairs
+
+
+SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
+
+
+def with_settings(table: pd.DataFrame, specs) -> pd.DataFrame:
+    """The table with each model's settings appended (what a user pivots on, as Ray Tune's
+    dataframes and MLflow's params carry them), from the resolved specs, matched by name."""
+    settings = pd.DataFrame(
+        [
+            {"model": s.name, "kind": s.kind, "arch": s.arch, "backbone": s.backbone or "", "loss": s.loss,
+             "optimizer": s.optimizer.name, "learning_rate": s.optimizer.learning_rate}
+            for s in specs
+        ],
+        columns=["model", *SETTINGS],
+    )
+    return table.merge(settings, on="model", how="left") if len(table) else table
 
 
 def save_table(table: pd.DataFrame, path: Path) -> None:

@@ -65,8 +65,6 @@ def probe_step_times(done: FinishedRun) -> None:
     for name, value in ms.items():
         done.records[name].ms_per_step = round(value, 3)
         done.records[name].images_per_s = round(1000.0 * int(images.shape[0]) / value, 1)
-    for record in done.records.values():
-        record.input_wait_share = done.timing.input_wait_share  # one pipeline: the same for all
 
 
 def count_flops(done: FinishedRun) -> None:

@@ -10,7 +10,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
@@ -131,8 +130,10 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 
 def load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
-    summary = pd.read_csv(run.summary_csv) if run.summary_csv.exists() else pd.DataFrame()
-    return RunResult(run.path, config, summary, load_losses(run.losses_csv), run.read_run_info())
+    from harness.outputs.tables import load_summary
+    from harness.training.records import ExportedModels
+
+    return RunResult(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv), run.read_run_info(), ExportedModels(run.path))
 
 
 class _scratch_run_dir:

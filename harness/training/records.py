@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,7 +25,6 @@ class MemberRecord:
     flops_per_example: int | None = None
     ms_per_step: float | None = None
     images_per_s: float | None = None
-    input_wait_share: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,13 +63,64 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RunResult:
-    """What a finished run returns to Python callers."""
+    """What a run returns to Python callers: its tables as DataFrames, run.json as `info`, and
+    its models (in memory after `run`; loaded from models/<name>/model.keras on first use after
+    `load_run`)."""
 
     run_dir: Path
     config: ExperimentConfig
     summary: pd.DataFrame
     losses: pd.DataFrame
     info: dict[str, Any]
-    models: dict[str, Any] = field(default_factory=dict)  # name -> trained tf_keras model (in memory)
+    models: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pairs(self) -> "pd.DataFrame":
+        """pairs.csv: every pair of members, on the common loss and on the ranking metric."""
+        import pandas as pd
+
+        path = self.run_dir / "pairs.csv"
+        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+    @property
+    def val_scores(self) -> "pd.DataFrame":
+        """val_scores.csv: every validation image's scores, per evaluation and member."""
+        import pandas as pd
+
+        path = self.run_dir / "val_scores.csv"
+        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+    def __repr__(self) -> str:
+        rank_by = self.config.output.rank_by
+        best = ""
+        if len(self.summary) and rank_by in self.summary:
+            top = self.summary.iloc[0]
+            best = f", best {top['model']} ({rank_by} {float(top[rank_by]):.4f})"
+        return f"RunResult({str(self.run_dir)!r}, {self.info.get('status', '?')}, {len(self.summary)} model(s){best})"
+
+
+class ExportedModels(Mapping):
+    """models/<name>/model.keras of a run, each loaded (Keras safe mode) the first time it is asked for."""
+
+    def __init__(self, run_dir: Path):
+        folder = Path(run_dir) / "models"
+        self._paths = {p.parent.name: p for p in sorted(folder.glob("*/model.keras"))} if folder.is_dir() else {}
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._loaded:
+            from harness.outputs.derived import load_exported_model
+
+            self._loaded[name] = load_exported_model(self._paths[name])
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
+
+    def __repr__(self) -> str:
+        return f"ExportedModels({list(self._paths)})"

@@ -25,7 +25,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
@@ -37,7 +36,7 @@ from harness.data.pipeline import build_datasets
 from harness.data.resolve import data_facts
 from harness.errors import HarnessError, Interrupted
 from harness.members.registry import build_members
-from harness.outputs.tables import load_losses
+from harness.outputs.tables import load_losses, load_summary
 from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, ValScoresWriter, truncate_rows_after
 from harness.training import checkpoints as ckpt
 from harness.training import rundir as rd
@@ -312,7 +311,7 @@ class Runner:
         return RunResult(
             run_dir=self.run_dir.path,
             config=self.config,
-            summary=pd.read_csv(self.run_dir.summary_csv),
+            summary=load_summary(self.run_dir.summary_csv),
             losses=load_losses(self.run_dir.losses_csv),
             info=self.info,
             models={m.name: m.model for m in self.members},
