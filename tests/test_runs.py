@@ -96,3 +96,21 @@ def test_load_run_gives_tables_settings_pairs_and_models_loaded_when_first_used(
     assert len(result.val_scores) > 0
     text = repr(result)
     assert text.startswith("RunResult(") and "completed" in text and "best" in text and len(text) < 200
+
+
+def test_saved_model_export_serves_what_the_model_predicts(tmp_path):
+    import numpy as np
+
+    from harness.api import run
+    from harness.config.loading import validate_config
+    from harness.core.backend import import_tf
+
+    tf = import_tf()
+    raw = tiny_config(train={"epochs": 1}, output={"probe_steps": 0, "progress": "none", "export_formats": ["keras", "saved_model"]})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    folder = result.run_dir / "models" / "unet" / "model_saved_model"
+    served = tf.saved_model.load(str(folder))
+    images = np.random.default_rng(0).random((2, 16, 16, 3)).astype("float32")
+    np.testing.assert_allclose(served.serve(images).numpy(), result.models["unet"](images, training=False).numpy(), rtol=1e-5, atol=1e-6)
+    assert (result.run_dir / "models" / "unet" / "model.keras").exists()
+    assert not list(result.run_dir.glob("models/*/.*partial*")), "no temporary folder left"

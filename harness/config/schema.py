@@ -298,6 +298,9 @@ class OutputSpec(Strict):
     results_dir: Path = Path("results")
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
     export: bool = True
+    # keras: models/<name>/model.keras (tf_keras). saved_model: models/<name>/model_saved_model/, a
+    # TensorFlow SavedModel with a `serve` endpoint, for serving and for Keras 3 or plain TF readers.
+    export_formats: Annotated[list[Literal["keras", "saved_model"]], Field(min_length=1)] = ["keras"]
     rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
     log_scale: bool = False  # loss curves on a log axis
     sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
-from harness.training.export import export_model
+from harness.training.export import export_model, export_saved_model
 from harness.training.records import MemberRecord, StepTiming
 from harness.training.rundir import RunDir, utc_now
 
@@ -83,9 +83,14 @@ def count_flops(done: FinishedRun) -> None:
 def export_models(done: FinishedRun) -> None:
     if not done.config.output.export:
         return
+    formats = done.config.output.export_formats
     for member in done.members:
         for key, model in member.exported_models().items():
-            export_model(model, done.run.path / "models" / member.name / f"{key}.keras")
+            folder = done.run.path / "models" / member.name
+            if "keras" in formats:
+                export_model(model, folder / f"{key}.keras")
+            if "saved_model" in formats:
+                export_saved_model(model, folder / f"{key}_saved_model")
 
 
 def write_tables(done: FinishedRun) -> None:

@@ -1,8 +1,10 @@
 """Each trained model on its own, in the `.keras` format: loadable with plain tf_keras
-(`tf_keras.models.load_model(path, compile=False)`), with no harness and no segmentation-models.
+(`tf_keras.models.load_model(path, compile=False)`), with no harness and no segmentation-models;
+and, when asked for, as a TensorFlow SavedModel.
 
-models/<name>/model.keras   the model at the end of the run
-models/<name>/best.keras    the model at its best validation loss; best.json says which step
+models/<name>/model.keras          the model at the end of the run
+models/<name>/best.keras           the model at its best validation loss; best.json says which step
+models/<name>/model_saved_model/   with `output.export_formats: [keras, saved_model]`: for serving
 """
 
 from __future__ import annotations
@@ -13,6 +15,28 @@ from pathlib import Path
 
 from harness.outputs.columns import is_finite
 from harness.training.rundir import atomic_write_text
+
+
+def export_saved_model(model, folder: Path) -> None:
+    """A SavedModel (inference: `tf.saved_model.load(folder).serve(images)`), written to a
+    temporary folder beside `folder`, then renamed: a kill never leaves half of one."""
+    import shutil
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}-partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with _quiet():
+        model.export(str(tmp))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
+def _quiet():
+    """tf_keras's export prints the endpoint's signature to stdout: not for our users' terminals."""
+    import contextlib
+    import io
+
+    return contextlib.redirect_stdout(io.StringIO())
 
 
 def export_model(model, path: Path) -> None:
