@@ -26,6 +26,9 @@ def test_smoke_experiment_end_to_end(tmp_path):
     losses = pd.read_csv(run_dir / "losses.csv")
     assert not losses.duplicated(["model", "split", "metric", "step"]).any()
     assert "step 16/16" in result.stderr and "loss: fcn" in result.stderr  # progress lines in a log
+    phases = ["building 3 member(s)", "compiling the fused step", "validating", "probing each model's step time", "exporting the models", "writing tables"]
+    at = [result.stderr.find(f"harness: {phase}") for phase in phases]
+    assert -1 not in at and at == sorted(at), "every slow phase is named, in order"
     assert "cuInit" not in result.stderr and "oneDNN" not in result.stderr  # TF start-up noise hidden
     assert (run_dir / "config.yaml").read_text().count("epochs: 2") == 1
 

@@ -128,6 +128,15 @@ def log_mlflow(done: FinishedRun) -> None:
 
 
 END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, log_mlflow)
+# What the terminal says while an action runs, when it has something to do (quick ones say nothing).
+PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
+    probe_input_share: lambda d: "probing the input pipeline's share of the step" if d.config.output.probe_steps else None,
+    probe_step_times: lambda d: "probing each model's step time alone" if d.config.output.probe_steps else None,
+    count_flops: lambda d: "counting FLOPs",
+    export_models: lambda d: "exporting the models" if d.config.output.export else None,
+    write_tables: lambda d: "writing tables, statistics, plots and the report",
+    log_mlflow: lambda d: "logging to MLflow" if d.config.output.mlflow is not None else None,
+}
 
 
 def validation_warnings(summary, config: ExperimentConfig) -> list[str]:

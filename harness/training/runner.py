@@ -40,7 +40,7 @@ from harness.outputs.tables import load_losses, load_summary
 from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, ValScoresWriter, truncate_rows_after
 from harness.training import checkpoints as ckpt
 from harness.training import rundir as rd
-from harness.training.actions import END_OF_RUN, FinishedRun
+from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.export import BestTracker
 from harness.training.failures import explain_jit_failure, translate
@@ -62,6 +62,7 @@ class Runner:
         self.members: list = []
         self.stop = StopFlag()
         self.timing = StepTiming()
+        self.validated = False
 
     def run(self) -> RunResult:
         try:
@@ -103,6 +104,7 @@ class Runner:
 
     def _train(self) -> None:
         config, run = self.config, self.run_dir
+        self._phase(f"building {len(config.member_specs())} member(s)")
         with self.placement.strategy.scope():  # 3.
             members = build_members(config, self.placement.model_devices)
             global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -124,6 +126,8 @@ class Runner:
         self.val_scores = ValScoresWriter(run.val_scores_csv, config.data.classes)
 
         def train(step: int, k: int) -> list[Row]:
+            if self.timing.first_call_s is None:
+                self._phase("compiling the fused step (its first call traces it; the calls after it only run)")
             began = time.perf_counter()
             outputs = self._call_train_loop(train_loop, iterator, k)
             self.timing.add(k, time.perf_counter() - began)
@@ -148,6 +152,8 @@ class Runner:
             self._stopped(step)
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
         for action in END_OF_RUN:  # 8.
+            if action in PHASES and (text := PHASES[action](done)):
+                self._phase(text)
             action(done)
 
     # -- the steps of a run ---------------------------------------------------------------------
@@ -195,6 +201,11 @@ class Runner:
             )
         return restored.step
 
+    def _phase(self, text: str) -> None:
+        """Say what the run is doing before anything that takes more than a moment."""
+        if self.config.output.progress != "none" and self.placement.is_chief:
+            print(f"harness: {text} ...", file=sys.stderr, flush=True)
+
     def _checkpoint(self, checkpoint, step: int) -> None:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
         (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
@@ -229,6 +240,9 @@ class Runner:
     def _validate(self, evaluate, val_dataset, best: BestTracker, step: int, schedule: Schedule) -> list[Row]:
         """Scores over the validation set (rows of losses.csv) and per image (val_scores.csv),
         from what each image contributed: one evaluation, one host sync."""
+        if not self.validated:
+            self._phase("validating (the first evaluation compiles the eval function)")
+            self.validated = True
         per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(val_dataset))
         rows, epoch = [], schedule.epoch_of(step)
         for member in self.members:
