@@ -198,7 +198,15 @@ def cmd_compare(args) -> int:
     if args.json:
         print(table.to_json(orient="records"))
     else:
+        from harness.outputs.columns import plain_text
+        from harness.outputs.compare import differing_settings
+
         print_comparison(table)
+        if len(args.run_dirs) > 1:
+            differing = differing_settings(args.run_dirs)
+            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
+            for line in differing:
+                print(f"  {plain_text(line)}")
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"saved: {args.csv}")

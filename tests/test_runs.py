@@ -114,3 +114,15 @@ def test_saved_model_export_serves_what_the_model_predicts(tmp_path):
     np.testing.assert_allclose(served.serve(images).numpy(), result.models["unet"](images, training=False).numpy(), rtol=1e-5, atol=1e-6)
     assert (result.run_dir / "models" / "unet" / "model.keras").exists()
     assert not list(result.run_dir.glob("models/*/.*partial*")), "no temporary folder left"
+
+
+def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
+    config = write_yaml(tmp_path / "c.yaml", tiny_config(train={"epochs": 1, "optimizer": {"name": "sgd", "learning_rate": 0.1}}))
+    assert run_main("run", config, "--results", tmp_path / "r").returncode == 0
+    runs = [next((results / "tiny").iterdir()), next((tmp_path / "r" / "tiny").iterdir())]
+    printed = run_main("compare", *runs).stdout
+    assert "settings that differ between these runs:" in printed
+    assert "train.optimizer.name:" in printed and "= adam" in printed and "= sgd" in printed
+    assert "models.unet.arch" not in printed, "what is the same is not listed"
+    same = run_main("compare", runs[0], runs[0]).stdout
+    assert "the runs' settings are the same" in same

@@ -44,8 +44,12 @@ def terminal_text(value: Any) -> str:
     rich's markup escaped, so a model named `[/x]` or holding ESC prints as itself."""
     from rich.markup import escape
 
-    text = "".join(ch if ch.isprintable() else "?" for ch in format_cell(value))
-    return escape(text)
+    return escape(plain_text(value))
+
+
+def plain_text(value: Any) -> str:
+    """A cell for a plain print: formatted, control characters (escape sequences) replaced by '?'."""
+    return "".join(ch if ch.isprintable() else "?" for ch in format_cell(value))
 
 
 def markdown_text(value: Any) -> str:

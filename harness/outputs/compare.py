@@ -56,6 +56,37 @@ def print_comparison(table: pd.DataFrame) -> None:
                 text = f"[red]{text}[/]"
             cells.append(text)
         view.add_row(*cells)
-    Console(width=max(160, Console().width)).print(view)
+    Console().print(view)
 
 
+def differing_settings(run_dirs: list[Path]) -> list[str]:
+    """`key.path: run_a = x, run_b = y` for every config setting (outside output.*) that is not the
+    same in all the compared runs; read from each run's config.yaml, no code imported."""
+    import yaml
+
+    flat = {}
+    for run_dir in run_dirs:
+        try:
+            raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            raw = {}
+        raw.pop("output", None)
+        flat[RunDir(Path(run_dir)).label] = dict(_flatten(raw))
+    keys = sorted(set().union(*flat.values())) if flat else []
+    lines = []
+    for key in keys:
+        values = {label: settings.get(key, "-") for label, settings in flat.items()}
+        if len({repr(v) for v in values.values()}) > 1:
+            lines.append(f"{key}: " + ", ".join(f"{label} = {value}" for label, value in values.items()))
+    return lines
+
+
+def _flatten(node, prefix: str = ""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _flatten(value, f"{prefix}{key}.")
+    elif isinstance(node, list) and node and all(isinstance(item, dict) and "name" in item for item in node):
+        for item in node:  # models: keyed by name, so a model added or removed is one line
+            yield from _flatten(item, f"{prefix}{item['name']}.")
+    else:
+        yield prefix.rstrip("."), node
