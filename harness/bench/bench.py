@@ -5,7 +5,7 @@ the same batches, and the figure quoted is the median over rounds of the per-rou
 baseline: a slow moment of the machine hits every contender alike. Tracing is timed apart.
 
 Sections (rows of bench.csv):
-  loop       the harness's fused step vs a hand-written multi-tape tf.function loop (seed 003's
+  loop       the harness's fused step vs a hand-written multi-tape tf.function loop (the one-off script's
              pattern), one step per call; and the harness at 10 steps per call
   overhead   where the harness's 1-step-per-call cost goes: from the hand loop, the batch taken
              inside the function, then the member's step; the earlier forms (graph loop around

@@ -77,7 +77,7 @@ def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: in
 
 
 def seed003_step(member, images, masks):
-    """One model's step as seed 003 writes it: a tape, the mean loss, apply_gradients."""
+    """One model's step as a hand-written multi-tape loop writes it: a tape, the mean loss, apply_gradients."""
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(member.loss_fn(masks, member.model(images, training=True)))
     gradients = tape.gradient(loss, member.model.trainable_variables)
@@ -107,7 +107,7 @@ def make_hand_loop_contender(config: ExperimentConfig, name: str = "hand_loop") 
 
 def make_variant_contender(config: ExperimentConfig, name: str, fragment: str) -> Contender:
     """One step per call, the batch taken inside the compiled function, members called directly:
-    `fragment` is "hand" (seed 003's tape + apply_gradients) or "member" (the harness's member
+    `fragment` is "hand" (a hand-written tape + apply_gradients) or "member" (the harness's member
     step: loss over the global batch, finiteness check, skip-if-not-finite, diverged flags)."""
     from harness.core.step import member_fragment
 

@@ -100,7 +100,7 @@ def patchgan(input_shape, classes, activation=None, width: int = 16, depth: int 
 
 
 def conv_autoencoder(input_shape, classes, activation, width: int = 16, depth: int = 4):
-    """The convolutional autoencoder of seed 002, scaled by `width`: 3x3 convolution + ReLU +
+    """A four-level convolutional autoencoder, scaled by `width`: 3x3 convolution + ReLU +
     2x max-pool blocks down, then 3x3 transpose convolutions up, back to the input's channels."""
     keras = import_keras()
     layers = keras.layers
@@ -116,5 +116,5 @@ def conv_autoencoder(input_shape, classes, activation, width: int = 16, depth: i
 
 
 def small_autoencoder(input_shape, classes, activation, width: int = 8):
-    """Two levels, few filters: the cheap baseline to compare seed 002's autoencoder against."""
+    """Two levels, few filters: the cheap baseline to compare the four-level autoencoder against."""
     return conv_autoencoder(input_shape, classes, activation, width=width, depth=2)

@@ -95,7 +95,7 @@ def _next_device(device: str | None) -> str | None:
 
 @dataclass
 class AutoencoderMember(Member):
-    """Reconstructs its input (seed 002); the masks are ignored. Scored by reconstruction loss
+    """Reconstructs its input; the masks are ignored. Scored by reconstruction loss
     (mean squared error) in training and validation."""
 
     task = "reconstruction"
