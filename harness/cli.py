@@ -380,7 +380,7 @@ def _print_summary(summary, rank_by: str = "val_iou") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from harness.outputs.columns import format_column, terminal_text
+    from harness.outputs.columns import fit_to_width, format_column, terminal_text
 
     console = Console()
     priority = ["rank", "model", rank_by, "status", "params", "ms_per_step"] + list(SUMMARY_COLUMNS)
@@ -390,13 +390,7 @@ def _print_summary(summary, rank_by: str = "val_iou") -> None:
         if column == rank_by:
             texts = [t + _interval_text(summary, i, rank_by) for i, t in enumerate(texts)]
         cells[column] = texts
-    shown, used = [], 4
-    for column, texts in cells.items():
-        width = max(len(SUMMARY_COLUMNS.get(column, column)), *(len(t) for t in texts)) + 3
-        if used + width > console.width and len(shown) >= 3:
-            continue
-        shown.append(column)
-        used += width
+    shown = fit_to_width(cells, SUMMARY_COLUMNS, console.width)
     table = Table(title=f"ranked by {rank_by}, best first ({len(shown)} of {len(summary.columns)} columns; all in summary.csv)")
     for column in shown:
         table.add_column(SUMMARY_COLUMNS.get(column, column), justify="left" if column in ("model", "status") else "right", no_wrap=True)

@@ -65,6 +65,19 @@ def format_cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def fit_to_width(cells: dict[str, list[str]], headers: dict[str, str], width: int, keep: int = 3) -> list[str]:
+    """The columns (given most important first) that fit a terminal `width` whole, never cut:
+    the first `keep` always, then each that still fits. Rich's borders take 3 characters a column."""
+    shown, used = [], 4
+    for column, texts in cells.items():
+        need = max([len(headers.get(column, column)), *(len(t) for t in texts)]) + 3
+        if used + need > width and len(shown) >= keep:
+            continue
+        shown.append(column)
+        used += need
+    return shown
+
+
 def format_column(column: str, value: Any) -> str:
     """A cell formatted for its column, so a column's numbers line up: scores and losses to 4
     decimals, sizes as 15.0 k / 8.8 M, times to 0.1 ms."""

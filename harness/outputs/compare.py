@@ -8,7 +8,9 @@ import pandas as pd
 
 from harness.errors import ConfigError
 from harness.training.rundir import RunDir
-from harness.outputs.columns import has_direction, higher_is_better, terminal_text
+from rich.markup import escape
+
+from harness.outputs.columns import fit_to_width, format_column, has_direction, higher_is_better, plain_text
 
 COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1"]
 
@@ -38,25 +40,34 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
     return int(values.idxmax() if higher_is_better(column) else values.idxmin())
 
 
+PRIORITY = ["run", "model", "val_iou", "status", "params", "ms_per_step", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
+
+
 def print_comparison(table: pd.DataFrame) -> None:
+    """Side by side, as many columns as the terminal is wide (most important first), names never
+    cut; the best of each column in bold green."""
     from rich.console import Console
     from rich.table import Table
 
-    best = {c: best_index(table, c) for c in table.columns}
-    view = Table(title="harness compare (best of each column in bold green)")
-    for column in table.columns:
-        view.add_column(column, justify="left" if column in ("run", "model", "status") else "right", no_wrap=column == "run")
-    for i, row in table.iterrows():
+    console = Console()
+    order = [c for c in PRIORITY if c in table.columns] + [c for c in table.columns if c not in PRIORITY]
+    texts = {c: [plain_text(format_column(c, v)) for v in table[c]] for c in order}
+    shown = fit_to_width(texts, {}, console.width, keep=2)
+    best = {c: best_index(table, c) for c in shown}
+    view = Table(title=f"harness compare: best of each column in bold green ({len(shown)} of {len(order)} columns; --csv or --json for all)")
+    for column in shown:
+        view.add_column(column, justify="left" if column in ("run", "model", "status") else "right", no_wrap=True)
+    for i in range(len(table)):
         cells = []
-        for column, value in row.items():
-            text = terminal_text(value)
+        for column in shown:
+            text = escape(texts[column][i])
             if best.get(column) == i:
                 text = f"[bold green]{text}[/]"
-            elif column == "status" and value != "ok":
+            elif column == "status" and table[column].iloc[i] != "ok":
                 text = f"[red]{text}[/]"
             cells.append(text)
         view.add_row(*cells)
-    Console().print(view)
+    console.print(view)
 
 
 def differing_settings(run_dirs: list[Path]) -> list[str]:
