@@ -54,8 +54,7 @@ def plain_text(value: Any) -> str:
 
 def markdown_text(value: Any) -> str:
     """A cell for a Markdown table: formatted, with Markdown's and HTML's special characters escaped."""
-    text = "".join(ch if ch.isprintable() else "?" for ch in format_cell(value))
-    return "".join(f"\\{ch}" if ch in "\\`*_[]<>|#" else ch for ch in text)
+    return "".join(f"\\{ch}" if ch in "\\`*_[]<>|#" else ch for ch in plain_text(value))
 
 
 def format_cell(value: Any) -> str:

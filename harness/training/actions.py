@@ -16,7 +16,7 @@ from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
 from harness.training.export import export_model, export_saved_model
-from harness.training.records import MemberRecord, StepTiming
+from harness.training.records import MemberRecord, StepTiming, models_info
 from harness.training.rundir import RunDir, utc_now
 
 
@@ -37,9 +37,6 @@ class FinishedRun:
     update_info: Callable[..., None]  # run.json: update these keys and write it
     info: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-
-    def models_info(self) -> dict[str, Any]:
-        return {name: record.as_dict() for name, record in self.records.items()}
 
 
 def record_trace_count(done: FinishedRun) -> None:
@@ -77,7 +74,7 @@ def count_flops(done: FinishedRun) -> None:
         if network not in counted:  # repeats share a network: count it once
             counted[network] = forward_flops(member.model)
         done.records[member.name].flops_per_example = counted[network]
-    done.update_info(models=done.models_info())
+    done.update_info(models=models_info(done.records))
 
 
 def export_models(done: FinishedRun) -> None:

@@ -141,9 +141,11 @@ def restore_newest_valid(checkpoint: RunCheckpoint, directory: Path, recorded: l
     skipped = []
     for step in candidates:
         path = directory / f"ckpt-{step}"
-        problem = _files_problem(directory, step) or _owner_problem(path, checkpoint.token)
+        problem = _files_problem(directory, step)
         if problem is None:
-            problem = _restore(checkpoint, path)
+            problem, has_token = _owner(path, checkpoint.token)
+        if problem is None:
+            problem = _restore(checkpoint.with_token if has_token else checkpoint.without_token, path)
         if problem is None:
             return Restored(step, str(path), skipped)
         skipped.append(f"ckpt-{step}: {problem}")
@@ -173,24 +175,24 @@ def _files_problem(directory: Path, step: int) -> str | None:
     return None
 
 
-def _owner_problem(path: Path, token: str) -> str | None:
+def _owner(path: Path, token: str) -> tuple[str | None, bool]:
+    """(why it is not this run's, or None; whether it carries a token: checkpoints written before
+    tokens existed have none and are restored without one)."""
     try:
         reader = tf.train.load_checkpoint(str(path))
         if not reader.has_tensor(_TOKEN_KEY):
-            return None  # written before checkpoints carried a token: restored without one
+            return None, False
         owner = reader.get_tensor(_TOKEN_KEY)
     except Exception as exc:  # a truncated or garbled index or data file: TensorFlow raises several kinds
-        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", False
     owner = owner.decode() if isinstance(owner, bytes) else str(owner)
     if owner != token:
-        return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere"
-    return None
+        return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere", True
+    return None, True
 
 
-def _restore(checkpoint: RunCheckpoint, path: Path) -> str | None:
+def _restore(target, path: Path) -> str | None:
     try:
-        reader = tf.train.load_checkpoint(str(path))
-        target = checkpoint.with_token if reader.has_tensor(_TOKEN_KEY) else checkpoint.without_token
         status = target.read(str(path))
         status.assert_consumed()
     except Exception as exc:  # corrupt file, missing object, shape mismatch: all mean "not this one"

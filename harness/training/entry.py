@@ -62,7 +62,7 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     check_code(config)
     placement = prepare_process(config)
     if not placement.is_chief:
-        rescanned, scan = resolve_data_sizes(config, run.path.parent.parent)
+        _, scan = resolve_data_sizes(config, run.path.parent.parent)
         with _scratch_run_dir(config, copy_from=run) as scratch:
             return Runner(config, scratch, placement, scan, resuming=True).run()
     with FolderLock(run.path):

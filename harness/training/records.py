@@ -38,6 +38,11 @@ class MemberRecord:
         self.status, self.changed_at_step, self.diverged_step = "diverged", step, step
 
 
+def models_info(records: dict[str, MemberRecord]) -> dict[str, Any]:
+    """run.json `models`: each member's record."""
+    return {name: record.as_dict() for name, record in records.items()}
+
+
 class StepTiming:
     """Wall time per step of the fused loop; the first call, which traces, is kept apart."""
 

@@ -44,7 +44,7 @@ from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.export import BestTracker
 from harness.training.failures import explain_jit_failure, translate
-from harness.training.records import MemberRecord, RunResult, StepTiming
+from harness.training.records import MemberRecord, RunResult, StepTiming, models_info
 
 tf = import_tf()
 _PER_CLASS = re.compile(r"_c\d+$")  # per-class scores go to val_scores.csv, not to losses.csv
@@ -114,7 +114,7 @@ class Runner:
         start = self._restore(checkpoint)  # 4.
         self._read_statuses()
         best = BestTracker(run.path / "models", [m.name for m in members], start)
-        self._update_info(steps_done=start, models=self._models_info())
+        self._update_info(steps_done=start, models=models_info(self.records))
 
         datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
@@ -140,7 +140,7 @@ class Runner:
             evaluate=lambda step: self._validate(evaluate, datasets.val, best, step, schedule),
             checkpoint=lambda step: self._checkpoint(checkpoint, step),
             writer=writer,
-            after_call=lambda step: self._update_info(steps_done=step, models=self._models_info(), timing=self.timing.as_dict()),
+            after_call=lambda step: self._update_info(steps_done=step, models=models_info(self.records), timing=self.timing.as_dict()),
             stop=self.stop,
         )
         try:
@@ -300,9 +300,6 @@ class Runner:
             "checkpoints": [],  # steps of the run's own completed checkpoints, newest first
             "models": {},
         }
-
-    def _models_info(self) -> dict[str, Any]:
-        return {name: record.as_dict() for name, record in self.records.items()}
 
     def _update_info(self, **changes: Any) -> None:
         self.info.update(changes)
