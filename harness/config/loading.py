@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
 
@@ -35,12 +36,16 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    # Grids first, here, so that a bad value is named by the grid key and value that made it.
+    raw, origins, problems = expand_grids(raw)
+    if problems:
+        raise ConfigError(f"{source}: {len(problems)} problem(s) in the config's grids:", problems)
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(
             f"{source}: {exc.error_count()} problem(s) in the config:",
-            [_describe_error(err, raw) for err in exc.errors()],
+            [_describe_error(err, raw, origins) for err in exc.errors()],
         ) from None
 
 
@@ -98,6 +103,11 @@ def apply_override(raw: dict, override: str) -> None:
             raise ConfigError(f"--set {key}: unknown key {where!r}{did_you_mean(part, fields)}")
         if last:
             node[part] = value
+            return
+        if part == GRID and schema is not ExperimentConfig:
+            # grid keys are dotted paths themselves: models.unet.grid.optimizer.learning_rate=[...]
+            grid = node[part] if isinstance(node.get(part), dict) else {}
+            node[part] = {**grid, ".".join(parts[depth + 1 :]): value}
             return
         child_schema = _field_type(schema, part)
         if part not in node or node[part] is None:
@@ -186,11 +196,14 @@ def _loc_name(loc: tuple, raw: Any) -> str:
     return ".".join(parts) or "(top level)"
 
 
-def _describe_error(err: dict, raw: Any) -> str:
+def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None = None) -> str:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
     loc = tuple(p for p in loc if p not in ("int", "str", "float", "bool"))
     where = _loc_name(loc, raw)
+    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and loc[1] in (origins or {}):
+        member = raw["models"][loc[1]].get("name")
+        where = ".".join([origins[loc[1]].describe(member), *map(str, loc[2:])])
     kind = err["type"]
     if kind == "extra_forbidden":
         choices = _field_names(_schema_at(loc[:-1])) or []

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from harness.config.catalog import check_input_size, check_spec, input_multiple
+from harness.config.grid import expand_grids
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -68,6 +69,10 @@ class ModelSpec(Strict):
     optimizer: OptimizerSpec | None = None
     jit_compile: bool | None = None
     gan: GanSpec | None = None  # kind: gan only; defaults filled in
+    # `grid: {key: [values]}` is expanded into one member per combination before validation
+    # (harness.config.grid); a member keeps the values it was given in `grid_values`.
+    grid: dict[str, list[Any]] | None = Field(default=None, exclude=True)
+    grid_values: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("loss")
     @classmethod
@@ -328,6 +333,16 @@ class ExperimentConfig(Strict):
     train: TrainSpec = TrainSpec()
     placement: PlacementSpec = PlacementSpec()
     output: OutputSpec = OutputSpec()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_grids(cls, raw: Any) -> Any:
+        if not isinstance(raw, dict):
+            return raw
+        expanded, _, problems = expand_grids(raw)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return expanded
 
     @field_validator("models")
     @classmethod

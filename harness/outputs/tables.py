@@ -199,14 +199,17 @@ SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
 
 def with_settings(table: pd.DataFrame, specs) -> pd.DataFrame:
     """The table with each model's settings appended (what a user pivots on, as Ray Tune's
-    dataframes and MLflow's params carry them), from the resolved specs, matched by name."""
+    dataframes and MLflow's params carry them), from the resolved specs, matched by name; then
+    one column per grid key (`optimizer.learning_rate`), named as the config names it."""
+    grid_keys = [k for k in dict.fromkeys(k for s in specs for k in s.grid_values) if k not in SETTINGS]
     settings = pd.DataFrame(
         [
             {"model": s.name, "kind": s.kind, "arch": s.arch, "backbone": s.backbone or "", "loss": s.loss,
-             "optimizer": s.optimizer.name, "learning_rate": s.optimizer.learning_rate}
+             "optimizer": s.optimizer.name, "learning_rate": s.optimizer.learning_rate,
+             **{k: s.grid_values.get(k) for k in grid_keys}}
             for s in specs
         ],
-        columns=["model", *SETTINGS],
+        columns=["model", *SETTINGS, *grid_keys],
     )
     return table.merge(settings, on="model", how="left") if len(table) else table
 
