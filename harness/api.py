@@ -14,21 +14,21 @@ __all__ = ["load_config", "run", "resume", "load_run", "nightly", "history"]
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
     """Train every model of the experiment together; return a `RunResult` with
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
-    from harness.training.entry import run_experiment
+    from harness.scale.launch import start_run
 
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
     elif overrides:
         raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
-    return run_experiment(config, Path(results_dir) if results_dir else None)
+    return start_run(config, Path(results_dir) if results_dir else None)
 
 
 def resume(run_dir: str | Path, overrides: list[str] | None = None):
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`)."""
-    from harness.training.entry import resume_run
+    from harness.scale.launch import resume as resume_any
 
-    return resume_run(Path(run_dir), overrides)
+    return resume_any(Path(run_dir), overrides)
 
 
 def load_run(run_dir: str | Path):

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
-import traceback
 from pathlib import Path
 
-from harness.errors import EXIT_BUG, EXIT_OK, EXIT_USAGE, ConfigError, HarnessError
+from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         print("harness: interrupted", file=sys.stderr)
         return 130
     except Exception:  # a bug: keep the traceback, show a short message
-        return _report_bug()
+        return report_bug()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"harness {__version__}", help="print the installed version and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for add in (_add_run, _add_resume, _add_workers, _add_compare, _add_runs, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
+    for add in (_add_run, _add_plan, _add_resume, _add_workers, _add_compare, _add_runs, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
         add(commands)
     return parser
 
@@ -58,6 +55,16 @@ def _add_run(commands) -> None:
     _add_overrides(run)
     _add_results(run)
     run.set_defaults(func=cmd_run)
+
+
+def _add_plan(commands) -> None:
+    plan = commands.add_parser(
+        "plan", help="no training: each model's params, FLOPs and measured step memory, and the groups the models are packed into"
+    )
+    plan.add_argument("config", type=Path, help="experiment YAML file")
+    _add_overrides(plan, "override a config value, e.g. --set placement.memory_budget_mb=20000")
+    _add_results(plan)
+    plan.set_defaults(func=cmd_plan)
 
 
 def _add_resume(commands) -> None:
@@ -169,6 +176,18 @@ def cmd_run(args) -> int:
     result = run(config, results_dir=args.results)
     _print_summary(result.summary, config.output.rank_by)
     print(f"results: {result.run_dir}")
+    return EXIT_OK
+
+
+def cmd_plan(args) -> int:
+    from harness.config.loading import load_config
+    from harness.scale.launch import plan_only
+
+    config = load_config(args.config, args.overrides)
+    plan, path = plan_only(config, args.results)
+    for line in plan.describe():
+        print(line)
+    print(f"plan: {path}")
     return EXIT_OK
 
 
@@ -408,22 +427,3 @@ def _interval_text(summary, i: int, rank_by: str) -> str:
     if ci in summary and not is_missing(summary[ci].iloc[i]):
         return f" ± {format_column(rank_by, summary[ci].iloc[i])}"
     return ""
-
-
-def _report_bug() -> int:
-    text = traceback.format_exc()
-    try:
-        # A new file each time (O_EXCL, mode 0600): never one another user planted or linked.
-        fd, crash = tempfile.mkstemp(prefix="harness-crash-", suffix=".txt")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        where = f"the traceback is in {crash}"
-    except OSError:
-        where = "traceback:\n" + text
-    last = text.strip().splitlines()[-1]
-    print(
-        f"harness: internal error ({last}). This is a bug in harness, not in your config: "
-        f"please report it on the harness issue tracker with the command you ran; {where}",
-        file=sys.stderr,
-    )
-    return EXIT_BUG

@@ -6,6 +6,10 @@ Anything that is not a `HarnessError` is a bug in harness: the CLI reports it wi
 from __future__ import annotations
 
 import difflib
+import os
+import sys
+import tempfile
+import traceback
 from typing import Iterable
 
 EXIT_OK = 0
@@ -51,6 +55,10 @@ class ResourceError(HarnessError):
     exit_code = EXIT_RESOURCES
 
 
+class OutOfMemory(ResourceError):
+    """A device (or the host) ran out of memory: a group that meets it is split and retried."""
+
+
 class LockedError(HarnessError):
     """Another live process holds the results directory."""
 
@@ -69,3 +77,22 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     listed = f"choose one of {', '.join(choices)}" if choices else "there is nothing to choose from"
     close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}? ({listed})" if close else f"; {listed}"
+
+
+def report_bug() -> int:
+    text = traceback.format_exc()
+    try:
+        # A new file each time (O_EXCL, mode 0600): never one another user planted or linked.
+        fd, crash = tempfile.mkstemp(prefix="harness-crash-", suffix=".txt")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        where = f"the traceback is in {crash}"
+    except OSError:
+        where = "traceback:\n" + text
+    last = text.strip().splitlines()[-1]
+    print(
+        f"harness: internal error ({last}). This is a bug in harness, not in your config: "
+        f"please report it on the harness issue tracker with the command you ran; {where}",
+        file=sys.stderr,
+    )
+    return EXIT_BUG

@@ -244,6 +244,14 @@ class SplitGpuSpec(Strict):
     memory_mb: Annotated[int, Field(ge=256)] = 4096
 
 
+class RaySpec(Strict):
+    """`placement.engine: ray`: each group is one Ray task (pip install "harness[ray]")."""
+
+    address: str | None = None  # None: RAY_ADDRESS if set, else a local Ray instance
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 2  # for lost workers and nodes, not for errors
+    cpus_per_group: Annotated[float, Field(gt=0)] = 1.0  # on machines without GPUs
+
+
 class PlacementSpec(Strict):
     strategy: Literal["auto", "one_device", "mirrored", "per_model", "split_gpu", "multi_worker"] = "auto"
     device: str | None = None  # one_device: e.g. /gpu:1 or /cpu:0
@@ -252,6 +260,15 @@ class PlacementSpec(Strict):
     logical_cpus: Annotated[int, Field(ge=1, le=64)] | None = None
     split_gpu: SplitGpuSpec = SplitGpuSpec()
     precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
+    # Groups: members packed into fused steps that fit, each group in a process of its own.
+    # auto: plan groups when a budget or a group size is given, or on GPUs; single: one fused
+    # step in this process (what each group runs).
+    grouping: Literal["auto", "single"] = "auto"
+    memory_budget_mb: Annotated[int, Field(ge=1)] | None = None  # per device; None: 90% of a GPU's, no limit on a CPU
+    max_members_per_group: Annotated[int, Field(ge=1)] | None = None
+    parallel_groups: Annotated[int, Field(ge=1, le=1024)] | None = None  # None: one per GPU; on a CPU, 1
+    engine: Literal["local", "ray"] = "local"  # ray: groups as Ray tasks, across a cluster's machines
+    ray: RaySpec = RaySpec()
 
 
 RANK_METRICS = ("val_iou", "val_f1", "val_loss", "best_val_loss", "final_train_loss")

@@ -95,7 +95,7 @@ def run_nightly(
 
 
 def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryStore, night: str, code_dir: Path | None):
-    from harness.training.entry import resume_run, run_experiment
+    from harness.scale.launch import resume, start_run
 
     commit = git_commit(code_dir or Path.cwd())
     existing = _tonights_run(store, folder, night, config)
@@ -111,9 +111,9 @@ def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryS
         store.register_night(night, run.path.name)  # before training: a kill leaves a run to resume
     try:
         if resuming:
-            resume_run(run.path)
+            resume(run.path)
         else:
-            run_experiment(config, run=run, scan=scan)
+            start_run(config, folder.parent, run=run, scan=scan)
     except Interrupted:
         raise  # resumable: the next nightly of this night continues it
     except Exception:

@@ -105,8 +105,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
     rows = []
     for model, group in frame.groupby("model", sort=False):
         row: dict[str, Any] = {"model": model}
-        ok = (group["status"] == "ok").sum()
-        row["status"] = "ok" if ok == len(group) else ("diverged" if len(group) == 1 else f"diverged ({len(group) - ok}/{len(group)})")
+        row["status"] = model_status(group["status"].tolist())
         for column in group.columns:
             if column in ("model", "status"):
                 continue
@@ -127,6 +126,16 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
+
+
+def model_status(statuses: list[str]) -> str:
+    """A model's status from its seeds': ok, or what went wrong (diverged, oom, ...), with how many
+    of its seeds it happened to when there are several: `diverged (1/3)`."""
+    wrong = [s for s in statuses if s != "ok"]
+    if not wrong:
+        return "ok"
+    common = max(dict.fromkeys(wrong), key=wrong.count)
+    return common if len(statuses) == 1 else f"{common} ({len(wrong)}/{len(statuses)})"
 
 
 def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) -> pd.DataFrame:

@@ -101,9 +101,12 @@ def write_tables(done: FinishedRun) -> None:
 
 
 def mark_completed(done: FinishedRun) -> None:
+    done.update_info(status="completed", ended=utc_now(), warnings=done.warnings)
+
+
+def write_final_report(done: FinishedRun) -> None:
     from harness.outputs.derived import write_report_page
 
-    done.update_info(status="completed", ended=utc_now(), warnings=done.warnings)
     if done.placement.is_chief:
         write_report_page(done.run, done.config, done.info)  # run.json facts now final
 
@@ -124,7 +127,10 @@ def log_mlflow(done: FinishedRun) -> None:
     done.update_info(mlflow=record)
 
 
-END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, log_mlflow)
+END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, write_final_report, log_mlflow)
+# A group of a larger run measures and exports its members; the run's driver merges the groups
+# and writes the one comparison (tables, report, MLflow) for all of them.
+GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, mark_completed)
 # What the terminal says while an action runs, when it has something to do (quick ones say nothing).
 PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     probe_input_share: lambda d: "probing the input pipeline's share of the step" if d.config.output.probe_steps else None,

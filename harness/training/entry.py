@@ -18,6 +18,7 @@ from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
 from harness.outputs.tables import load_losses
 from harness.training import rundir as rd
+from harness.training.actions import END_OF_RUN
 from harness.training.lock import FolderLock
 from harness.training.records import RunResult
 
@@ -31,9 +32,10 @@ def prepare_process(config: ExperimentConfig) -> Placement:
     return build_placement(config)
 
 
-def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None, scan=None) -> RunResult:
+def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None, scan=None, end_of_run=END_OF_RUN) -> RunResult:
     """Train a new run, in `run` if the caller created it already (nightly registers it first;
-    it passes the data it resolved as `scan`, with `config` already resolved)."""
+    it passes the data it resolved as `scan`, with `config` already resolved; a group's process
+    passes its folder and the group's shorter end of run)."""
     from harness.training.runner import Runner
 
     check_code(config)  # the factories and kinds the config names, before anything is written
@@ -46,10 +48,10 @@ def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, ru
             return Runner(config, scratch, placement, scan, resuming=False).run()
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
-        return Runner(config, run, placement, scan, resuming=False).run()
+        return Runner(config, run, placement, scan, resuming=False, end_of_run=end_of_run).run()
 
 
-def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
+def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END_OF_RUN) -> RunResult:
     """Continue an interrupted run from its newest valid checkpoint, optionally elsewhere
     (`placement.*` overrides: trained mirrored on GPUs, resumed on a CPU). Like `run`, this runs
     the code the run's config names (model factories, member kinds)."""
@@ -62,7 +64,7 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     check_code(config)
     placement = prepare_process(config)
     if not placement.is_chief:
-        _, scan = resolve_data_sizes(config, run.path.parent.parent)
+        _, scan = resolve_data_sizes(config, run.results_dir)
         with _scratch_run_dir(config, copy_from=run) as scratch:
             return Runner(config, scratch, placement, scan, resuming=True).run()
     with FolderLock(run.path):
@@ -70,9 +72,9 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
         if info.get("status") == "completed":
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return load_result(run, config)
-        rescanned, scan = resolve_data_sizes(config, run.path.parent.parent)
+        rescanned, scan = resolve_data_sizes(config, run.results_dir)
         refuse_changed_data(config, rescanned)
-        return Runner(config, run, placement, scan, resuming=True).run()
+        return Runner(config, run, placement, scan, resuming=True, end_of_run=end_of_run).run()
 
 
 def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None):

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from harness.core.backend import import_tf
 from harness.core.step import member_fragment
-from harness.errors import ConfigError, ResourceError
+import os
+
+from harness.errors import ConfigError, OutOfMemory, ResourceError
 from harness.members.base import preserved_state
 from harness.training.rundir import is_disk_full
 
@@ -32,12 +34,27 @@ def translate(exc: BaseException, where: Path) -> BaseException:
                 f"disk full while writing under {where} ({text.splitlines()[0][:200]}): free some "
                 f"space, then harness resume {where}"
             )
-        return ResourceError(
+        return OutOfMemory(
             "out of memory while training: lower data.batch_size or data.image_size, train fewer "
             "models at once, or use placement.precision mixed_float16 on a GPU. "
             f"TensorFlow said: {text.splitlines()[0][:200]}"
         )
     return exc
+
+
+# Tests of the out-of-memory path: a device of this many MB, on which a group whose plan needs
+# more (HARNESS_GROUP_PLANNED_MB, set by the group driver) fails at its first step, with the error
+# a real out-of-memory raises.
+TEST_DEVICE_MB = "HARNESS_TEST_DEVICE_MB"
+GROUP_PLANNED_MB = "HARNESS_GROUP_PLANNED_MB"
+
+
+def raise_injected_oom() -> None:
+    device, planned = os.environ.get(TEST_DEVICE_MB), os.environ.get(GROUP_PLANNED_MB)
+    if device and planned and float(planned) > float(device):
+        raise tf.errors.ResourceExhaustedError(
+            None, None, f"OOM when allocating tensor: the group needs {planned} MB, the test device has {device} MB ({TEST_DEVICE_MB})"
+        )
 
 
 def explain_jit_failure(members: list, exc: Exception) -> ConfigError:

@@ -85,6 +85,12 @@ class RunDir:
         return self.path / "checkpoints"
 
     @property
+    def results_dir(self) -> Path:
+        """The results folder the run lives in: results/<name>/<run_id>, or for a group of a run
+        results/<name>/<run_id>/groups/<group>."""
+        return self.path.parents[3] if self.path.parent.name == "groups" else self.path.parent.parent
+
+    @property
     def run_id(self) -> str:
         return self.path.name
 

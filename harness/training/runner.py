@@ -43,7 +43,7 @@ from harness.training import rundir as rd
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.export import BestTracker
-from harness.training.failures import explain_jit_failure, translate
+from harness.training.failures import explain_jit_failure, raise_injected_oom, translate
 from harness.training.records import MemberRecord, RunResult, StepTiming, models_info
 
 tf = import_tf()
@@ -51,8 +51,9 @@ _PER_CLASS = re.compile(r"_c\d+$")  # per-class scores go to val_scores.csv, not
 
 
 class Runner:
-    def __init__(self, config: ExperimentConfig, run: rd.RunDir, placement: Placement, scan, resuming: bool):
+    def __init__(self, config: ExperimentConfig, run: rd.RunDir, placement: Placement, scan, resuming: bool, end_of_run=END_OF_RUN):
         self.config = config
+        self.end_of_run = end_of_run
         self.run_dir = run
         self.placement = placement
         self.scan = scan
@@ -151,7 +152,7 @@ class Runner:
         if step < config.total_steps:
             self._stopped(step)
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
-        for action in END_OF_RUN:  # 8.
+        for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
             action(done)
@@ -217,6 +218,7 @@ class Runner:
 
     def _call_train_loop(self, train_loop, iterator, k: int):
         try:
+            raise_injected_oom()
             outputs = train_loop(iterator, k)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as exc:
             if any(m.spec.jit_compile for m in self.members):

@@ -1,0 +1,157 @@
+"""Starting and resuming a run of any size: one fused step in this process when the members fit
+one group (the common case), else the groups of `harness.scale.groups`. The API, the CLI and
+`harness nightly` start and resume runs only through here."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+from harness.config.schema import ExperimentConfig
+from harness.data.resolve import data_facts
+from harness.members.registry import check_code
+from harness.scale.engines import LocalEngine, RayEngine
+from harness.scale.groups import GroupsRun, new_group_entry
+from harness.scale.plan import Plan, make_plan, save_plan, uses_groups
+from harness.training import rundir as rd
+from harness.training.entry import load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
+from harness.training.lock import FolderLock
+from harness.training.records import RunResult
+
+
+def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None, scan=None) -> RunResult:
+    """Train a new run (in `run` if the caller made it already, as nightly does)."""
+    if not uses_groups(config):
+        return run_experiment(config, results_dir, run, scan)
+    check_code(config)
+    _driver_takes_no_gpu_memory()
+    if scan is None:
+        config, scan = resolve_data_sizes(config, results_dir)  # bad data: exit 3 before anything is written
+    results = Path(results_dir or config.output.results_dir)
+    plan = make_plan(config, results / ".plan-cache", measure_members=False, say=lambda text: _say(config, text))
+    if len(plan.groups) == 1 and not plan.too_big and config.placement.engine == "local":
+        return run_experiment(config, results_dir, run, scan)  # everything fits one fused step
+    for line in plan.describe():
+        _say(config, f"harness: {line}")
+    run = run or rd.create_run_dir(config, results_dir)
+    with FolderLock(run.path):
+        save_plan(plan, run.path / "plan.json")
+        info = _starting_info(config, run, plan, scan)
+        _driver(config, run, info, plan.memory_of()).run_all()
+    return load_result(run, config)
+
+
+def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tuple[Plan, Path]:
+    """`harness plan`: measure every model (cached), pack them, write results/<name>/plan.json."""
+    check_code(config)
+    _driver_takes_no_gpu_memory()
+    config, _ = resolve_data_sizes(config, results_dir)
+    results = Path(results_dir or config.output.results_dir)
+    plan = make_plan(config, results / ".plan-cache", measure_members=True, say=lambda text: _say(config, text))
+    path = results / config.name / "plan.json"
+    save_plan(plan, path)
+    return plan, path
+
+
+def resume(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
+    """Continue an interrupted run; with groups, only the groups that did not complete."""
+    run = rd.RunDir(Path(run_dir))
+    info = run.read_info()
+    if not info.get("groups"):
+        return resume_run(run.path, overrides)
+    config = run.read_config(overrides or [])
+    refuse_changed_config(config, info)
+    check_code(config)
+    _driver_takes_no_gpu_memory()
+    with FolderLock(run.path):
+        info = run.read_info()  # again, now that no other process can be writing it
+        if info.get("status") == "completed":
+            print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
+            return load_result(run, config)
+        redo = [g["name"] for g in info["groups"] if g["status"] in ("pending", "running", "interrupted", "failed")]
+        print(f"harness: resuming {run.path}: group(s) {', '.join(redo) or 'none'} to finish, each from its newest checkpoint", file=sys.stderr)
+        info.update(status="running", ended=None, error=None)
+        info.setdefault("resumes", []).append({"at": rd.utc_now(), "groups": redo})
+        memory = {m["model"]: m.get("peak_mb") for m in _read_plan(run).get("models", [])}
+        _driver(config, run, info, memory).run_all()
+    return load_result(run, config)
+
+
+def _driver(config: ExperimentConfig, run: rd.RunDir, info: dict, memory: dict) -> GroupsRun:
+    return GroupsRun(config, run, info, make_engine(config), memory, finish=finish_groups)
+
+
+def make_engine(config: ExperimentConfig):
+    placement = config.placement
+    if placement.engine == "ray":
+        engine = RayEngine(placement.ray.address, placement.ray.max_retries, placement.ray.cpus_per_group)
+        engine.parallel = True
+        return engine
+    from harness.scale.plan import find_devices
+
+    slots = list(find_devices(config).slots)
+    engine = LocalEngine(slots)
+    engine.parallel = len(slots) > 1
+    return engine
+
+
+def finish_groups(groups_run: GroupsRun) -> None:
+    """Step 6 after the merge: the run's own outputs, with the same end-of-run actions as a run of
+    one group (tables, `completed`, the report, MLflow)."""
+    from harness.outputs.derived import samples_from_exports, write_outputs
+    from harness.training.actions import log_mlflow, mark_completed, validation_warnings, write_final_report
+
+    config, run, info = groups_run.config, groups_run.run, groups_run.info
+    _say(config, "harness: merging the groups: tables, statistics, plots and the report ...")
+    summary = write_outputs(run, config, info, samples_from_exports(run, config))
+    warnings = validation_warnings(summary, config)
+    oom = [g["models"][0] for g in info["groups"] if g["status"] == "oom"]
+    if oom:
+        warnings.append(f"{', '.join(oom)} did not fit in device memory even alone (status oom); the other members completed")
+    for warning in warnings:
+        print(f"harness: warning: {warning}", file=sys.stderr)
+    done = SimpleNamespace(config=config, run=run, info=info, update_info=groups_run._update, warnings=warnings, placement=SimpleNamespace(is_chief=True))
+    for action in (mark_completed, write_final_report, log_mlflow):
+        action(done)
+
+
+def _starting_info(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan) -> dict:
+    groups = [new_group_entry(g.name, g.members, config, g.memory_mb or None) for g in plan.groups]
+    groups += [{**new_group_entry(f"oom-{name}", [name], config, plan.memory_of().get(name)), "status": "oom"} for name in plan.too_big]
+    return {
+        "status": "running", "name": config.name, "run_id": run.run_id, "run_token": uuid.uuid4().hex,
+        "started": rd.utc_now(), "ended": None, "versions": rd.versions(),
+        "devices": {"gpus": plan.devices.gpus, "slots": list(plan.devices.slots), "engine": config.placement.engine},
+        "placement": {"strategy": "groups", "engine": config.placement.engine, "budget_mb": plan.budget_mb},
+        "config_fingerprint": config.fingerprint(), "data": data_facts(config.data, scan), "config": config.to_dict(),
+        "deterministic": config.train.deterministic, "total_steps": config.total_steps, "models": {}, "groups": groups,
+    }
+
+
+def _read_plan(run: rd.RunDir) -> dict:
+    import json
+
+    try:
+        return json.loads((run.path / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _driver_takes_no_gpu_memory() -> None:
+    """The driver of groups reads data and writes tables; the GPUs are its groups'. TensorFlow
+    takes most of a GPU's memory on its first operation unless told to grow."""
+    from harness.core.backend import import_tf
+
+    tf = import_tf()
+    for gpu in tf.config.list_physical_devices("GPU"):
+        try:
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass  # already initialised (a notebook): nothing to change now
+
+
+def _say(config: ExperimentConfig, text: str) -> None:
+    if config.output.progress != "none":
+        print(text, file=sys.stderr, flush=True)
