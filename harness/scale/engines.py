@@ -8,6 +8,7 @@ starts a fresh worker process for each (so device memory is freed when a group e
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from harness.errors import ConfigError
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
 
 @dataclass(frozen=True)
 class GroupTask:
@@ -27,8 +30,16 @@ class GroupTask:
     env: dict[str, str] = field(default_factory=dict)  # extra environment of the group's process
 
 
-def worker_command(folder: Path) -> list[str]:
-    return [sys.executable, "-m", "harness.scale.worker", str(folder)]
+def start_worker(folder: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`python -m harness.scale.worker GROUP_DIR`, ended by the kernel if its parent dies (a driver
+    killed with SIGKILL, a Ray worker lost with its node): an orphan would go on holding the
+    group's lock, and the group's retry could not take it."""
+    return subprocess.Popen([sys.executable, "-m", "harness.scale.worker", str(folder)], env=env, preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class LocalEngine:
@@ -51,7 +62,7 @@ class LocalEngine:
         env = {**os.environ, **task.env}
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
-        process = subprocess.Popen(worker_command(task.folder), env=env)
+        process = start_worker(task.folder, env)
         self.running[process] = (task, device)
         return f"GPU {device}" if device is not None else "CPU"
 
@@ -144,7 +155,7 @@ class RayEngine:
 def run_worker_task(folder: str, env: dict[str, str]) -> int:
     """A Ray task: the group's process, with the GPU Ray gave this task (CUDA_VISIBLE_DEVICES is
     set by Ray). A cancelled task stops its process with SIGTERM, so it checkpoints first."""
-    process = subprocess.Popen(worker_command(Path(folder)), env={**os.environ, **env})
+    process = start_worker(Path(folder), {**os.environ, **env})
     try:
         return process.wait()
     except KeyboardInterrupt:
