@@ -174,3 +174,26 @@ def test_plan_measures_each_model_once_and_caches_it(tmp_path):
     again = run_cli("plan", config, "--results", tmp_path / "r")
     assert again.returncode == 0 and again.stdout.count("(cached)") == 3
     assert "measuring" not in again.stderr
+
+
+def test_nightly_runs_a_multi_group_experiment_and_its_retention_reaches_group_checkpoints(tmp_path):
+    config = write_yaml(tmp_path / "c.yaml", tiny_config(placement={"max_members_per_group": 2}, output={"nightly": {"keep_checkpoints_of_runs": 1}}))
+    first = harness_nightly(config, tmp_path / "r", "2026-11-19")
+    assert first.exit_code == 0 and not first.regressions
+    assert {"deconv val_iou", "fcn val_iou", "unet val_iou"} <= set(harness_history(tmp_path / "r"))
+    assert len(list(first.run_dir.glob("groups/*/checkpoints"))) == 2
+    second = harness_nightly(config, tmp_path / "r", "2026-11-20")
+    assert second.exit_code == 0 and not second.regressions  # same code, same data, other groups' processes
+    assert not list(first.run_dir.glob("groups/*/checkpoints")) and len(list(second.run_dir.glob("groups/*/checkpoints"))) == 2
+
+
+def harness_nightly(config: Path, results: Path, night: str):
+    import harness
+
+    return harness.nightly(config, results_dir=results, night=night)
+
+
+def harness_history(results: Path) -> list[str]:
+    import harness
+
+    return list(harness.history("tiny", results_dir=results).columns)

@@ -330,16 +330,19 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
 
 def apply_retention(store: HistoryStore, keep_runs: int) -> list[str]:
     """Remove checkpoints/ of recorded runs older than the newest `keep_runs` (never the pinned
-    baseline's). Tables, plots, exported models and history rows are never deleted."""
+    baseline's), their groups' included. Tables, plots, exported models and history rows are
+    never deleted."""
     runs = store.runs()
     keep = {r.run_id for r in runs[-keep_runs:]} | {store.baseline()}
     removed = []
     for record in runs:
         if record.run_id in keep or not record.run_dir:
             continue
-        checkpoints = Path(record.run_dir) / "checkpoints"
-        if checkpoints.is_dir():
+        folders = [Path(record.run_dir) / "checkpoints", *Path(record.run_dir).glob("groups/*/checkpoints")]
+        present = [f for f in folders if f.is_dir()]
+        for checkpoints in present:
             shutil.rmtree(checkpoints)
+        if present:
             removed.append(record.run_id)
     return removed
 
