@@ -28,6 +28,9 @@ Sections (rows of bench.csv):
   input      the share of step time spent waiting for input (suite and expensive pipelines)
   statistics the ranking's statistics for 40 members x 500 validation images x 2000 resamples
              (paired bootstrap), and paired tests for 40 models x 5 seeds, on synthetic counts
+  scale      the same 12 members (3 built-in models x 4 widths) as one group, as 4 groups of 3 and
+             as 12 single runs one after another, end to end through the CLI: wall time and peak
+             memory; and the plan's predicted memory of each group vs what it used
   gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
@@ -47,6 +50,7 @@ from harness.bench.sections import (
     bench_checkpoint, bench_compile, bench_dispatch, bench_fit, bench_gpu, bench_input, bench_loop,
     bench_memory, bench_overhead, bench_placement, bench_scaling,
 )
+from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
 from harness.bench.suites import SUITES
 
@@ -86,6 +90,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "checkpoint": lambda: bench_checkpoint(base, 3, folder),
         "input": lambda: bench_input(base, rounds, steps),
         "statistics": lambda: bench_statistics(1 if tiny else 3, *((6, 50, 200) if tiny else ())),
+        "scale": lambda: bench_scale(base, (4,) if tiny else (8, 16, 24, 32), 4 if tiny else 100, 1 if tiny else 2, folder),
     }
     if gpu:
         work["gpu"] = lambda: bench_gpu(base, rounds, steps)
