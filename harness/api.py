@@ -8,7 +8,7 @@ from harness.config.schema import ExperimentConfig
 from harness.config.loading import load_config
 from harness.errors import ConfigError
 
-__all__ = ["load_config", "run", "resume", "load_run", "nightly", "history"]
+__all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history"]
 
 
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
@@ -21,6 +21,17 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
     elif overrides:
         raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
     return start_run(config, Path(results_dir) if results_dir else None)
+
+
+def plan(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
+    """`harness plan`: each model measured alone (cached) and packed into groups, without
+    training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
+    results/<name>/plan.json."""
+    from harness.scale.launch import plan_only
+
+    if not isinstance(config, ExperimentConfig):
+        config = load_config(config, overrides)
+    return plan_only(config, Path(results_dir) if results_dir else None)[0]
 
 
 def resume(run_dir: str | Path, overrides: list[str] | None = None):

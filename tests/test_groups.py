@@ -174,6 +174,11 @@ def test_plan_measures_each_model_once_and_caches_it(tmp_path):
     again = run_cli("plan", config, "--results", tmp_path / "r")
     assert again.returncode == 0 and again.stdout.count("(cached)") == 3
     assert "measuring" not in again.stderr
+    import harness
+
+    plan = harness.plan(config, results_dir=tmp_path / "r")  # the API: the same plan, from the cache
+    assert [m["model"] for m in plan.models] == ["fcn", "unet", "deconv"] and all(m["cached"] for m in plan.models)
+    assert [g.members for g in plan.groups] == [g["members"] for g in json.loads((tmp_path / "r" / "tiny" / "plan.json").read_text())["groups"]]
 
 
 def test_nightly_runs_a_multi_group_experiment_and_its_retention_reaches_group_checkpoints(tmp_path):

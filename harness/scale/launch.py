@@ -26,7 +26,7 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     if not uses_groups(config):
         return run_experiment(config, results_dir, run, scan)
     check_code(config)
-    _driver_takes_no_gpu_memory()
+    _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     if scan is None:
         config, scan = resolve_data_sizes(config, results_dir)  # bad data: exit 3 before anything is written
     results = Path(results_dir or config.output.results_dir)
@@ -46,7 +46,7 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
 def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tuple[Plan, Path]:
     """`harness plan`: measure every model (cached), pack them, write results/<name>/plan.json."""
     check_code(config)
-    _driver_takes_no_gpu_memory()
+    _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     config, _ = resolve_data_sizes(config, results_dir)
     results = Path(results_dir or config.output.results_dir)
     plan = make_plan(config, results / ".plan-cache", measure_members=True, say=lambda text: _say(config, text))
@@ -64,7 +64,7 @@ def resume(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     config = run.read_config(overrides or [])
     refuse_changed_config(config, info)
     check_code(config)
-    _driver_takes_no_gpu_memory()
+    _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     with FolderLock(run.path):
         info = run.read_info()  # again, now that no other process can be writing it
         if info.get("status") == "completed":
@@ -139,12 +139,14 @@ def _read_plan(run: rd.RunDir) -> dict:
         return {}
 
 
-def _driver_takes_no_gpu_memory() -> None:
+def _driver_takes_no_gpu_memory(config_splits_gpu: bool = False) -> None:
     """The driver of groups reads data and writes tables; the GPUs are its groups'. TensorFlow
     takes most of a GPU's memory on its first operation unless told to grow."""
     from harness.core.backend import import_tf
 
     tf = import_tf()
+    if config_splits_gpu:
+        return  # split_gpu makes logical devices of the GPU, which memory growth would forbid
     for gpu in tf.config.list_physical_devices("GPU"):
         try:
             tf.config.experimental.set_memory_growth(gpu, True)
