@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import harness  # noqa: F401  (selects legacy Keras before anything imports TensorFlow)
+import numpy as np
+import pandas as pd
+import pytest
 import yaml
 from harness.core.backend import import_tf
 
@@ -129,3 +132,30 @@ def run_main(*args) -> subprocess.CompletedProcess:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main([str(a) for a in args])
     return subprocess.CompletedProcess(["harness", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def member_rows(run_dir: Path) -> pd.DataFrame:
+    rows = pd.read_csv(run_dir / "losses.csv")
+    return rows.sort_values(["model", "split", "metric", "step"]).reset_index(drop=True)
+
+
+def assert_same_training(run_dir: Path, reference: Path) -> None:
+    """Every member's rows (every value, bit for bit) and exported weights equal the reference's."""
+    pd.testing.assert_frame_equal(member_rows(run_dir), member_rows(reference), check_exact=True)
+    from harness.core.backend import import_keras
+
+    keras = import_keras()
+    for name in ("fcn", "unet", "deconv"):
+        a = keras.models.load_model(run_dir / "models" / name / "model.keras", compile=False).get_weights()
+        b = keras.models.load_model(reference / "models" / name / "model.keras", compile=False).get_weights()
+        assert all(np.array_equal(x, y) for x, y in zip(a, b)), name
+
+
+@pytest.fixture(scope="session")
+def one_group(tmp_path_factory) -> Path:
+    """TINY_CONFIG trained by the real CLI as one fused step: what runs split into groups (in
+    processes of their own, locally or on Ray) must equal bit for bit."""
+    folder = tmp_path_factory.mktemp("one_group")
+    done = run_cli("run", write_yaml(folder / "c.yaml", tiny_config(output={"progress": "lines"})), "--results", folder / "r")
+    assert done.returncode == 0, done.stderr
+    return only_run_dir(folder / "r")

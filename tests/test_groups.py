@@ -9,18 +9,14 @@ import signal
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
-from conftest import TINY_CONFIG, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
+from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
 from harness.config.loading import validate_config
-from harness.core.backend import import_keras
 from harness.scale.groups import group_config
 from harness.scale.packing import Need, makespan_s, pack, split_in_two
 from harness.scale.probe_member import cache_key, probe_config
-
-CONFIG = tiny_config(output={"progress": "lines"})
 
 
 # -- packing: pure functions --------------------------------------------------------------------
@@ -64,29 +60,6 @@ def test_a_group_config_keeps_the_runs_common_loss_and_trains_in_one_step():
 # -- runs of several groups, through the real CLI -------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def one_group(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("one_group")
-    done = run_cli("run", write_yaml(folder / "c.yaml", CONFIG), "--results", folder / "r")
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(folder / "r")
-
-
-def member_rows(run_dir: Path) -> pd.DataFrame:
-    rows = pd.read_csv(run_dir / "losses.csv")
-    return rows.sort_values(["model", "split", "metric", "step"]).reset_index(drop=True)
-
-
-def assert_same_training(run_dir: Path, reference: Path) -> None:
-    """Every member's rows (every value, bit for bit) and exported weights equal the reference's."""
-    pd.testing.assert_frame_equal(member_rows(run_dir), member_rows(reference), check_exact=True)
-    keras = import_keras()
-    for name in ("fcn", "unet", "deconv"):
-        a = keras.models.load_model(run_dir / "models" / name / "model.keras", compile=False).get_weights()
-        b = keras.models.load_model(reference / "models" / name / "model.keras", compile=False).get_weights()
-        assert all(np.array_equal(x, y) for x, y in zip(a, b)), name
-
-
 def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path):
     config = tiny_config(placement={"max_members_per_group": 2}, output={"progress": "lines"})
     done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "r")
@@ -108,13 +81,13 @@ def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path
 
 
 def test_interrupted_groups_resume_and_only_unfinished_groups_run_again(one_group, tmp_path):
-    config = tiny_config(placement={"max_members_per_group": 1}, output={"progress": "lines"})
+    config = tiny_config(placement={"max_members_per_group": 2}, output={"progress": "lines"})
     results = tmp_path / "r"
     process = start_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", results)
     run_dir = wait_for_run_dir(results, process)
     assert run_dir is not None
     deadline = time.monotonic() + 120
-    while not (run_dir / "groups" / "g2" / "losses.csv").exists():  # g1 (fcn) done, g2 (unet) training
+    while not (run_dir / "groups" / "g2" / "losses.csv").exists():  # g1 (fcn, unet) done, g2 (deconv) training
         assert time.monotonic() < deadline and process.poll() is None, "g2 never started"
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)
@@ -171,34 +144,34 @@ def test_plan_measures_each_model_once_and_caches_it(tmp_path):
     assert all(m["peak_mb"] > 0 and m["ms_per_step"] > 0 and m["flops_per_example"] > 0 for m in models.values())
     assert sum(len(g["members"]) for g in plan["groups"]) == 3 and all(len(g["members"]) <= 2 for g in plan["groups"])
     assert "group g1 on CPU" in first.stdout and "estimated training time" in first.stdout
-    again = run_cli("plan", config, "--results", tmp_path / "r")
-    assert again.returncode == 0 and again.stdout.count("(cached)") == 3
-    assert "measuring" not in again.stderr
     import harness
 
-    plan = harness.plan(config, results_dir=tmp_path / "r")  # the API: the same plan, from the cache
+    plan = harness.plan(config, results_dir=tmp_path / "r")  # the API, the second time: all from the cache
     assert [m["model"] for m in plan.models] == ["fcn", "unet", "deconv"] and all(m["cached"] for m in plan.models)
+    assert all("(cached)" in line for line in plan.describe()[1:4])
     assert [g.members for g in plan.groups] == [g["members"] for g in json.loads((tmp_path / "r" / "tiny" / "plan.json").read_text())["groups"]]
 
 
-def test_nightly_runs_a_multi_group_experiment_and_its_retention_reaches_group_checkpoints(tmp_path):
-    config = write_yaml(tmp_path / "c.yaml", tiny_config(placement={"max_members_per_group": 2}, output={"nightly": {"keep_checkpoints_of_runs": 1}}))
-    first = harness_nightly(config, tmp_path / "r", "2026-11-19")
-    assert first.exit_code == 0 and not first.regressions
-    assert {"deconv val_iou", "fcn val_iou", "unet val_iou"} <= set(harness_history(tmp_path / "r"))
-    assert len(list(first.run_dir.glob("groups/*/checkpoints"))) == 2
-    second = harness_nightly(config, tmp_path / "r", "2026-11-20")
-    assert second.exit_code == 0 and not second.regressions  # same code, same data, other groups' processes
-    assert not list(first.run_dir.glob("groups/*/checkpoints")) and len(list(second.run_dir.glob("groups/*/checkpoints"))) == 2
-
-
-def harness_nightly(config: Path, results: Path, night: str):
+def test_nightly_runs_a_multi_group_experiment(tmp_path):
     import harness
 
-    return harness.nightly(config, results_dir=results, night=night)
+    config = write_yaml(tmp_path / "c.yaml", tiny_config(placement={"max_members_per_group": 2}))
+    night = harness.nightly(config, results_dir=tmp_path / "r", night="2026-11-19")
+    assert night.exit_code == 0 and not night.regressions
+    assert {"deconv val_iou", "fcn val_iou", "unet val_iou"} <= set(harness.history("tiny", results_dir=tmp_path / "r").columns)
+    assert len(list(night.run_dir.glob("groups/*/checkpoints"))) == 2
 
 
-def harness_history(results: Path) -> list[str]:
-    import harness
+def test_retention_removes_the_checkpoints_of_groups_too(tmp_path):
+    from types import SimpleNamespace
 
-    return list(harness.history("tiny", results_dir=results).columns)
+    from harness.nights.tonight import apply_retention
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    for folder in (old / "groups" / "g1" / "checkpoints", old / "groups" / "g2" / "checkpoints", new / "groups" / "g1" / "checkpoints"):
+        folder.mkdir(parents=True)
+    (old / "summary.csv").write_text("model\n")
+    store = SimpleNamespace(runs=lambda: [SimpleNamespace(run_id="old", run_dir=str(old)), SimpleNamespace(run_id="new", run_dir=str(new))], baseline=lambda: None)
+    assert apply_retention(store, keep_runs=1) == ["old"]
+    assert not list(old.glob("groups/*/checkpoints")) and (old / "summary.csv").exists()
+    assert (new / "groups" / "g1" / "checkpoints").is_dir()

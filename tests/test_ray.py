@@ -11,27 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import only_run_dir, run_cli, tiny_config, write_yaml
+from conftest import assert_same_training, tiny_config, write_yaml
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 import harness  # noqa: E402
-from test_groups import assert_same_training  # noqa: E402
 
 SMALL_STORE = 80 * 2**20  # Ray's object store: these tests pass no objects through it
 
 
-@pytest.fixture(scope="module")
-def one_group(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("one_group")
-    done = run_cli("run", write_yaml(folder / "c.yaml", tiny_config(output={"progress": "lines"})), "--results", folder / "r")
-    assert done.returncode == 0, done.stderr
-    return only_run_dir(folder / "r")
-
-
 def ray_config(tmp_path: Path, **placement) -> Path:
-    config = tiny_config(placement={"engine": "ray", "max_members_per_group": 1, **placement}, output={"progress": "lines"})
+    config = tiny_config(placement={"engine": "ray", "max_members_per_group": 2, **placement}, output={"progress": "lines"})
     return write_yaml(tmp_path / "c.yaml", config)
 
 
@@ -42,7 +33,7 @@ def test_groups_run_as_ray_tasks_on_logical_gpus(one_group, tmp_path):
     finally:
         ray.shutdown()
     groups = result.info["groups"]
-    assert result.info["status"] == "completed" and len(groups) == 3
+    assert result.info["status"] == "completed" and len(groups) == 2
     assert all(g["status"] == "completed" and g["device"] == "ray (a GPU)" for g in groups)
     assert_same_training(result.run_dir, one_group)
 

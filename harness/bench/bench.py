@@ -90,7 +90,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "checkpoint": lambda: bench_checkpoint(base, 3, folder),
         "input": lambda: bench_input(base, rounds, steps),
         "statistics": lambda: bench_statistics(1 if tiny else 3, *((6, 50, 200) if tiny else ())),
-        "scale": lambda: bench_scale(base, (4,) if tiny else (8, 16, 24, 32), 4 if tiny else 100, 1 if tiny else 2, folder),
+        "scale": lambda: bench_scale(base, (4,) if tiny else (8, 16, 24, 32), 4 if tiny else 100, 1 if tiny else 2, folder, 2 if tiny else None),
     }
     if gpu:
         work["gpu"] = lambda: bench_gpu(base, rounds, steps)

@@ -47,8 +47,8 @@ def arrangements(count: int) -> dict[str, dict]:
     return chosen
 
 
-def bench_scale(base: dict, widths: tuple[int, ...], steps: int, rounds: int, folder: Path) -> pd.DataFrame:
-    members = scale_members(widths)
+def bench_scale(base: dict, widths: tuple[int, ...], steps: int, rounds: int, folder: Path, limit: int | None = None) -> pd.DataFrame:
+    members = scale_members(widths)[:limit]
     config = {**base, "name": "scale", "models": members,
               "train": {"steps": steps, "steps_per_call": 10, "batchnorm_momentum": 0.9},
               "output": {"probe_steps": 0, "progress": "none", "tensorboard": False, "sample_images": 0}}
