@@ -15,7 +15,7 @@ from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, s
 
 from harness.config.loading import validate_config
 from harness.scale.groups import group_config
-from harness.scale.packing import Need, makespan_s, pack, split_in_two
+from harness.scale.packing import Need, makespan_s, pack, split_in_two, spread
 from harness.scale.probe_member import cache_key, probe_config
 
 
@@ -42,6 +42,17 @@ def test_a_group_that_ran_out_of_memory_splits_into_balanced_halves():
     assert split_in_two(["x", "y"], {}) == (["x"], ["y"])
 
 
+def test_more_devices_than_groups_split_the_slowest_group_first():
+    needs = [Need("a", 100, 10.0), Need("b", 100, 30.0), Need("c", 100, 5.0)]
+    one = pack(needs, budget_mb=1000, max_members=None).groups
+    assert [g.members for g in one] == [["a", "b", "c"]]
+    two = spread(pack(needs, 1000, None).groups, needs, slots=2)
+    assert [g.members for g in two] == [["b"], ["a", "c"]] and [g.name for g in two] == ["g1", "g2"]
+    assert [g.ms_per_step for g in two] == [30.0, 15.0]
+    assert [g.members for g in spread(pack(needs, 1000, None).groups, needs, slots=8)] == [["b"], ["a"], ["c"]]
+    assert [g.members for g in spread(pack(needs, 1000, None).groups, needs, slots=1)] == [["a", "b", "c"]]
+
+
 def test_makespan_fills_the_first_free_slot():
     assert makespan_s([4, 3, 2, 1], slots=2) == 5
     assert makespan_s([4, 3, 2, 1], slots=1) == 10
@@ -61,7 +72,8 @@ def test_a_group_config_keeps_the_runs_common_loss_and_trains_in_one_step():
 
 
 def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path):
-    config = tiny_config(placement={"max_members_per_group": 2}, output={"progress": "lines"})
+    # two groups at once on the CPU (placement.parallel_groups): the same bits as one fused step
+    config = tiny_config(placement={"max_members_per_group": 2, "parallel_groups": 2}, output={"progress": "lines"})
     done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "r")
     assert done.returncode == 0, done.stderr
     run_dir = only_run_dir(tmp_path / "r")
@@ -69,6 +81,8 @@ def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path
     assert info["status"] == "completed"
     assert [(g["name"], g["members"], g["status"]) for g in info["groups"]] == [("g1", ["fcn", "unet"], "completed"), ("g2", ["deconv"], "completed")]
     assert all(g["peak_rss_mb"] > 0 and g["device"] == "CPU" for g in info["groups"])
+    g1, g2 = info["groups"]
+    assert g2["started"] < g1["ended"], "the two groups should have run at the same time"
     assert_same_training(run_dir, one_group)
     # ONE comparison: every member ranked, every pair across groups, one TensorBoard folder each
     summary = pd.read_csv(run_dir / "summary.csv")
@@ -76,7 +90,7 @@ def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path
     pairs = pd.read_csv(run_dir / "pairs.csv")
     assert len(pairs) == 3 and pairs["steps"].eq(8).all()
     assert sorted(p.name for p in (run_dir / "tb").iterdir()) == ["deconv", "fcn", "unet"]
-    assert (run_dir / "report.html").exists() and (run_dir / "plan.json").exists()
+    assert "<h2>Groups</h2>" in (run_dir / "report.html").read_text() and (run_dir / "plan.json").exists()
     assert "group g2 (1 member(s): deconv) started on CPU" in done.stderr
 
 

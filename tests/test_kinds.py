@@ -41,7 +41,7 @@ def metrics_of(result, name, split):
 
 def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
     # compare_loss: the generator's masks scored on the common loss (its own is adversarial + L1)
-    assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss", "compare_loss"}
+    assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss", "compare_loss", "lr"}
     assert mixed.losses.query("model == 'gan' and metric == 'compare_loss'")["value"].notna().all()
     assert metrics_of(mixed, "gan", "val") == {"loss", "iou", "f1"}
     train = mixed.losses.query("model == 'gan' and split == 'train'").pivot(index="step", columns="metric", values="value")
@@ -55,14 +55,14 @@ def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
 
 
 def test_autoencoder_is_scored_by_reconstruction(mixed):
-    assert metrics_of(mixed, "ae", "train") == {"loss"} and metrics_of(mixed, "ae", "val") == {"loss"}
+    assert metrics_of(mixed, "ae", "train") == {"loss", "lr"} and metrics_of(mixed, "ae", "val") == {"loss"}
     model = mixed.models["ae"]
     assert model.output_shape[-1] == 3  # reconstructs the image, not a mask
     assert (mixed.run_dir / "plots" / "samples.png").exists()
 
 
 def test_custom_member_kind_from_a_config(mixed):
-    assert metrics_of(mixed, "custom", "train") == {"loss", "coverage", "compare_loss"}
+    assert metrics_of(mixed, "custom", "train") == {"loss", "coverage", "compare_loss", "lr"}
     assert mixed.losses.query("model == 'custom' and metric == 'compare_loss'")["value"].notna().all()
     coverage = mixed.losses.query("model == 'custom' and metric == 'coverage'")["value"]
     assert coverage.between(0, 1).all()

@@ -57,7 +57,7 @@ def test_pairs_compare_losses_on_the_same_batches(repeated):
     result, _ = repeated
     pairs = pd.read_csv(result.run_dir / "pairs.csv")
     assert len(pairs) == 3 and (pairs["steps"] == STEPS).all()
-    losses = result.losses.query("split == 'train'").copy()
+    losses = result.losses.query("split == 'train' and metric == 'loss'").copy()
     losses["base"] = losses["model"].str.split("@").str[0]
     per_step = losses.groupby(["step", "base"])["value"].mean().unstack()
     row = pairs[(pairs["model_a"] == "fcn") & (pairs["model_b"] == "unet")].iloc[0]
@@ -94,9 +94,9 @@ def test_tensorboard_events_read_back_with_tensorboards_reader(repeated):
     assert sorted(p.name for p in (result.run_dir / "tb").iterdir()) == sorted(f"{m}@{r}" for m in ("fcn", "unet", "deconv") for r in (1, 2))
     events = EventAccumulator(str(result.run_dir / "tb" / "unet@1"))
     events.Reload()
-    assert {"train/loss", "val/loss", "val/iou", "val/f1"} <= set(events.Tags()["tensors"])
+    assert {"train/loss", "train/lr", "val/loss", "val/iou", "val/f1"} <= set(events.Tags()["tensors"])
     logged = [(e.step, float(np.asarray(tf_value(e)))) for e in events.Tensors("train/loss")]
-    expected = result.losses.query("model == 'unet@1' and split == 'train'").sort_values("step")
+    expected = result.losses.query("model == 'unet@1' and split == 'train' and metric == 'loss'").sort_values("step")
     assert [s for s, _ in logged] == expected["step"].tolist()
     np.testing.assert_allclose([v for _, v in logged], expected["value"], rtol=1e-6)
     hparams = events.PluginTagToContent("hparams")  # serialized HParamsPluginData, one per tag
@@ -129,7 +129,7 @@ def test_report_is_self_contained(repeated):
     result, _ = repeated
     page = (result.run_dir / "report.html").read_text()
     sources = re.findall(r"<img[^>]*src='([^']*)'", page)
-    assert len(sources) == 6 and all(s.startswith("data:image/png;base64,") for s in sources)  # pair_differences too
+    assert len(sources) == 7 and all(s.startswith("data:image/png;base64,") for s in sources)  # pair_differences and learning_rates too
     assert "http://" not in page and "https://" not in page
     for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny"):
         assert text in page
@@ -178,7 +178,7 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
     assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
-    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 6  # with the pairwise differences
+    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 7  # with the pairwise differences and learning rates
 
 
 def test_one_model_has_an_empty_pairs_table_with_columns():

@@ -34,6 +34,49 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ScheduleSpec(Strict):
+    """`optimizer.schedule`: the learning rate as a function of the step (harness.core.schedules),
+    with an optional linear warmup. Durations in steps or in epochs (converted to steps here)."""
+
+    name: Literal["constant", "cosine", "polynomial", "piecewise"] = "constant"
+    warmup_steps: Annotated[int, Field(ge=0)] | None = None
+    warmup_epochs: Annotated[float, Field(ge=0)] | None = None
+    # cosine, polynomial: decay over this long after the warmup (default: the rest of the run)
+    decay_steps: Annotated[int, Field(ge=1)] | None = None
+    decay_epochs: Annotated[float, Field(gt=0)] | None = None
+    floor: Annotated[float, Field(ge=0, le=1)] = 0.0  # the last learning rate, as a fraction of the first
+    power: Annotated[float, Field(gt=0)] = 0.9  # polynomial
+    # piecewise: at each boundary the learning rate is multiplied by its factor
+    boundaries_steps: list[Annotated[int, Field(ge=1)]] | None = None
+    boundaries_epochs: list[Annotated[float, Field(gt=0)]] | None = None
+    factors: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ScheduleSpec":
+        problems = [f"give {what}_steps or {what}_epochs, not both" for what in ("warmup", "decay", "boundaries")
+                    if getattr(self, f"{what}_steps") is not None and getattr(self, f"{what}_epochs") is not None]
+        boundaries = self.boundaries_steps or self.boundaries_epochs or []
+        if self.name == "piecewise" and (not boundaries or len(self.factors) != len(boundaries)):
+            problems.append(f"piecewise: one factor per boundary (boundaries_steps or boundaries_epochs), got {len(boundaries)} boundaries and {len(self.factors)} factors")
+        if list(boundaries) != sorted(boundaries):
+            problems.append(f"boundaries must increase, got {list(boundaries)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def in_steps(self, steps_per_epoch: int, total_steps: int) -> "ScheduleSpec":
+        """The same schedule with every duration in steps (the only place epochs become steps)."""
+        def steps(given: int | None, epochs: float | None, default: int) -> int:
+            return given if given is not None else (round(epochs * steps_per_epoch) if epochs is not None else default)
+
+        warmup = steps(self.warmup_steps, self.warmup_epochs, 0)
+        boundaries = self.boundaries_steps or [round(e * steps_per_epoch) for e in self.boundaries_epochs or []]
+        return self.model_copy(update={
+            "warmup_steps": warmup, "warmup_epochs": None, "decay_epochs": None, "boundaries_epochs": None,
+            "decay_steps": steps(self.decay_steps, self.decay_epochs, max(1, total_steps - warmup)), "boundaries_steps": boundaries,
+        })
+
+
 class OptimizerSpec(Strict):
     name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
@@ -41,6 +84,7 @@ class OptimizerSpec(Strict):
     momentum: Annotated[float, Field(ge=0, lt=1)] = 0.0
     weight_decay: Annotated[float, Field(ge=0)] | None = None
     clipnorm: Annotated[float, Field(gt=0)] | None = None
+    schedule: ScheduleSpec | None = None  # None: the train-level optimizer's, else constant
 
 
 class GanSpec(Strict):
@@ -211,6 +255,15 @@ class DataSpec(Strict):
             raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
         return self.train_size // self.batch_size
 
+class EarlyStoppingSpec(Strict):
+    """`train.early_stopping`: a member whose validation score stops improving is frozen (no more
+    updates, no more rows) with status `stopped`; the others go on exactly as before."""
+
+    metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
+    patience: Annotated[int, Field(ge=1, le=1000)] = 3  # evaluations without improvement
+    min_delta: Annotated[float, Field(ge=0)] = 0.0  # an improvement must be larger than this
+
+
 class TrainSpec(Strict):
     epochs: Annotated[int, Field(ge=1)] = 1
     steps: Annotated[int, Field(ge=1)] | None = None
@@ -231,6 +284,7 @@ class TrainSpec(Strict):
     # Skip the update of a member whose loss or gradients are not finite, and freeze it as
     # diverged. Costs a few % of a small model's step at steps_per_call 1 (see Benchmarks).
     isolate_divergence: bool = True
+    early_stopping: EarlyStoppingSpec | None = None
 
     @field_validator("loss")
     @classmethod
@@ -381,7 +435,7 @@ class ExperimentConfig(Strict):
             m.model_copy(
                 update={
                     "loss": m.loss or self.train.loss,
-                    "optimizer": m.optimizer or self.train.optimizer,
+                    "optimizer": self._with_default_schedule(m.optimizer or self.train.optimizer),
                     "jit_compile": self.train.jit_compile if m.jit_compile is None else m.jit_compile,
                 }
             )
@@ -389,6 +443,17 @@ class ExperimentConfig(Strict):
         ]
         object.__setattr__(self, "models", filled)
         return self
+
+    def _with_default_schedule(self, optimizer: OptimizerSpec) -> OptimizerSpec:
+        if optimizer.schedule is None and self.train.optimizer.schedule is not None:
+            return optimizer.model_copy(update={"schedule": self.train.optimizer.schedule})
+        return optimizer
+
+    def optimizer_in_steps(self, optimizer: OptimizerSpec) -> OptimizerSpec:
+        """The optimizer with its schedule's durations in steps (needs the data's sizes)."""
+        if optimizer.schedule is None:
+            return optimizer
+        return optimizer.model_copy(update={"schedule": optimizer.schedule.in_steps(self.data.steps_per_epoch, self.total_steps)})
 
     def member_specs(self) -> list[ModelSpec]:
         """One spec per trained member: each model, or with repeats R each model R times

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.core.backend import import_keras, import_tf
+from harness.core.schedules import current_learning_rate
 
 tf = import_tf()
+LEARNING_RATE = "lr"  # every member's learning rate, a train row at every step
 keras = import_keras()
 
 
@@ -89,9 +91,13 @@ def run_member_step(member, images, masks, global_batch: int, step, compare_loss
             # the member read a local tensor, as on a single device: bitwise the same results.
             images, masks = tf.identity(images), tf.identity(masks)
         batch = Batch(images, masks, global_batch, step)
+        # Before the update: the rate this step uses. Metrics are summed across replicas (each loss
+        # is divided by the global batch), so each replica contributes its share of the rate.
+        context = tf.distribute.get_replica_context()
+        rate = current_learning_rate(member.optimizer) / float(context.num_replicas_in_sync if context else 1)
         output = member.train_step(batch)
         apply_if_finite(member, output.updates, step)
-        metrics = dict(output.metrics)
+        metrics = {**output.metrics, LEARNING_RATE: rate}
         if compare_loss is not None:
             predictions = output.predictions
             # A kind that returns no predictions has nothing to compare: NaN, left out of pairs.

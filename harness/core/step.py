@@ -14,7 +14,7 @@ cannot spread (README, Benchmarks); both forms run the same ops per step: identi
 from __future__ import annotations
 
 from harness.core.backend import import_tf
-from harness.core.member_step import run_member_step
+from harness.core.member_step import LEARNING_RATE, run_member_step
 
 tf = import_tf()
 
@@ -64,7 +64,7 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
         global_step.assign_add(1)
         return outputs
 
-    names = {m.name: tuple(m.metric_names) + (("compare_loss",) if m.name in compare_loss else ()) for m in members}
+    names = {m.name: (*m.metric_names, LEARNING_RATE, *(("compare_loss",) if m.name in compare_loss else ())) for m in members}
     return TrainLoop(one_step, names, steps_per_call)
 
 

@@ -17,6 +17,7 @@ from harness.core.backend import import_keras, import_tf
 from harness.core.evaluation import segmentation_counts, segmentation_scores
 from harness.core.losses import make_loss
 from harness.core.member_step import Batch, StepOutput, Update, gradients
+from harness.core.schedules import WarmupSchedule
 from harness.members import zoo
 
 tf = import_tf()
@@ -34,7 +35,13 @@ def member_seed(seed: int, name: str) -> int:
 
 
 def build_optimizer(spec: OptimizerSpec):
-    common: dict[str, Any] = {"learning_rate": spec.learning_rate}
+    """A tf_keras optimizer; with a schedule (durations already in steps), its learning rate is
+    a function of the optimizer's update count."""
+    rate: Any = spec.learning_rate
+    if spec.schedule is not None and (spec.schedule.name != "constant" or spec.schedule.warmup_steps):
+        s = spec.schedule
+        rate = WarmupSchedule(spec.learning_rate, s.name, s.warmup_steps or 0, s.decay_steps or 1, s.floor, s.power, tuple(s.boundaries_steps or ()), tuple(s.factors))
+    common: dict[str, Any] = {"learning_rate": rate}
     if spec.clipnorm is not None:
         common["clipnorm"] = spec.clipnorm
     if spec.name == "adam":

@@ -90,10 +90,18 @@ def build_member(
         return member_class(spec.kind).build(spec, data, seed, batchnorm_momentum, device, precision)
 
 
+def with_schedules_in_steps(spec: ModelSpec, config: ExperimentConfig) -> ModelSpec:
+    """The spec a member is built from: its schedules' durations in steps."""
+    update = {"optimizer": config.optimizer_in_steps(spec.optimizer)}
+    if spec.gan is not None:
+        update["gan"] = spec.gan.model_copy(update={"discriminator_optimizer": config.optimizer_in_steps(spec.gan.discriminator_optimizer)})
+    return spec.model_copy(update=update)
+
+
 def build_members(config: ExperimentConfig, model_devices: dict[str, str | None] | None = None) -> list[Member]:
     devices = model_devices or {}
     members = [
-        build_member(spec, config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision)
+        build_member(with_schedules_in_steps(spec, config), config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision)
         for spec in config.member_specs()
     ]
     for member in members:

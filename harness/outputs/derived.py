@@ -15,7 +15,7 @@ import pandas as pd
 
 from harness.config.schema import ExperimentConfig
 from harness.outputs.plots import plot_samples, save_figure, save_plots
-from harness.outputs.report import render_nightly_section, render_report
+from harness.outputs.report import render_groups_section, render_nightly_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import ranking_statistics
@@ -45,7 +45,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     return summary
 
 
-PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "loss_curves", "val_metrics", "samples")
+PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "loss_curves", "val_metrics", "learning_rates", "samples")
 
 
 def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:
@@ -54,7 +54,7 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
     pairs_file = run.path / "pairs.csv"
     pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
     plots = sorted(run.plots.glob("*.png"), key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
-    extra = []
+    extra = [("Groups", render_groups_section(info["groups"]))] if info.get("groups") else []
     nightly_file = run.path / "nightly.json"
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))

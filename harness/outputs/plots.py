@@ -195,6 +195,24 @@ def save_figure(fig, folder: Path, stem: str) -> list[Path]:
     return paths
 
 
+def plot_learning_rates(ax, losses: pd.DataFrame):
+    """Each model's learning rate per step (the `lr` train rows): warmups and decays side by side,
+    and where a member stopped, was dropped or diverged (its curve ends there)."""
+    curves = _per_model(losses, "train", "lr")
+    colours = _colours(list(curves))
+    for model, stats in curves.items():
+        ax.plot(stats.index, stats["mean"], color=colours[model], linewidth=1.8, label=model)
+        ax.plot(stats.index[-1:], stats["mean"].iloc[-1:], marker="o", color=colours[model], markersize=4)
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    ax.set_yscale("log")
+    ax.set_title("learning rate per step (a curve ends where its member stopped)")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=8)
+    return ax
+
+
 def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool, pairs: pd.DataFrame | None = None, compared_on: str | None = None, members: set[str] | None = None) -> list[Path]:
     """The standard set; returns the PNG paths (SVGs are written beside them)."""
     written = []
@@ -205,6 +223,8 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
         written.append(save_figure(fig, folder, stem)[0])
 
     figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale, compared_on=compared_on, members=members))
+    if (losses["metric"] == "lr").any():
+        figure("learning_rates", lambda ax: plot_learning_rates(ax, losses))
     if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
         figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs), size=(7.5, 1.6 + 0.35 * len(pairs)))
     val_metrics = sorted(set(losses.loc[losses["split"] == "val", "metric"]))

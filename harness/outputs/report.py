@@ -118,6 +118,17 @@ def render_nightly_section(nightly: dict[str, Any], run_path: Path) -> str:
     return "\n".join(parts)
 
 
+GROUP_COLUMNS = ("name", "members", "device", "status", "attempts", "planned_mb", "peak_rss_mb", "started", "ended", "split_into", "error")
+
+
+def render_groups_section(groups: list[dict[str, Any]]) -> str:
+    """A run of several groups: which members trained together, where, how it went."""
+    frame = pd.DataFrame([{c: ", ".join(g[c]) if isinstance(g.get(c), list) else g.get(c) for c in GROUP_COLUMNS} for g in groups])
+    frame = frame.dropna(axis="columns", how="all")
+    note = "<p>Each group trained as one fused step in a process of its own, on the same batches as every other group.</p>"
+    return note + _table(frame)
+
+
 def _table(frame: pd.DataFrame, highlight: str | None = None) -> str:
     best_row = None
     if highlight and highlight in frame and frame[highlight].notna().any():

@@ -90,3 +90,30 @@ def makespan_s(group_seconds: list[float], slots: int) -> float:
     for seconds in group_seconds:
         heapq.heappush(free, heapq.heappop(free) + seconds)
     return max(free)
+
+
+def spread(groups: list[Group], needs: list[Need], slots: int) -> list[Group]:
+    """More devices than groups: split groups, the slowest (else the largest) first, until every
+    device has one or every group is a single member. Packing for memory alone would leave seven
+    of eight GPUs idle when everything fits on one."""
+    by_name = {n.name: n for n in needs}
+    groups = list(groups)
+    while len(groups) < slots:
+        splittable = [g for g in groups if len(g.members) > 1]
+        if not splittable:
+            break
+        widest = max(splittable, key=lambda g: (g.ms_per_step or 0.0, g.memory_mb, len(g.members)))
+        cost = {m: by_name[m].ms_per_step if by_name[m].ms_per_step is not None else by_name[m].memory_mb for m in widest.members}
+        halves = split_in_two(widest.members, cost)
+        index = groups.index(widest)
+        groups[index : index + 1] = [_group_of(f"{widest.name}{s}", half, by_name) for s, half in zip("ab", halves)]
+    for i, group in enumerate(groups, 1):
+        group.name = f"g{i}"
+    return groups
+
+
+def _group_of(name: str, members: list[str], needs: dict[str, Need]) -> Group:
+    group = Group(name)
+    for member in members:
+        group.add(needs[member])
+    return group

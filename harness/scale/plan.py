@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
-from harness.scale.packing import Group, Need, makespan_s, pack
+from harness.scale.packing import Group, Need, makespan_s, pack, spread
 from harness.scale.probe_member import measure, probe_config
 
 GPU_SHARE = 0.9  # default budget: 90% of a GPU's memory (TensorFlow and CUDA keep some for themselves)
@@ -133,7 +133,8 @@ def make_plan(config: ExperimentConfig, cache: Path, measure_members: bool, say=
         models.append(figures)
     needs = [Need(m["model"], m.get("peak_mb"), m.get("ms_per_step")) for m in models]
     packing = pack(needs, budget, config.placement.max_members_per_group)
-    return Plan(budget, config.placement.max_members_per_group, devices, models, packing.groups, [n.name for n in packing.too_big], config.total_steps)
+    groups = spread(packing.groups, needs, len(devices.slots))
+    return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps)
 
 
 def uses_groups(config: ExperimentConfig) -> bool:

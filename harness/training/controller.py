@@ -80,10 +80,11 @@ class Controller:
     writer: Writer
     after_call: Callable[[int], None]  # step -> None: the run's record of its progress
     stop: StopFlag
+    all_ended: Callable[[], bool] = lambda: False  # every member stopped or diverged: nothing left to train
 
     def run(self, step: int) -> int:
         """Train from `step`; return the step reached: the last one, or an earlier one after a stop
-        signal (a checkpoint was written at it)."""
+        signal or once every member has ended (a checkpoint was written at it)."""
         while step < self.schedule.total_steps:
             k = self.schedule.next_call(step)
             rows = self.train(step, k)
@@ -93,7 +94,7 @@ class Controller:
             self.writer.write(rows, step)
             # Read the flag once: a signal arriving after this point is handled next time round,
             # never between deciding to save and deciding to stop.
-            stopping = self.stop.signal is not None
+            stopping = self.stop.signal is not None or self.all_ended()
             if self.schedule.checkpoint_due(step) or stopping:
                 self.checkpoint(step)
             self.after_call(step)

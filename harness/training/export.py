@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from harness.outputs.columns import is_finite
+from harness.outputs.columns import higher_is_better, is_finite
 from harness.training.rundir import atomic_write_text
 
 
@@ -48,31 +48,35 @@ def export_model(model, path: Path) -> None:
 
 
 class BestTracker:
-    """Keeps models/<name>/best.keras at the lowest validation loss seen so far.
+    """Keeps models/<name>/best.keras at the best validation score seen so far: the lowest loss,
+    or with early stopping its metric (the member's best state by what stopped it).
 
     On resume, a best model saved after the restored step belongs to work that is being redone:
     it is forgotten, and the redone validations choose again.
     """
 
-    def __init__(self, folder: Path, names: list[str], restored_step: int):
+    def __init__(self, folder: Path, names: list[str], restored_step: int, metric: str = "loss"):
         self.folder = folder
+        self.metric = metric
+        self.sign = -1.0 if higher_is_better(f"val_{metric}") else 1.0  # compare as "lower is better"
         self.best: dict[str, float] = {}
         for name in names:
             record = self._record(name)
             if record is None:
                 continue
-            if record["step"] <= restored_step:
-                self.best[name] = record["val_loss"]
+            if record["step"] <= restored_step and f"val_{metric}" in record:
+                self.best[name] = self.sign * record[f"val_{metric}"]
             else:
                 for stale in (self._meta(name), self.folder / name / "best.keras"):
                     stale.unlink(missing_ok=True)
 
-    def update(self, name: str, model, step: int, val_loss: float) -> bool:
-        if not is_finite(val_loss) or val_loss >= self.best.get(name, float("inf")):
+    def update(self, name: str, model, step: int, scores: dict[str, float]) -> bool:
+        value = float(scores[self.metric])
+        if not is_finite(value) or self.sign * value >= self.best.get(name, float("inf")):
             return False
         export_model(model, self.folder / name / "best.keras")
-        atomic_write_text(self._meta(name), json.dumps({"step": step, "val_loss": val_loss}) + "\n")
-        self.best[name] = val_loss
+        atomic_write_text(self._meta(name), json.dumps({"step": step, f"val_{self.metric}": value}) + "\n")
+        self.best[name] = self.sign * value
         return True
 
     def _meta(self, name: str) -> Path:

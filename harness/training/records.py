@@ -19,7 +19,7 @@ class MemberRecord:
     """One member in run.json `models`: its status and the step it changed, and its cost figures."""
 
     params: int | None = None
-    status: str = "ok"  # ok, diverged (later: stopped, dropped, oom)
+    status: str = "ok"  # ok, diverged, stopped (early stopping), oom (a group too big for its device)
     changed_at_step: int = 0
     diverged_step: int | None = None
     flops_per_example: int | None = None
@@ -36,6 +36,14 @@ class MemberRecord:
 
     def mark_diverged(self, step: int) -> None:
         self.status, self.changed_at_step, self.diverged_step = "diverged", step, step
+
+    def mark_stopped(self, step: int) -> None:
+        self.status, self.changed_at_step = "stopped", step
+
+    @property
+    def frozen_at(self) -> int | None:
+        """The last step this member trained (diverged or stopped); None while it trains."""
+        return None if self.status == "ok" else self.changed_at_step
 
 
 def models_info(records: dict[str, MemberRecord]) -> dict[str, Any]:

@@ -42,6 +42,7 @@ from harness.training import checkpoints as ckpt
 from harness.training import rundir as rd
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.controller import Controller, Schedule, StopFlag
+from harness.training.early_stopping import from_rows as early_stopping_from_rows
 from harness.training.export import BestTracker
 from harness.training.failures import explain_jit_failure, raise_injected_oom, translate
 from harness.training.records import MemberRecord, RunResult, StepTiming, models_info
@@ -113,8 +114,10 @@ class Runner:
         self.records = {m.name: MemberRecord(params=m.params) for m in members}
         checkpoint = ckpt.make_checkpoint(members, global_step, self.info["run_token"])
         start = self._restore(checkpoint)  # 4.
+        self._keep_stopped(start)
         self._read_statuses()
-        best = BestTracker(run.path / "models", [m.name for m in members], start)
+        self.stopper = early_stopping_from_rows(config.train.early_stopping, load_losses(run.losses_csv))
+        best = BestTracker(run.path / "models", [m.name for m in members], start, self.stopper.metric if self.stopper else "loss")
         self._update_info(steps_done=start, models=models_info(self.records))
 
         datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
@@ -143,14 +146,17 @@ class Runner:
             writer=writer,
             after_call=lambda step: self._update_info(steps_done=step, models=models_info(self.records), timing=self.timing.as_dict()),
             stop=self.stop,
+            all_ended=lambda: all(r.status != "ok" for r in self.records.values()),
         )
         try:
             step = controller.run(start)
         finally:
             writer.close()
             self.val_scores.close()
-        if step < config.total_steps:
+        if step < config.total_steps and self.stop.signal is not None:
             self._stopped(step)
+        if step < config.total_steps:
+            self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
         for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
@@ -230,12 +236,12 @@ class Runner:
     def _train_rows(self, outputs, step: int, schedule: Schedule) -> list[Row]:
         rows = []
         for name, metrics in outputs.items():
-            diverged_at = self.records[name].diverged_step
+            frozen_at = self.records[name].frozen_at
             for metric, values in metrics.items():
                 for i, value in enumerate(values):
                     s = step + i + 1
-                    if diverged_at is not None and s > diverged_at:
-                        break  # a diverged model is frozen: its later losses describe nothing
+                    if frozen_at is not None and s > frozen_at:
+                        break  # a diverged or stopped member is frozen: its later losses describe nothing
                     rows.append(Row(s, schedule.epoch_of(s), name, "train", metric, float(value)))
         return rows
 
@@ -256,8 +262,25 @@ class Runner:
             rows += [Row(step, epoch, member.name, "val", metric, float(value)) for metric, value in metrics.items() if not _PER_CLASS.search(metric)]
             self.val_scores.write(step, epoch, member.name, mine, member.eval_scores(mine, 1))
             if self.config.output.export:
-                best.update(member.name, member.model, step, float(metrics["loss"]))
+                best.update(member.name, member.model, step, metrics)
+            if self.stopper and self.stopper.observe(member.name, float(metrics[self.stopper.metric])):
+                self._stop_member(member, step)
         return rows
+
+    def _stop_member(self, member, step: int) -> None:
+        """Early stopping: frozen as a diverged member is (the step skips its updates from now on;
+        the flag is in every checkpoint), recorded as `stopped` at this step."""
+        member.diverged.assign(True)
+        member.diverged_step.assign(step)
+        self.records[member.name].mark_stopped(step)
+        self._phase(f"{member.name} stopped at step {step}: {self.stopper.reason()}")
+
+    def _keep_stopped(self, start: int) -> None:
+        """On resume, members stopped at or before the restored step stay stopped (their flags are
+        set in the checkpoint); a stop after it is decided again by the redone validations."""
+        for name, previous in (self.info.get("models") or {}).items():
+            if previous.get("status") == "stopped" and previous.get("changed_at_step", start + 1) <= start and name in self.records:
+                self.records[name].mark_stopped(previous["changed_at_step"])
 
     def _read_statuses(self) -> None:
         for m in self.members:
