@@ -14,67 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_validator
 
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
+from harness.config.recipes import EarlyStoppingSpec, ScheduleSpec, Strict
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 REPEAT_SEPARATOR = "@"  # not allowed in model names, so repeat members never collide with a model
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ScheduleSpec(Strict):
-    """`optimizer.schedule`: the learning rate as a function of the step (harness.core.schedules),
-    with an optional linear warmup. Durations in steps or in epochs (converted to steps here)."""
-
-    name: Literal["constant", "cosine", "polynomial", "piecewise"] = "constant"
-    warmup_steps: Annotated[int, Field(ge=0)] | None = None
-    warmup_epochs: Annotated[float, Field(ge=0)] | None = None
-    # cosine, polynomial: decay over this long after the warmup (default: the rest of the run)
-    decay_steps: Annotated[int, Field(ge=1)] | None = None
-    decay_epochs: Annotated[float, Field(gt=0)] | None = None
-    floor: Annotated[float, Field(ge=0, le=1)] = 0.0  # the last learning rate, as a fraction of the first
-    power: Annotated[float, Field(gt=0)] = 0.9  # polynomial
-    # piecewise: at each boundary the learning rate is multiplied by its factor
-    boundaries_steps: list[Annotated[int, Field(ge=1)]] | None = None
-    boundaries_epochs: list[Annotated[float, Field(gt=0)]] | None = None
-    factors: list[Annotated[float, Field(gt=0)]] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ScheduleSpec":
-        problems = [f"give {what}_steps or {what}_epochs, not both" for what in ("warmup", "decay", "boundaries")
-                    if getattr(self, f"{what}_steps") is not None and getattr(self, f"{what}_epochs") is not None]
-        boundaries = self.boundaries_steps or self.boundaries_epochs or []
-        if self.name == "piecewise" and (not boundaries or len(self.factors) != len(boundaries)):
-            problems.append(f"piecewise: one factor per boundary (boundaries_steps or boundaries_epochs), got {len(boundaries)} boundaries and {len(self.factors)} factors")
-        if list(boundaries) != sorted(boundaries):
-            problems.append(f"boundaries must increase, got {list(boundaries)}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    def in_steps(self, steps_per_epoch: int, total_steps: int) -> "ScheduleSpec":
-        """The same schedule with every duration in steps (the only place epochs become steps)."""
-        def steps(given: int | None, epochs: float | None, default: int) -> int:
-            return given if given is not None else (round(epochs * steps_per_epoch) if epochs is not None else default)
-
-        warmup = steps(self.warmup_steps, self.warmup_epochs, 0)
-        boundaries = self.boundaries_steps or [round(e * steps_per_epoch) for e in self.boundaries_epochs or []]
-        return self.model_copy(update={
-            "warmup_steps": warmup, "warmup_epochs": None, "decay_epochs": None, "boundaries_epochs": None,
-            "decay_steps": steps(self.decay_steps, self.decay_epochs, max(1, total_steps - warmup)), "boundaries_steps": boundaries,
-        })
 
 
 class OptimizerSpec(Strict):
@@ -254,15 +202,6 @@ class DataSpec(Strict):
         if not self.resolved:
             raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
         return self.train_size // self.batch_size
-
-class EarlyStoppingSpec(Strict):
-    """`train.early_stopping`: a member whose validation score stops improving is frozen (no more
-    updates, no more rows) with status `stopped`; the others go on exactly as before."""
-
-    metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
-    patience: Annotated[int, Field(ge=1, le=1000)] = 3  # evaluations without improvement
-    min_delta: Annotated[float, Field(ge=0)] = 0.0  # an improvement must be larger than this
-
 
 class TrainSpec(Strict):
     epochs: Annotated[int, Field(ge=1)] = 1
