@@ -152,7 +152,7 @@ def test_report_renders_every_image_in_headless_chromium(repeated, tmp_path):
     body = re.search(r"<body[^>]*>", done.stdout).group(0)
     total = int(re.search(r'data-images="(\d+)"', body).group(1))
     rendered = int(re.search(r'data-images-rendered="(\d+)"', body).group(1))
-    assert total == 6 and rendered == total  # five plots and the pairwise differences
+    assert total == 7 and rendered == total  # five plots, the pairwise differences and the learning rates
 
 
 def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
