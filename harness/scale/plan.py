@@ -28,7 +28,9 @@ class Devices:
 
     @property
     def kind(self) -> str:
-        return f"gpu:{self.gpu_memory_mb:.0f}MB" if self.gpus else "cpu"
+        if not self.gpus:
+            return "cpu"
+        return f"gpu:{self.gpu_memory_mb:.0f}MB" if self.gpu_memory_mb is not None else "gpu:unknown-memory"
 
 
 @dataclass
