@@ -38,7 +38,52 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     for add in (_add_run, _add_plan, _add_resume, _add_workers, _add_compare, _add_runs, _add_report, _add_bench, _add_nightly, _add_history, _add_sample_data, _add_models):
         add(commands)
+    for name, command in commands.choices.items():  # `harness COMMAND --help` ends with examples
+        command.epilog = "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[name])
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return parser
+
+
+EXAMPLES = {
+    "run": [
+        "harness run experiments/smoke.yaml",
+        "harness run experiments/quickstart.yaml --set train.epochs=2 --set models.unet.backbone=resnet34",
+        "harness run experiments/race.yaml --set train.race=null     # the full run, without the race",
+        "harness run my.yaml --results /data/results                # results outside the checkout",
+    ],
+    "plan": [
+        "harness plan experiments/grid.yaml",
+        "harness plan experiments/grid.yaml --set placement.memory_budget_mb=20000",
+    ],
+    "resume": [
+        "harness resume results/smoke/20261122-214712",
+        "harness resume results/smoke/20261122-214712 --set placement.strategy=one_device",
+    ],
+    "workers": ["harness workers 2 experiments/smoke.yaml --set train.epochs=1"],
+    "compare": [
+        "harness compare results/smoke/20261121-220000 results/smoke/20261122-220000",
+        "harness compare results/smoke/* --csv compared.csv",
+        "harness compare results/smoke/20261122-220000 --json | jq '.[0]'",
+    ],
+    "runs": ["harness runs", "harness runs smoke --results /data/results", "harness runs --json"],
+    "report": ["harness report results/smoke/20261122-214712"],
+    "bench": [
+        "harness bench --tiny                      # seconds: checks the bench works",
+        "harness bench --section steps_per_call --rounds 7",
+        "harness bench --suite quickstart --processes 3",
+    ],
+    "nightly": [
+        "harness nightly experiments/smoke.yaml                 # from cron: exit 6 on a regression",
+        "harness nightly experiments/smoke.yaml --night 2026-11-21",
+    ],
+    "history": [
+        "harness history smoke",
+        "harness history smoke --metric val_iou --csv history.csv",
+        "harness history smoke --pin 20261121-220000",
+    ],
+    "sample-data": ["harness sample-data data/sample", "harness run experiments/real_images.yaml"],
+    "models": ["harness models"],
+}
 
 
 def _add_overrides(parser, what: str = "override a config value, e.g. --set train.epochs=3 --set models.unet.backbone=resnet34") -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 
 import pandas as pd
@@ -66,9 +67,21 @@ def test_every_command_has_help_and_every_option_says_what_it_does(capsys):
     for name, command in commands.items():
         with pytest.raises(SystemExit) as exit_info:
             main([name, "--help"])
-        assert exit_info.value.code == 0 and f"usage: harness {name}" in capsys.readouterr().out
+        text = capsys.readouterr().out
+        assert exit_info.value.code == 0 and f"usage: harness {name}" in text
+        assert f"examples:\n  harness {name}" in text  # a few examples end every command's help
         undocumented = [a.dest for a in command._actions if not a.help and not isinstance(a, argparse._HelpAction)]
         assert not undocumented, f"harness {name}: options without help: {undocumented}"
+
+
+def test_every_example_in_the_help_parses():
+    from harness.cli import EXAMPLES
+
+    for name, examples in EXAMPLES.items():
+        for example in examples:
+            words = shlex.split(example.split("#")[0].split("|")[0])
+            assert words[0] == "harness", example
+            build_parser().parse_args(words[1:])  # exits 2 (a failure here) if an example is wrong
 
 
 def test_version(capsys):

@@ -116,26 +116,40 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     record = result.info["mlflow"]
     client = MlflowClient(tracking_uri=f"file:{folder / 'mlruns'}")
     parent = client.get_run(record["parent_run_id"])
-    assert parent.info.status == "FINISHED" and parent.data.params["repeats"] == "2"
+    assert parent.info.status == "FINISHED" and parent.data.params["train.repeats"] == "2"
     assert len(record["runs"]) == 6
     child = client.get_run(record["runs"]["fcn@1"])
     assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"]
-    assert child.data.params["arch"] == "tiny_fcn"
+    params = child.data.params
+    assert params["arch"] == "tiny_fcn" and params["optimizer.name"] == "adam" and "name" not in params
+    assert "None" not in params.values() and "backbone" not in params  # unset settings are left out, not 'None'
     history = client.get_metric_history(record["runs"]["fcn@1"], "train_loss")
-    assert sorted(m.step for m in history) == list(range(1, STEPS + 1))
+    assert sorted(m.step for m in history) == list(range(1, STEPS + 1))  # each step once
+    # Logged while the run trained: the first call (tracing) comes seconds before the last rows.
+    stamps = {m.step: m.timestamp for m in history}
+    assert stamps[STEPS] - stamps[1] > 200
+    (listed,) = client.search_runs([parent.info.experiment_id], f"attributes.run_id = '{record['parent_run_id']}'")
+    artifacts = {a.path for a in client.list_artifacts(listed.info.run_id)}
+    assert {"report.html", "config.yaml", "summary.csv", "pairs.csv", "plots"} <= artifacts
+    assert "plots/final_val_iou.png" in {a.path for a in client.list_artifacts(listed.info.run_id, "plots")}
 
 
 def test_report_is_self_contained(repeated):
     result, _ = repeated
     page = (result.run_dir / "report.html").read_text()
     sources = re.findall(r"<img[^>]*src='([^']*)'", page)
-    assert len(sources) == 7 and all(s.startswith("data:image/png;base64,") for s in sources)  # pair_differences and learning_rates too
-    assert "http://" not in page and "https://" not in page
-    for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny"):
+    assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)  # the curves are charts
+    assert len(re.findall(r"<figure class='chart'", page)) == 5
+    assert "http://" not in page and "https://" not in page and "src='/" not in page
+    for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny", "Settings"):
         assert text in page
 
 
-def test_report_renders_every_image_in_headless_chromium(repeated, tmp_path):
+def test_report_reads_well_at_1400_px_in_headless_chromium(repeated, tmp_path):
+    """Opened as a reader would, 1400 px wide: every image decoded, every chart drawn, no horizontal
+    overflow (the summary fits without scrolling), no script error; and the page's self-test clicks a
+    legend entry (the model disappears from every chart), hovers a chart (its values show) and sorts
+    the summary by model."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         if os.environ.get("CI"):
@@ -143,16 +157,19 @@ def test_report_renders_every_image_in_headless_chromium(repeated, tmp_path):
         pytest.skip("chromium not installed (apt-get install chromium)")
     result, _ = repeated
     flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--window-size=1400,900",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--enable-logging=stderr", "--v=0",
         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000", "--dump-dom",
     ]
-    done = subprocess.run([browser, *flags, (result.run_dir / "report.html").as_uri()], capture_output=True, text=True, timeout=120)
+    page = (result.run_dir / "report.html").as_uri() + "#selftest"
+    done = subprocess.run([browser, *flags, page], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    body = re.search(r"<body[^>]*>", done.stdout).group(0)
-    total = int(re.search(r'data-images="(\d+)"', body).group(1))
-    rendered = int(re.search(r'data-images-rendered="(\d+)"', body).group(1))
-    assert total == 7 and rendered == total  # five plots, the pairwise differences and the learning rates
+    body = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', re.search(r"<body[^>]*>", done.stdout).group(0)))
+    assert body["images"] == body["images-rendered"] == "4"  # final bars, pair differences, quality vs cost, samples
+    assert body["charts"] == body["charts-rendered"] == "5"  # training loss, val f1, iou, loss, learning rate
+    assert body["page-overflow"] == "0" and body["summary-overflow"] == "0"
+    assert body["legend-ok"] == "1" and body["hover-ok"] == "1" and body["sort-ok"] == "1"
+    assert body["errors"] == "0" and "Uncaught" not in done.stderr
 
 
 def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
@@ -178,7 +195,8 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
     assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
-    assert len(re.findall(r"<img", (copy / "report.html").read_text())) == 7  # with the pairwise differences and learning rates
+    rebuilt = (copy / "report.html").read_text()
+    assert len(re.findall(r"<img", rebuilt)) == 4 and len(re.findall(r"<figure class='chart'", rebuilt)) == 5
 
 
 def test_one_model_has_an_empty_pairs_table_with_columns():

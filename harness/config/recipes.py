@@ -61,3 +61,19 @@ class EarlyStoppingSpec(Strict):
     metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
     patience: Annotated[int, Field(ge=1, le=1000)] = 3  # evaluations without improvement
     min_delta: Annotated[float, Field(ge=0)] = 0.0  # an improvement must be larger than this
+
+
+class RaceSpec(Strict):
+    """`train.race`: successive halving. At the end of each rung's epoch the members still training
+    are ranked by `metric`; those below the cut are dropped (status `dropped`) and the fused step
+    is rebuilt without them, so the rest of the run spends nothing on them."""
+
+    rungs: list[Annotated[int, Field(ge=1)]]  # epochs
+    keep: Annotated[float, Field(gt=0, lt=1)] = 0.5  # the fraction of models kept at each rung
+    metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
+
+    @model_validator(mode="after")
+    def _increasing(self) -> "RaceSpec":
+        if not self.rungs or self.rungs != sorted(set(self.rungs)):
+            raise ValueError(f"rungs: one or more epochs in increasing order, got {self.rungs}")
+        return self

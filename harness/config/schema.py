@@ -18,7 +18,7 @@ from pydantic import Field, field_validator, model_validator
 
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
-from harness.config.recipes import EarlyStoppingSpec, ScheduleSpec, Strict
+from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -224,6 +224,7 @@ class TrainSpec(Strict):
     # diverged. Costs a few % of a small model's step at steps_per_call 1 (see Benchmarks).
     isolate_divergence: bool = True
     early_stopping: EarlyStoppingSpec | None = None
+    race: RaceSpec | None = None
 
     @field_validator("loss")
     @classmethod
@@ -270,6 +271,7 @@ RANK_METRICS = ("val_iou", "val_f1", "val_loss", "best_val_loss", "final_train_l
 class MlflowSpec(Strict):
     tracking_uri: str = "file:./mlruns"
     experiment: str | None = None  # default: the experiment's name
+    log_models: bool = False  # also each member's exported models/ as artifacts (large)
 
 
 class ThresholdSpec(Strict):

@@ -67,6 +67,14 @@ CREATE TABLE IF NOT EXISTS alerts (
     allowed TEXT,
     PRIMARY KEY (run_id, against, model, metric)
 );
+CREATE TABLE IF NOT EXISTS race_rungs (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    rung INTEGER NOT NULL,
+    epoch INTEGER,
+    models_finished INTEGER,
+    spearman REAL,
+    PRIMARY KEY (run_id, rung)
+);
 CREATE TABLE IF NOT EXISTS nights (night TEXT PRIMARY KEY, run_id TEXT NOT NULL, registered TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS pins (slot TEXT PRIMARY KEY, run_id TEXT NOT NULL, pinned TEXT NOT NULL);
 """
@@ -97,6 +105,8 @@ class RunMeasurements:
     placement: dict[str, Any]
     model_status: dict[str, str]
     metrics: dict[tuple[str, str], float]  # (model, metric) -> value
+    # A race's rungs: {rung, epoch, models_finished, spearman} (run.json race.correlations)
+    race: tuple[dict[str, Any], ...] = ()
 
 
 class HistoryStore:
@@ -160,7 +170,7 @@ class HistoryStore:
         """Add (or replace: recording the same run twice never duplicates rows) one run."""
         r = run.record
         with self._transaction() as conn:
-            for table in ("alerts", "metrics", "models", "runs"):
+            for table in ("alerts", "metrics", "models", "race_rungs", "runs"):
                 conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (r.run_id,))
             conn.execute(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -174,6 +184,10 @@ class HistoryStore:
             conn.executemany(
                 "INSERT INTO metrics VALUES (?, ?, ?, ?)",
                 [(r.run_id, model, metric, _real(value)) for (model, metric), value in run.metrics.items()],
+            )
+            conn.executemany(
+                "INSERT INTO race_rungs VALUES (?, ?, ?, ?, ?)",
+                [(r.run_id, c["rung"], c.get("epoch"), c.get("models_finished"), _real(c.get("spearman"))) for c in run.race],
             )
 
     def set_verdict(self, run_id: str, regressions: list[tuple]) -> None:
@@ -270,6 +284,15 @@ class HistoryStore:
             )
             columns = [d[0] for d in cursor.description]
             return pd.DataFrame(cursor.fetchall(), columns=columns)
+
+    def race_table(self) -> pd.DataFrame:
+        """Every recorded race rung: does an early ranking predict the final one, night after night?"""
+        with self._connect() as conn:
+            cursor = conn.execute(
+                "SELECT r.night, g.run_id, g.rung, g.epoch, g.models_finished, g.spearman FROM race_rungs g "
+                "JOIN runs r USING (run_id) ORDER BY COALESCE(r.night, ''), r.started, g.run_id, g.rung"
+            )
+            return pd.DataFrame(cursor.fetchall(), columns=[d[0] for d in cursor.description])
 
     def check(self) -> str:
         with self._connect() as conn:

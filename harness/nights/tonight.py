@@ -187,6 +187,7 @@ def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressi
         placement=info.get("placement", {}),
         model_status=status,
         metrics=metrics,
+        race=tuple((info.get("race") or {}).get("correlations") or ()),
     )
 
 
@@ -364,4 +365,11 @@ def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> Hi
 
 
 def history_table(store: HistoryStore, metrics: list[str] | None = None) -> pd.DataFrame:
-    return history_pivot(store.table(), metrics or store.meta("watched") or None)
+    """One row per run; with races, a `spearman rung N (epoch E)` column per rung."""
+    table = history_pivot(store.table(), metrics or store.meta("watched") or None)
+    race = store.race_table()
+    if not len(race):
+        return table
+    race["column"] = [f"spearman rung {r} (epoch {e})" for r, e in zip(race["rung"], race["epoch"])]
+    wide = race.pivot(index="run_id", columns="column", values="spearman")
+    return table.merge(wide.reset_index(), on="run_id", how="left")

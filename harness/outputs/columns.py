@@ -77,6 +77,19 @@ def fit_to_width(cells: dict[str, list[str]], headers: dict[str, str], width: in
     return shown
 
 
+def flat_settings(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted names (`optimizer.learning_rate`), unset ones (None, {}, []) left
+    out: how the report's settings table and MLflow's params name them."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flat_settings(value, f"{name}."))
+        elif value is not None and not (isinstance(value, (dict, list)) and not value):
+            out[name] = value
+    return out
+
+
 def format_column(column: str, value: Any) -> str:
     """A cell formatted for its column, so a column's numbers line up: scores and losses to 4
     decimals, sizes as 15.0 k / 8.8 M, times to 0.1 ms."""

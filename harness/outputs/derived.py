@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 
 from harness.config.schema import ExperimentConfig
+from harness.outputs.html_charts import report_charts
 from harness.outputs.plots import plot_samples, save_figure, save_plots
-from harness.outputs.report import render_groups_section, render_nightly_section, render_report
+from harness.outputs.report import render_departures_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import ranking_statistics
@@ -32,7 +33,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary)
     summary = with_settings(build_summary(member_summary, config.output.rank_by, intervals, pair_stats), config.models)
     member_summary = with_settings(member_summary, config.member_specs())
-    on_common = {m.name for m in config.member_specs() if m.kind != "autoencoder"} if config.compare_loss() else None
+    on_common = scored_on_common_loss(config)
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)
     save_table(summary, run.summary_csv)
     save_table(pairs, run.path / "pairs.csv")
@@ -45,7 +46,13 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     return summary
 
 
-PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "loss_curves", "val_metrics", "learning_rates", "samples")
+PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "samples")
+AS_CHARTS = ("loss_curves", "val_metrics", "learning_rates")  # plots/ keeps their PNG and SVG
+
+
+def scored_on_common_loss(config: ExperimentConfig) -> set[str] | None:
+    """The members compared on the common loss (every one that predicts masks)."""
+    return {m.name for m in config.member_specs() if m.kind != "autoencoder"} if config.compare_loss() else None
 
 
 def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:
@@ -53,12 +60,18 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
     summary = pd.read_csv(run.summary_csv)
     pairs_file = run.path / "pairs.csv"
     pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
-    plots = sorted(run.plots.glob("*.png"), key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
+    plots = [p for p in run.plots.glob("*.png") if p.stem not in AS_CHARTS]  # the curves are interactive charts in the page
+    plots = sorted(plots, key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
     extra = [("Groups", render_groups_section(info["groups"]))] if info.get("groups") else []
+    if info.get("race"):
+        extra.append(("Race", render_race_section(info["race"])))
+    if departures := render_departures_section(info.get("models") or {}, info.get("race")):
+        extra.append(("Members that left the run", departures))
     nightly_file = run.path / "nightly.json"
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
-    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by, extra)
+    charts = report_charts(load_losses(run.losses_csv), config.compare_loss(), scored_on_common_loss(config))
+    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by, extra, charts)
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path

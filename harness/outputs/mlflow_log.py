@@ -1,71 +1,162 @@
-"""MLflow (optional: pip install "harness[mlflow]"): each model as its own MLflow run, under a
-parent run for the experiment run, logged once, after the run completed (so resumes never log
-twice). The MLflow run ids are recorded in run.json."""
+"""MLflow (optional: pip install "harness[mlflow]"): a parent MLflow run for the experiment run and
+one child run per member, logged WHILE the run trains.
+
+Order: the parent and child runs are created when training starts and their ids written to
+run.json (`mlflow`) at once, so a resumed run logs into the same MLflow runs; every batch of rows
+the run writes is logged with its real time; rows at or before the last step already logged (redone
+after a resume) are not logged twice. At the end: each member's settings as params named by their
+section (`optimizer.name`), its cost figures, and the run's files as artifacts (report.html,
+plots/, config.yaml, summary.csv, pairs.csv; models/ with `output.mlflow.log_models`). A failure to
+log is a warning, never the run's failure: MLflow holds a copy, the run directory the results.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Sequence
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
-from harness.training.rundir import RunDir
+from harness.outputs.columns import flat_settings
 from harness.outputs.tables import load_losses
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
+ARTIFACTS = ("report.html", "config.yaml", "summary.csv", "pairs.csv", "plots")
 
 
-def log_run(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
+def client_for(spec):
     try:
-        from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ConfigError('output.mlflow is set but MLflow is not installed: pip install "harness[mlflow]"') from None
-    spec = config.output.mlflow
     if spec.tracking_uri.startswith("file:"):
         # MLflow 3 keeps its file store (no server, no database) behind an explicit opt-in. A
         # database URI (sqlite:///mlflow.db) works too, with the full `mlflow` package installed.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=spec.tracking_uri)
-    name = spec.experiment or config.name
+    return MlflowClient(tracking_uri=spec.tracking_uri)
+
+
+def open_runs(client, config: ExperimentConfig, info: dict[str, Any], run_path: Path) -> dict[str, Any]:
+    """The MLflow runs of this run: those run.json names (a resume), else new ones."""
+    record = info.get("mlflow") or {}
+    if record.get("parent_run_id") and set(record.get("runs", {})) >= {m.name for m in config.member_specs()}:
+        return record
+    name = config.output.mlflow.experiment or config.name
     experiment = client.get_experiment_by_name(name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-
-    tags = {"harness.run_dir": str(run.path), "harness.run_id": info["run_id"], "harness.fingerprint": info["config_fingerprint"]}
-    parent = client.create_run(experiment_id, run_name=info["run_id"], tags=tags)
-    parent_id = parent.info.run_id
-    client.log_batch(parent_id, params=[Param(k, str(v)) for k, v in _experiment_params(config, info).items()])
-    losses = load_losses(run.losses_csv)
-    children = {}
-    for member in config.member_specs():
-        child = client.create_run(
-            experiment_id, run_name=member.name,
-            tags={**tags, "mlflow.parentRunId": parent_id, "harness.model": member.name},
-        )
-        child_id = child.info.run_id
-        params = {"arch": member.arch, "backbone": member.backbone, "loss": member.loss, **member.optimizer.model_dump()}
-        client.log_batch(child_id, params=[Param(k, str(v)) for k, v in params.items()])
-        now = int(time.time() * 1000)
-        rows = losses[losses["model"] == member.name]
-        metrics = [Metric(f"{r.split}_{r.metric}", float(r.value), now, int(r.step)) for r in rows.itertuples()]
-        facts = info["models"].get(member.name, {})
-        metrics += [Metric(k, float(facts[k]), now, 0) for k in ("ms_per_step", "images_per_s", "params") if facts.get(k) is not None]
-        for start in range(0, len(metrics), BATCH):
-            client.log_batch(child_id, metrics=metrics[start : start + BATCH])
-        client.set_terminated(child_id, "FINISHED" if facts.get("status", "ok") == "ok" else "FAILED")
-        children[member.name] = child_id
-    client.set_terminated(parent_id, "FINISHED")
-    return {"tracking_uri": spec.tracking_uri, "experiment_id": experiment_id, "parent_run_id": parent_id, "runs": children}
-
-
-def _experiment_params(config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "name": config.name,
-        "seed": config.seed,
-        "total_steps": config.total_steps,
-        "batch_size": config.data.batch_size,
-        "image_size": "x".join(map(str, config.data.image_size)),
-        "repeats": config.train.repeats,
-        "strategy": info.get("placement", {}).get("strategy"),
+    tags = {"harness.run_dir": str(run_path), "harness.run_id": info["run_id"], "harness.fingerprint": info["config_fingerprint"]}
+    parent_id = client.create_run(experiment_id, run_name=info["run_id"], tags=tags).info.run_id
+    children = {
+        m.name: client.create_run(experiment_id, run_name=m.name, tags={**tags, "mlflow.parentRunId": parent_id, "harness.model": m.name}).info.run_id
+        for m in config.member_specs()
     }
+    return {"tracking_uri": config.output.mlflow.tracking_uri, "experiment_id": experiment_id, "parent_run_id": parent_id, "runs": children, "logged_through_step": 0}
+
+
+def log_rows(client, record: dict[str, Any], rows: Sequence) -> None:
+    """Rows of losses.csv as metrics `<split>_<metric>` at their step, timestamped now."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    done = record.get("logged_through_step", 0)
+    by_member: dict[str, list] = {}
+    for r in rows:
+        if r.step > done and r.model in record["runs"]:
+            by_member.setdefault(r.model, []).append(Metric(f"{r.split}_{r.metric}", float(r.value), now, int(r.step)))
+    for member, metrics in by_member.items():
+        for start in range(0, len(metrics), BATCH):
+            client.log_batch(record["runs"][member], metrics=metrics[start : start + BATCH])
+    if rows:
+        record["logged_through_step"] = max(done, max(r.step for r in rows))
+
+
+class MlflowWriter:
+    """A writer of the run's rows (beside losses.csv, TensorBoard, the terminal) into MLflow. Its
+    first failure is a warning and switches it off; the run goes on."""
+
+    def __init__(self, config: ExperimentConfig, info: dict[str, Any], run_path: Path, save_record):
+        self.record: dict[str, Any] | None = None
+        self.save_record = save_record  # record -> None: into run.json
+        try:
+            self.client = client_for(config.output.mlflow)
+            self.record = open_runs(self.client, config, info, run_path)
+            save_record(self.record)
+        except ConfigError:
+            raise
+        except Exception as exc:  # MLflow raises its own and its backends' errors
+            self._fail(exc)
+
+    def write(self, rows: Sequence, step: int) -> None:
+        if self.record is None:
+            return
+        try:
+            log_rows(self.client, self.record, rows)
+        except Exception as exc:
+            self._fail(exc)
+
+    def close(self) -> None:
+        if self.record is not None:
+            self.save_record(self.record)
+
+    def _fail(self, exc: Exception) -> None:
+        print(f"harness: warning: MLflow logging stopped, the run goes on: {_brief(exc)}", file=sys.stderr)
+        self.record = None
+
+
+def finish_runs(run, config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
+    """At the end: rows not logged live (a run of several groups is logged here, after the merge),
+    params by section, cost figures, artifacts, and each MLflow run's final status."""
+    from mlflow.entities import Metric, Param
+
+    client = client_for(config.output.mlflow)
+    record = open_runs(client, config, info, run.path)
+    losses = load_losses(run.losses_csv)
+    log_rows(client, record, list(losses.itertuples(index=False)))
+    parent = record["parent_run_id"]
+    client.log_batch(parent, params=[Param(k, _text(v)) for k, v in experiment_params(config, info).items()])
+    specs = {m.name: m for m in config.member_specs()}
+    now = int(time.time() * 1000)
+    for member, child in record["runs"].items():
+        facts = info.get("models", {}).get(member, {})
+        params = member_params(specs[member]) if member in specs else {}
+        metrics = [Metric(k, float(facts[k]), now, 0) for k in ("ms_per_step", "images_per_s", "params", "flops_per_example") if facts.get(k) is not None]
+        client.log_batch(child, metrics=metrics, params=[Param(k, _text(v)) for k, v in params.items()])
+        client.set_tag(child, "harness.status", facts.get("status", "ok"))
+        if config.output.mlflow.log_models and (run.path / "models" / member).is_dir():
+            client.log_artifacts(child, str(run.path / "models" / member), "model")
+        client.set_terminated(child, "FINISHED" if facts.get("status", "ok") in ("ok", "stopped", "dropped") else "FAILED")
+    for name in ARTIFACTS:
+        path = run.path / name
+        if path.is_dir():
+            client.log_artifacts(parent, str(path), name)
+        elif path.exists():
+            client.log_artifact(parent, str(path))
+    client.set_terminated(parent, "FINISHED")
+    return record
+
+
+def member_params(spec) -> dict[str, Any]:
+    """A member's settings, named by their section (`optimizer.learning_rate`), unset ones left out."""
+    data = spec.model_dump(mode="json")
+    data.pop("name", None)
+    return flat_settings(data)
+
+
+def experiment_params(config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
+    data = config.to_dict()
+    params = {"name": config.name, "seed": config.seed, "total_steps": config.total_steps}
+    params.update(flat_settings({"data": data["data"], "train": {k: v for k, v in data["train"].items() if k != "optimizer"}}))
+    params["placement.strategy"] = (info.get("placement") or {}).get("strategy")
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _text(value: Any) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text[:6000]  # MLflow's limit on a param's value
+
+
+def _brief(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"

@@ -53,6 +53,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
         ax.plot(stats.index, smooth, color=colour, linewidth=2, label=model)
         if stats["count"].max() > 1:
             ax.fill_between(stats.index, stats["min"], stats["max"], color=colour, alpha=0.12, linewidth=0)
+    _mark_departures(ax, {m: (s.index, s["mean"].ewm(alpha=1 - smoothing).mean()) for m, s in curves.items()}, colours)
     medians = [stats["mean"].median() for stats in curves.values() if len(stats)]
     if medians and min(medians) > 0 and max(medians) / min(medians) > 10:
         log_scale = True  # losses on different scales (a GAN's adversarial + 100 x L1): keep all readable
@@ -66,6 +67,20 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     return ax
 
 
+def _mark_departures(ax, curves: dict[str, tuple], colours: dict[str, Any]) -> None:
+    """A curve that ends before the others ends in a cross: its member left the run there
+    (stopped early, dropped by a race, or diverged); the report's table says which."""
+    ends = {model: x[-1] for model, (x, _) in curves.items() if len(x)}
+    if not ends:
+        return
+    last = max(ends.values())
+    label = "left the run"
+    for model, (x, y) in curves.items():
+        if len(x) and x[-1] < last:
+            ax.plot([x[-1]], [y.iloc[-1]], marker="X", markersize=10, color=colours[model], markeredgecolor="black", linestyle="none", label=label)
+            label = None  # one legend entry for all crosses
+
+
 def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
     """A validation metric at each epoch end, with the band across repeats."""
     curves = _per_model(losses, "val", metric, x="epoch")
@@ -74,6 +89,7 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
         ax.plot(stats.index, stats["mean"], marker="o", color=colours[model], label=model)
         if stats["count"].max() > 1:
             ax.fill_between(stats.index, stats["min"], stats["max"], color=colours[model], alpha=0.15, linewidth=0)
+    _mark_departures(ax, {m: (s.index, s["mean"]) for m, s in curves.items()}, colours)
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(f"val {metric}")
@@ -101,6 +117,9 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} by model{label}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
+    if len(summary) > 4 or summary["model"].str.len().max() > 10:  # long or many names: slanted, not overlapping
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+        ax.figure.tight_layout()
     return ax
 
 
@@ -202,11 +221,11 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     colours = _colours(list(curves))
     for model, stats in curves.items():
         ax.plot(stats.index, stats["mean"], color=colours[model], linewidth=1.8, label=model)
-        ax.plot(stats.index[-1:], stats["mean"].iloc[-1:], marker="o", color=colours[model], markersize=4)
+    _mark_departures(ax, {m: (s.index, s["mean"]) for m, s in curves.items()}, colours)
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate")
     ax.set_yscale("log")
-    ax.set_title("learning rate per step (a curve ends where its member stopped)")
+    ax.set_title("learning rate per step")
     ax.grid(alpha=0.3)
     if curves:
         ax.legend(fontsize=8)

@@ -11,28 +11,129 @@ from typing import Any
 
 import pandas as pd
 
-from harness.outputs.columns import format_cell, higher_is_better
+from harness.outputs.columns import higher_is_better
+from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1150px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1360px; padding: 0 1rem; color: #222; }
 h1 { margin-bottom: 0.2rem; } h2 { margin-top: 2rem; border-bottom: 1px solid #ddd; }
-table { border-collapse: collapse; font-size: 0.88rem; margin: 0.5rem 0; }
-th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: right; }
-th { background: #f4f4f4; } td:first-child, th:first-child { text-align: left; }
+.scroll { max-width: 100%; overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.86rem; margin: 0.5rem 0; }
+th, td { border: 1px solid #ddd; padding: 0.25rem 0.5rem; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+th { background: #f4f4f4; } table.sortable th { cursor: pointer; user-select: none; }
+table.sortable th[data-order=asc]::after { content: " \\25B2"; } table.sortable th[data-order=desc]::after { content: " \\25BC"; }
 td.best { font-weight: bold; background: #eef7ee; }
 img { max-width: 100%; border: 1px solid #eee; margin: 0.5rem 0; }
 pre { background: #f8f8f8; padding: 0.8rem; overflow-x: auto; font-size: 0.8rem; }
-.facts td { text-align: left; } .warning { color: #a40; } #broken { display: none; color: #b00; }
+details > summary { cursor: pointer; color: #246; margin: 0.5rem 0; }
+.facts td { text-align: left; } .facts code { word-break: break-all; } .warning { color: #a40; } #broken { display: none; color: #b00; }
+.shared { columns: 3 22rem; font-size: 0.86rem; } .shared div { break-inside: avoid; }
+.chart { margin: 1rem 0; } .chart figcaption { font-weight: 600; } .chart small { font-weight: normal; color: #777; }
+.chart-area { position: relative; } .chart svg { width: 100%; height: auto; display: block; font-size: 12px; }
+.legend { display: flex; flex-wrap: wrap; gap: 0.3rem 0.8rem; margin: 0.3rem 0; }
+.legend-item { border: 1px solid #ddd; background: #fff; border-radius: 3px; padding: 0.1rem 0.4rem; cursor: pointer; font: inherit; font-size: 0.82rem; }
+.legend-item span { display: inline-block; width: 0.8rem; height: 0.8rem; margin-right: 0.3rem; vertical-align: -0.1rem; }
+.legend-item.off { opacity: 0.35; text-decoration: line-through; } .series.hidden { display: none; }
+.guide { stroke: #888; stroke-dasharray: 3 3; }
+.tip { position: absolute; pointer-events: none; background: rgba(255,255,255,0.95); border: 1px solid #bbb; padding: 0.2rem 0.4rem; font-size: 0.8rem; white-space: nowrap; }
 """
 
-# Marks the page when an image fails to decode, for readers and for the test that opens the page.
-_SCRIPT = """
+# Sorting, legend toggles, hover values; then the page checks itself (images decoded, charts drawn,
+# no horizontal overflow) into attributes of <body> that readers and the browser test can see. With
+# #selftest in the address it also clicks a legend entry, hovers a chart and sorts the summary.
+_SCRIPT = r"""
+var pageErrors = 0;
+window.addEventListener('error', function () { pageErrors += 1; });
+function sortBy(table, column, th) {
+  var body = table.tBodies[0], rows = Array.prototype.slice.call(body.rows), up = th.getAttribute('data-order') !== 'asc';
+  rows.sort(function (a, b) {
+    var x = a.cells[column], y = b.cells[column], xs = x.getAttribute('data-sort'), ys = y.getAttribute('data-sort');
+    if (xs !== null && ys !== null) { return up ? xs - ys : ys - xs; }
+    if (xs !== null || ys !== null) { return xs !== null ? -1 : 1; }
+    return up ? x.textContent.localeCompare(y.textContent) : y.textContent.localeCompare(x.textContent);
+  });
+  table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-order'); });
+  th.setAttribute('data-order', up ? 'asc' : 'desc');
+  rows.forEach(function (r) { body.appendChild(r); });
+}
+function toggleModel(model) {
+  document.querySelectorAll('.legend-item').forEach(function (b) { if (b.dataset.model === model) { b.classList.toggle('off'); } });
+  document.querySelectorAll('.series').forEach(function (g) { if (g.dataset.model === model) { g.classList.toggle('hidden'); } });
+}
+function nearest(xs, x) {
+  var lo = 0, hi = xs.length - 1;
+  while (hi - lo > 1) { var mid = (lo + hi) >> 1; if (xs[mid] < x) { lo = mid; } else { hi = mid; } }
+  return Math.abs(xs[lo] - x) <= Math.abs(xs[hi] - x) ? lo : hi;
+}
+function hover(chart, clientX, clientY) {
+  var frame = JSON.parse(chart.dataset.chart), data = JSON.parse(chart.querySelector('.chart-data').textContent);
+  var svg = chart.querySelector('svg'), tip = chart.querySelector('.tip'), guide = chart.querySelector('.guide');
+  var point = svg.createSVGPoint(); point.x = clientX; point.y = clientY;
+  var p = point.matrixTransform(svg.getScreenCTM().inverse());
+  var x = frame.x0 + (p.x - frame.left) / (frame.right - frame.left) * (frame.x1 - frame.x0), lines = [], at = null;
+  Object.keys(data).forEach(function (model) {
+    var hidden = false;
+    chart.querySelectorAll('.series').forEach(function (g) { if (g.dataset.model === model && g.classList.contains('hidden')) { hidden = true; } });
+    var s = data[model]; if (hidden || !s.x.length) { return; }
+    var i = nearest(s.x, x); if (at === null) { at = s.x[i]; }
+    lines.push(model + ': ' + Number(s.y[i]).toPrecision(4) + (s.x[i] !== at ? ' (' + frame.xLabel + ' ' + s.x[i] + ')' : ''));
+  });
+  if (!lines.length) { tip.hidden = true; return; }
+  tip.textContent = ''; var head = document.createElement('b'); head.textContent = frame.xLabel + ' ' + at; tip.appendChild(head);
+  lines.forEach(function (l) { tip.appendChild(document.createElement('br')); tip.appendChild(document.createTextNode(l)); });
+  var gx = frame.left + (at - frame.x0) / (frame.x1 - frame.x0) * (frame.right - frame.left);
+  guide.setAttribute('x1', gx); guide.setAttribute('x2', gx); guide.setAttribute('visibility', 'visible');
+  var box = chart.querySelector('.chart-area').getBoundingClientRect();
+  tip.hidden = false; tip.style.left = Math.min(clientX - box.left + 12, box.width - tip.offsetWidth) + 'px'; tip.style.top = (clientY - box.top + 12) + 'px';
+}
+function selfTest(body) {
+  var chart = document.querySelector('.chart'), button = chart && chart.querySelector('.legend-item');
+  if (button) {
+    toggleModel(button.dataset.model);
+    var hidden = Array.prototype.every.call(document.querySelectorAll('.series'), function (g) { return g.dataset.model !== button.dataset.model || getComputedStyle(g).display === 'none'; });
+    toggleModel(button.dataset.model);
+    body.setAttribute('data-legend-ok', hidden ? 1 : 0);
+    var box = chart.querySelector('svg').getBoundingClientRect();
+    hover(chart, box.left + box.width / 2, box.top + box.height / 2);
+    var tip = chart.querySelector('.tip');
+    body.setAttribute('data-hover-ok', !tip.hidden && tip.textContent.indexOf(button.dataset.model) >= 0 ? 1 : 0);
+  }
+  var table = document.querySelector('table.summary'), heads = table ? table.querySelectorAll('th') : [];
+  for (var c = 0; c < heads.length; c++) {
+    if (heads[c].textContent !== 'model') { continue; }
+    sortBy(table, c, heads[c]);
+    var names = Array.prototype.map.call(table.tBodies[0].rows, function (r) { return r.cells[c].textContent; });
+    var sorted = names.slice().sort(function (a, b) { return a.localeCompare(b); });
+    body.setAttribute('data-sort-ok', names.join('|') === sorted.join('|') ? 1 : 0);
+  }
+}
 window.addEventListener('load', function () {
-  var images = document.querySelectorAll('img'), ok = 0;
-  images.forEach(function (img) { if (img.complete && img.naturalWidth > 0) ok += 1; });
-  document.body.setAttribute('data-images', images.length);
-  document.body.setAttribute('data-images-rendered', ok);
-  if (ok < images.length) { document.getElementById('broken').style.display = 'block'; }
+  document.querySelectorAll('table.sortable').forEach(function (table) {
+    table.querySelectorAll('th').forEach(function (th, i) { th.addEventListener('click', function () { sortBy(table, i, th); }); });
+  });
+  document.querySelectorAll('.legend-item').forEach(function (b) { b.addEventListener('click', function () { toggleModel(b.dataset.model); }); });
+  document.querySelectorAll('.chart').forEach(function (chart) {
+    var svg = chart.querySelector('svg');
+    svg.addEventListener('mousemove', function (e) { hover(chart, e.clientX, e.clientY); });
+    svg.addEventListener('mouseleave', function () { chart.querySelector('.tip').hidden = true; chart.querySelector('.guide').setAttribute('visibility', 'hidden'); });
+  });
+  var body = document.body, images = document.querySelectorAll('img'), ok = 0, charts = document.querySelectorAll('.chart'), drawn = 0;
+  images.forEach(function (img) { if (img.complete && img.naturalWidth > 0) { ok += 1; } });
+  charts.forEach(function (chart) {  // drawn: a line with a size and a real colour
+    var line = chart.querySelector('polyline');
+    if (line && line.getBBox().width > 0 && getComputedStyle(line).stroke !== 'none') { drawn += 1; }
+  });
+  var summary = document.querySelector('table.summary');
+  body.setAttribute('data-images', images.length);
+  body.setAttribute('data-images-rendered', ok);
+  body.setAttribute('data-charts', charts.length);
+  body.setAttribute('data-charts-rendered', drawn);
+  body.setAttribute('data-page-overflow', document.documentElement.scrollWidth > window.innerWidth ? 1 : 0);
+  body.setAttribute('data-summary-overflow', summary && summary.parentNode.scrollWidth > summary.parentNode.clientWidth ? 1 : 0);
+  if (ok < images.length || drawn < charts.length) { document.getElementById('broken').style.display = 'block'; }
+  if (location.hash === '#selftest') { selfTest(body); }
+  body.setAttribute('data-errors', pageErrors);
 });
 """
 
@@ -45,17 +146,21 @@ def render_report(
     plots: list[Path],
     rank_by: str,
     extra_sections: list[tuple[str, str]] | None = None,
+    charts: list[str] | None = None,
 ) -> str:
     title = f"{info.get('name', 'run')} / {info.get('run_id', '')}"
+    main, rest = summary_tables(summary, rank_by)
     parts = [
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>status <b>{html.escape(str(info.get('status')))}</b> &middot; ranked by <b>{html.escape(rank_by)}</b></p>",
-        "<p id='broken'>Some images of this report failed to render.</p>",
+        f"<p>status <b>{html.escape(str(info.get('status')))}</b> &middot; ranked by <b>{html.escape(rank_by)}</b> "
+        "&middot; click a column's header to sort by it</p>",
+        "<p id='broken'>Some plots of this report failed to render.</p>",
         "<h2>Summary</h2>",
-        _table(summary, highlight=rank_by),
+        html_table(main, highlight=rank_by, css="summary"),
         f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>",
+        f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
     for warning in info.get("warnings") or []:
         parts.append(f"<p class='warning'>warning: {html.escape(warning)}</p>")
@@ -68,13 +173,21 @@ def render_report(
             "diff_high): a paired bootstrap over validation images with one seed (p_a_better: the share of "
             "resamples in which model_a was better), a paired t-test across seeds with repeats (p_holm: "
             "Holm-adjusted over all pairs); supported = the difference is unlikely to be noise.</p>",
-            _table(pairs),
+            html_table(pairs),
         ]
+    parts.append("<h2>Curves</h2>")
+    parts += charts or []
     parts.append("<h2>Plots</h2>")
     parts += [_image(plot) for plot in plots]
     for heading, body in extra_sections or []:
         parts += [f"<h2>{html.escape(heading)}</h2>", body]
-    parts += ["<h2>Run</h2>", _facts(info), "<h2>Config</h2>", f"<pre>{html.escape(config_yaml)}</pre>", "</body></html>"]
+    settings, shared = settings_tables(info.get("config") or {})
+    parts += ["<h2>Settings</h2>"]
+    if len(settings.columns) > 1:
+        parts += ["<p>What differs between the models:</p>", html_table(settings)]
+    parts += ["<p>Shared by every model (and the run's train and data settings):</p>", definition_list(shared),
+              f"<details><summary>config.yaml, as run</summary><pre>{html.escape(config_yaml)}</pre></details>",
+              "<h2>Run</h2>", _facts(info), "</body></html>"]
     return "\n".join(parts)
 
 
@@ -129,22 +242,47 @@ def render_groups_section(groups: list[dict[str, Any]]) -> str:
     return note + _table(frame)
 
 
-def _table(frame: pd.DataFrame, highlight: str | None = None) -> str:
-    best_row = None
-    if highlight and highlight in frame and frame[highlight].notna().any():
-        values = frame[highlight].astype(float)
-        best_row = values.idxmax() if higher_is_better(highlight) else values.idxmin()
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
-    rows = []
-    for index, row in frame.iterrows():
-        cells = []
-        for column, value in row.items():
-            css = " class='best'" if index == best_row and column in ("model", highlight) else ""
-            cells.append(f"<td{css}>{html.escape(format_cell(value))}</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+def render_departures_section(models: dict[str, dict[str, Any]], race: dict[str, Any] | None) -> str:
+    """Members that left before the end: where, and why."""
+    rung_at = {r["step"]: r for r in (race or {}).get("rungs", [])}
+    reasons = {"stopped": "early stopping", "diverged": "a loss or gradient that was not finite", "oom": "out of memory"}
+    items = []
+    for name, record in models.items():
+        status, step = record.get("status", "ok"), record.get("changed_at_step")
+        if status == "ok":
+            continue
+        rung = rung_at.get(step)
+        why = f"race rung {rung['rung']} (epoch {rung['epoch']})" if status == "dropped" and rung else reasons.get(status, status)
+        items.append(f"<li><b>{html.escape(name)}</b> {html.escape(status)} at step {step}: {html.escape(why)}</li>")
+    if not items:
+        return ""
+    return "<p>In the plots, a cross ends each of their curves.</p><ul>" + "".join(items) + "</ul>"
 
 
+def render_race_section(race: dict[str, Any]) -> str:
+    """Each rung's ranking and cut, then whether the rungs' rankings predicted the final one."""
+    parts = [f"<p>Successive halving by <b>{html.escape(race['metric'])}</b>, keeping {race['keep']:g} of the models at "
+             f"each rung (epochs {', '.join(map(str, race['rung_epochs']))}); the fused step was rebuilt without the dropped "
+             "members after each rung.</p>"]
+    for rung in race.get("rungs", []):
+        frame = pd.DataFrame(rung["ranking"]).rename(columns={"value": race["metric"]})
+        frame["kept"] = frame["kept"].map({True: "kept", False: "dropped"})
+        cost = f"; the rebuilt step's first call (tracing it) took {rung['first_call_s']:.2f} s" if rung.get("first_call_s") is not None else ""
+        parts += [f"<h3>rung {rung['rung']} (epoch {rung['epoch']}, step {rung['step']})</h3>",
+                  f"<p>{rung['members_after']} member(s) kept{cost}.</p>", _table(frame[["rank", "model", race["metric"], "kept"]])]
+    correlations = race.get("correlations")
+    if correlations:
+        frame = pd.DataFrame(correlations)
+        parts += ["<h3>Did the rungs predict the final ranking?</h3>",
+                  "<p>Spearman's rank correlation between each rung's ranking and the final ranking, over the models "
+                  "that finished (1: the same order; 0: unrelated). Early rankings often do not predict final ones "
+                  "(Zela et al. 2018, arXiv:1807.06906): the nightly history keeps these figures night after night.</p>",
+                  _table(frame)]
+    return "\n".join(parts)
+
+
+def _table(frame: pd.DataFrame) -> str:
+    return html_table(frame)
 
 
 def _facts(info: dict[str, Any]) -> str:

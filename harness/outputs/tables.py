@@ -143,7 +143,13 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
         summary.insert(0, "rank", pd.array([pd.NA] * len(summary), dtype="Int64"))
         return summary
     ascending = not higher_is_better(rank_by)
-    summary = summary.sort_values(rank_by, ascending=ascending, na_position="last").reset_index(drop=True)
+    # A race's outcome is its ranking: the models that finished first, then those dropped at later
+    # rungs above those dropped earlier (their scores were measured sooner: not comparable).
+    dropped = summary["status"].astype(str).str.startswith("dropped") if "status" in summary else pd.Series(False, index=summary.index)
+    left_at = summary["steps"].where(dropped, 0) if "steps" in summary else 0
+    order = summary.assign(_dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
+    order = order.sort_values(["_dropped", "_left", rank_by], ascending=[True, True, ascending], na_position="last", kind="stable")
+    summary = order.drop(columns=["_dropped", "_left"]).reset_index(drop=True)
     summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
     if pair_stats is not None and len(pair_stats):
         summary["indistinguishable_from"] = indistinguishable(summary["model"].tolist(), pair_stats)

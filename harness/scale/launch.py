@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 from harness.config.schema import ExperimentConfig
 from harness.data.resolve import data_facts
+from harness.errors import ConfigError
 from harness.members.registry import check_code
 from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
@@ -33,6 +34,7 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     plan = make_plan(config, results / ".plan-cache", measure_members=False, say=lambda text: _say(config, text))
     if len(plan.groups) == 1 and not plan.too_big and config.placement.engine == "local":
         return run_experiment(config, results_dir, run, scan)  # everything fits one fused step
+    _refuse_race_over_groups(config, plan)
     for line in plan.describe():
         _say(config, f"harness: {line}")
     run = run or rd.create_run_dir(config, results_dir)
@@ -41,6 +43,20 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
         info = _starting_info(config, run, plan, scan)
         _driver(config, run, info, plan.memory_of()).run_all()
     return load_result(run, config)
+
+
+def _refuse_race_over_groups(config: ExperimentConfig, plan: Plan) -> None:
+    """A race needs every member in one fused step: groups train in separate processes, one after
+    another on a machine with one device, so they never stand at the same rung together; making
+    them wait for each other at every rung would idle every device but the slowest group's."""
+    if config.train.race is None:
+        return
+    raise ConfigError(
+        f"train.race: the plan splits the members into {len(plan.groups)} groups, and a race runs in one fused step "
+        "(groups train in separate processes that do not meet at rungs). Race within one group (placement.grouping: "
+        "single, and no memory_budget_mb, max_members_per_group or parallel_groups), or race each group's members "
+        "as experiments of their own"
+    )
 
 
 def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tuple[Plan, Path]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
+from harness.outputs.columns import higher_is_better
 from harness.training.export import export_model, export_saved_model
 from harness.training.records import MemberRecord, StepTiming, models_info
 from harness.training.rundir import RunDir, utc_now
@@ -37,10 +38,25 @@ class FinishedRun:
     update_info: Callable[..., None]  # run.json: update these keys and write it
     info: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    earlier_traces: int = 0  # of fused steps a race rebuilt without its dropped members
 
 
 def record_trace_count(done: FinishedRun) -> None:
-    done.update_info(trace_count=done.train_loop.tracing_count())
+    done.update_info(trace_count=done.train_loop.tracing_count() + done.earlier_traces)
+
+
+def record_race(done: FinishedRun) -> None:
+    """Can the race be trusted? Each rung's ranking against the final one, over the models that
+    finished (run.json `race.correlations`; the report and the nightly history show it)."""
+    race = done.info.get("race")
+    if not race:
+        return
+    from harness.outputs.tables import load_losses
+    from harness.training.race import correlations, final_scores
+
+    finished = [name for name, record in done.records.items() if record.status in ("ok", "stopped")]
+    final = final_scores(load_losses(done.run.losses_csv), race["metric"], finished)
+    done.update_info(race={**race, "correlations": correlations(race["rungs"], final, higher_is_better(race["metric"]))})
 
 
 def probe_input_share(done: FinishedRun) -> None:
@@ -115,10 +131,10 @@ def log_mlflow(done: FinishedRun) -> None:
     """After completion: a failure here costs the MLflow copy, never the run's own results."""
     if done.config.output.mlflow is None or not done.placement.is_chief:
         return
-    from harness.outputs.mlflow_log import log_run
+    from harness.outputs.mlflow_log import finish_runs
 
     try:
-        record = log_run(done.run, done.config, done.info)
+        record = finish_runs(done.run, done.config, done.info)
     except ConfigError:
         raise
     except Exception as exc:  # MLflow raises its own and its backends' errors
@@ -127,7 +143,7 @@ def log_mlflow(done: FinishedRun) -> None:
     done.update_info(mlflow=record)
 
 
-END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, write_final_report, log_mlflow)
+END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, write_final_report, log_mlflow)
 # A group of a larger run measures and exports its members; the run's driver merges the groups
 # and writes the one comparison (tables, report, MLflow) for all of them.
 GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, mark_completed)

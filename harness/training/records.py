@@ -19,7 +19,7 @@ class MemberRecord:
     """One member in run.json `models`: its status and the step it changed, and its cost figures."""
 
     params: int | None = None
-    status: str = "ok"  # ok, diverged, stopped (early stopping), oom (a group too big for its device)
+    status: str = "ok"  # ok, diverged, stopped (early stopping), dropped (by a race), oom (a group too big for its device)
     changed_at_step: int = 0
     diverged_step: int | None = None
     flops_per_example: int | None = None
@@ -40,9 +40,12 @@ class MemberRecord:
     def mark_stopped(self, step: int) -> None:
         self.status, self.changed_at_step = "stopped", step
 
+    def mark_dropped(self, step: int) -> None:
+        self.status, self.changed_at_step = "dropped", step
+
     @property
     def frozen_at(self) -> int | None:
-        """The last step this member trained (diverged or stopped); None while it trains."""
+        """The last step this member trained (diverged, stopped or dropped); None while it trains."""
         return None if self.status == "ok" else self.changed_at_step
 
 

@@ -28,10 +28,7 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
-from harness.core.evaluation import make_eval_fn
-from harness.core.losses import make_loss
 from harness.core.placement import Placement, describe_plan, device_names
-from harness.core.step import make_train_loop
 from harness.data.pipeline import build_datasets
 from harness.data.resolve import data_facts
 from harness.errors import HarnessError, Interrupted
@@ -41,10 +38,12 @@ from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoard
 from harness.training import checkpoints as ckpt
 from harness.training import rundir as rd
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
+from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.early_stopping import from_rows as early_stopping_from_rows
 from harness.training.export import BestTracker
 from harness.training.failures import explain_jit_failure, raise_injected_oom, translate
+from harness.training.race import make_race
 from harness.training.records import MemberRecord, RunResult, StepTiming, models_info
 
 tf = import_tf()
@@ -65,6 +64,7 @@ class Runner:
         self.stop = StopFlag()
         self.timing = StepTiming()
         self.validated = False
+        self.race = None
 
     def run(self) -> RunResult:
         try:
@@ -114,7 +114,7 @@ class Runner:
         self.records = {m.name: MemberRecord(params=m.params) for m in members}
         checkpoint = ckpt.make_checkpoint(members, global_step, self.info["run_token"])
         start = self._restore(checkpoint)  # 4.
-        self._keep_stopped(start)
+        self._keep_ended(start)
         self._read_statuses()
         self.stopper = early_stopping_from_rows(config.train.early_stopping, load_losses(run.losses_csv))
         best = BestTracker(run.path / "models", [m.name for m in members], start, self.stopper.metric if self.stopper else "loss")
@@ -122,10 +122,13 @@ class Runner:
 
         datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
+        self.race = make_race(config.train.race, datasets.steps_per_epoch, config.total_steps, self.info, start)
+        if self.race:
+            self.info["race"] = self.race.as_info()
         iterator = self.placement.input_iterator(datasets.train)
-        compare = {m.name: make_loss(config.compare_loss()) for m in members if config.scored_on_compare_loss(m.spec)}
-        train_loop = make_train_loop(members, self.placement, global_step, config.data.batch_size, config.train.steps_per_call, compare)  # 6.
-        evaluate = make_eval_fn(members, config.data.classes)
+        self.compiled = CompiledMembers(config, self.placement, global_step)
+        self.compiled.rebuilds = [r for r in self.info.get("rebuilds", []) if r["step"] <= start]  # later ones are redone
+        self.compiled.build(self._training_members())  # 6.
         writer = self._writers(start)
         self.val_scores = ValScoresWriter(run.val_scores_csv, config.data.classes)
 
@@ -133,15 +136,17 @@ class Runner:
             if self.timing.first_call_s is None:
                 self._phase("compiling the fused step (its first call traces it; the calls after it only run)")
             began = time.perf_counter()
-            outputs = self._call_train_loop(train_loop, iterator, k)
-            self.timing.add(k, time.perf_counter() - began)
+            outputs = self._call_train_loop(self.compiled.train_loop, iterator, k)
+            seconds = time.perf_counter() - began
+            if not self.compiled.first_call_of_rebuild(k, seconds):
+                self.timing.add(k, seconds)
             self._read_statuses()
             return self._train_rows(outputs, step, schedule)
 
         controller = Controller(  # 7.
             schedule=schedule,
             train=train,
-            evaluate=lambda step: self._validate(evaluate, datasets.val, best, step, schedule),
+            evaluate=lambda step: self._validate(datasets.val, best, step, schedule),
             checkpoint=lambda step: self._checkpoint(checkpoint, step),
             writer=writer,
             after_call=lambda step: self._update_info(steps_done=step, models=models_info(self.records), timing=self.timing.as_dict()),
@@ -157,7 +162,7 @@ class Runner:
             self._stopped(step)
         if step < config.total_steps:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
-        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, train_loop, global_step, self.records, self.timing, self._update_info, self.info)
+        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled.train_loop, global_step, self.records, self.timing, self._update_info, self.info, earlier_traces=self.compiled.earlier_traces)
         for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
@@ -170,6 +175,10 @@ class Runner:
         writers = [CsvRowsWriter(self.run_dir.losses_csv), TerminalWriter(self.config.total_steps, names, self.config.output.progress, start)]
         if self.config.output.tensorboard:
             writers.append(self._tensorboard_writer())
+        if self.config.output.mlflow is not None and self.placement.is_chief:
+            from harness.outputs.mlflow_log import MlflowWriter
+
+            writers.append(MlflowWriter(self.config, self.info, self.run_dir.path, lambda record: self._update_info(mlflow=record)))
         return MultiWriter(writers)
 
     def _tensorboard_writer(self) -> TensorBoardWriter:
@@ -245,15 +254,15 @@ class Runner:
                     rows.append(Row(s, schedule.epoch_of(s), name, "train", metric, float(value)))
         return rows
 
-    def _validate(self, evaluate, val_dataset, best: BestTracker, step: int, schedule: Schedule) -> list[Row]:
+    def _validate(self, val_dataset, best: BestTracker, step: int, schedule: Schedule) -> list[Row]:
         """Scores over the validation set (rows of losses.csv) and per image (val_scores.csv),
         from what each image contributed: one evaluation, one host sync."""
         if not self.validated:
             self._phase("validating (the first evaluation compiles the eval function)")
             self.validated = True
-        per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(val_dataset))
-        rows, epoch = [], schedule.epoch_of(step)
-        for member in self.members:
+        per_image = tf.nest.map_structure(lambda t: t.numpy(), self.compiled.evaluate(val_dataset))
+        rows, epoch, scores, stopped = [], schedule.epoch_of(step), {}, []
+        for member in self.compiled.active:
             if self.records[member.name].status != "ok":
                 continue
             mine = per_image[member.name]
@@ -263,24 +272,55 @@ class Runner:
             self.val_scores.write(step, epoch, member.name, mine, member.eval_scores(mine, 1))
             if self.config.output.export:
                 best.update(member.name, member.model, step, metrics)
+            scores[member.name] = {f"val_{k}": float(v) for k, v in metrics.items()}
             if self.stopper and self.stopper.observe(member.name, float(metrics[self.stopper.metric])):
                 self._stop_member(member, step)
+                stopped.append(member.name)
+        rung = None
+        if self.race and self.race.due(step):
+            rung = self._race_rung(step, {name: s[self.race.metric] for name, s in scores.items() if self.records[name].status == "ok"})
+        left = stopped + (rung["dropped"] if rung else [])
+        if left and self._training_members():
+            why = "; ".join(([f"race rung {rung['rung']} dropped {', '.join(rung['dropped'])}"] if rung and rung["dropped"] else [])
+                            + ([f"early stopping stopped {', '.join(stopped)}"] if stopped else []))
+            self._phase(f"rebuilding the fused step without {', '.join(left)}")
+            self.compiled.build(self._training_members(), step, why, also_note=rung if rung and rung["dropped"] else None)
+            self.info["rebuilds"] = self.compiled.rebuilds
         return rows
 
+    def _training_members(self) -> list:
+        """Members still in the fused step: not dropped by a race, not stopped early. (A diverged one
+        stays, frozen by its flag: divergence is found inside the step, without a host sync.)"""
+        return [m for m in self.members if self.records[m.name].status not in ("dropped", "stopped")]
+
+    def _race_rung(self, step: int, values: dict[str, float]) -> dict:
+        """Rank and drop the members below the cut, recorded in run.json at once (before the
+        checkpoint at this step: a resumed run never trains a member its run.json calls dropped)."""
+        rung = self.race.decide(step, values)
+        for name in rung["dropped"]:
+            self.records[name].mark_dropped(step)
+        self._update_info(models=models_info(self.records), race=self.race.as_info())
+        self._phase(f"race rung {rung['rung']} (epoch {rung['epoch']}): {rung['members_after']} of {len(values)} member(s) kept by {self.race.metric}")
+        return rung
+
     def _stop_member(self, member, step: int) -> None:
-        """Early stopping: frozen as a diverged member is (the step skips its updates from now on;
-        the flag is in every checkpoint), recorded as `stopped` at this step."""
+        """Early stopping: recorded as `stopped` at this step, and frozen (its flag, in every
+        checkpoint, says so); the fused step is then rebuilt without it."""
         member.diverged.assign(True)
         member.diverged_step.assign(step)
         self.records[member.name].mark_stopped(step)
+        self._update_info(models=models_info(self.records))  # before this step's checkpoint
         self._phase(f"{member.name} stopped at step {step}: {self.stopper.reason()}")
 
-    def _keep_stopped(self, start: int) -> None:
-        """On resume, members stopped at or before the restored step stay stopped (their flags are
-        set in the checkpoint); a stop after it is decided again by the redone validations."""
+    def _keep_ended(self, start: int) -> None:
+        """On resume, members stopped or dropped at or before the restored step stay so (a stopped
+        member's flag is in the checkpoint; a dropped one is left out of the rebuilt step); a stop
+        or a rung after it is decided again by the redone validations."""
         for name, previous in (self.info.get("models") or {}).items():
-            if previous.get("status") == "stopped" and previous.get("changed_at_step", start + 1) <= start and name in self.records:
-                self.records[name].mark_stopped(previous["changed_at_step"])
+            status = previous.get("status")
+            if status in ("stopped", "dropped") and previous.get("changed_at_step", start + 1) <= start and name in self.records:
+                mark = self.records[name].mark_stopped if status == "stopped" else self.records[name].mark_dropped
+                mark(previous["changed_at_step"])
 
     def _read_statuses(self) -> None:
         for m in self.members:

@@ -1,0 +1,53 @@
+"""The compiled functions of a run over the members still training, rebuilt when members leave.
+
+A member dropped by a race or stopped early leaves the fused step: the step and the eval function
+are built again over the others, so the rest of the run spends nothing on it. Each build is traced
+on its first call; that call's time is the rebuild's cost, kept out of the steady-state timing as
+the run's very first call is. The members that stay compute exactly what they did before (the same
+ops on the same batches: tested bit for bit).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from harness.core.evaluation import make_eval_fn
+from harness.core.losses import make_loss
+from harness.core.step import make_train_loop
+
+
+class CompiledMembers:
+    def __init__(self, config, placement, global_step):
+        self.config, self.placement, self.global_step = config, placement, global_step
+        self.active: list = []
+        self.train_loop = None
+        self.evaluate: Callable | None = None
+        self.earlier_traces = 0  # traces of the steps rebuilt away
+        self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
+        self._pending: list[dict[str, Any]] = []  # records to complete with the next call's time
+
+    def build(self, members: list, step: int | None = None, why: str | None = None, also_note: dict | None = None) -> None:
+        """Build over `members` (the first build, or a rebuild at `step` because of `why`)."""
+        config = self.config
+        compare = {m.name: make_loss(config.compare_loss()) for m in members if config.scored_on_compare_loss(m.spec)}
+        self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
+        self.active = list(members)
+        self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare)
+        self.evaluate = make_eval_fn(self.active, config.data.classes)
+        if why is not None:
+            record = {"step": step, "why": why, "members_after": len(members)}
+            self.rebuilds.append(record)
+            self._pending = [record] + ([also_note] if also_note is not None else [])
+
+    def first_call_of_rebuild(self, k: int, seconds: float) -> bool:
+        """Record a call's time if it was a rebuilt step's first (True: not steady-state time)."""
+        if not self._pending:
+            return False
+        for record in self._pending:
+            record.update(first_call_s=round(seconds, 3), first_call_steps=k, traces=self.train_loop.tracing_count())
+        self._pending = []
+        return True
+
+    @property
+    def trace_count(self) -> int:
+        return self.earlier_traces + (self.train_loop.tracing_count() if self.train_loop else 0)

@@ -1,0 +1,160 @@
+"""The race: the rung rule as a pure function, and runs where members dropped at rungs leave the
+fused step while the others train on bit for bit as in the full run, also through a resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+
+import pandas as pd
+import pytest
+from conftest import run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
+
+import harness
+from harness.config.loading import validate_config
+from harness.errors import ConfigError
+from harness.training.race import correlations, decide, make_race
+
+FOUR = [
+    {"name": "fcn", "arch": "tiny_fcn"},
+    {"name": "unet", "arch": "tiny_unet"},
+    {"name": "wide", "arch": "tiny_fcn", "options": {"width": 12}},
+    {"name": "deconv", "arch": "tiny_deconv", "loss": "focal+dice", "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9}},
+]
+RACE = {"rungs": [1, 2], "keep": 0.5, "metric": "val_loss"}
+
+
+def test_a_rung_keeps_the_best_half_and_everyone_tied_with_the_last_kept():
+    ranking, dropped = decide({"a": 0.9, "b": 0.5, "c": 0.7, "d": 0.1}, keep=0.5, higher=True)
+    assert [(r["model"], r["rank"], r["kept"]) for r in ranking] == [("a", 1, True), ("c", 2, True), ("b", 3, False), ("d", 4, False)]
+    assert dropped == ["b", "d"]
+    _, dropped = decide({"a": 0.9, "b": 0.7, "c": 0.7, "d": 0.1}, keep=0.5, higher=True)
+    assert dropped == ["d"]  # b ties with c, the last one kept
+    _, dropped = decide({"a": 0.2, "b": 0.1, "c": float("nan")}, keep=0.3, higher=False)
+    assert dropped == ["a", "c"]  # a loss: lower is better; NaN ranks last; at least one is kept
+
+
+def test_with_repeats_a_models_seeds_are_ranked_by_their_mean_and_go_together():
+    values = {"a@1": 0.9, "a@2": 0.1, "b@1": 0.6, "b@2": 0.6, "c@1": 0.2, "c@2": 0.3}
+    ranking, dropped = decide(values, keep=0.5, higher=True)
+    assert [r["model"] for r in ranking] == ["b", "a", "c"]  # b 0.6, a 0.5, c 0.25
+    assert sorted(dropped) == ["c@1", "c@2"]
+
+
+def test_rung_correlations_use_the_models_that_finished():
+    rungs = [{"rung": 1, "epoch": 1, "ranking": [{"model": m, "value": v} for m, v in [("a", 0.1), ("b", 0.2), ("c", 0.3), ("d", 0.4)]]}]
+    (same,) = correlations(rungs, {"a": 0.5, "b": 0.6, "c": 0.7, "d": 0.8}, higher=True)
+    assert same["spearman"] == 1.0 and same["models_finished"] == 4
+    (reversed_,) = correlations(rungs, {"a": 0.8, "b": 0.7, "c": 0.6}, higher=True)
+    assert reversed_["spearman"] == -1.0 and reversed_["models_finished"] == 3
+    (too_few,) = correlations(rungs, {"a": 0.8, "b": 0.7}, higher=True)
+    assert too_few["spearman"] is None and "needs 3" in too_few["note"]
+
+
+def test_a_rung_at_the_end_of_the_run_is_refused_and_a_resume_keeps_only_rungs_before_its_step():
+    spec = validate_config(tiny_config(train={"epochs": 2, "race": {"rungs": [2]}})).train.race
+    with pytest.raises(ConfigError, match=r"train.race.rungs: epoch\(s\) \[2\] are at or after the end"):
+        make_race(spec, steps_per_epoch=4, total_steps=8, info={}, start=0)
+    info = {"race": {"rungs": [{"rung": 1, "step": 4}, {"rung": 2, "step": 8}]}}
+    spec = validate_config(tiny_config(train={"epochs": 3, "race": {"rungs": [1, 2]}})).train.race
+    race = make_race(spec, 4, 12, info, start=6)
+    assert [r["step"] for r in race.rungs] == [4] and race.due(8) and not race.due(4)
+
+
+@pytest.mark.parametrize("rungs", [[], [2, 1], [1, 1]])
+def test_rungs_must_be_given_in_increasing_order(rungs):
+    with pytest.raises(ConfigError) as raised:
+        validate_config(tiny_config(train={"race": {"rungs": rungs}}))
+    assert "train.race: rungs: one or more epochs in increasing order" in raised.value.render()
+
+
+def race_config(**train) -> dict:
+    return tiny_config(models=FOUR, train={"epochs": 3, **train}, output={"probe_steps": 0, "progress": "none"})
+
+
+@pytest.fixture(scope="module")
+def full_and_race(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("race")
+    full = harness.run(validate_config(race_config()), results_dir=folder / "full")
+    race = harness.run(validate_config(race_config(race=RACE)), results_dir=folder / "race")
+    return full, race
+
+
+def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(full_and_race):
+    full, race = full_and_race
+    models, rungs = race.info["models"], race.info["race"]["rungs"]
+    assert [(r["epoch"], r["step"], r["members_after"]) for r in rungs] == [(1, 4, 2), (2, 8, 1)]
+    dropped = {name: m["changed_at_step"] for name, m in models.items() if m["status"] == "dropped"}
+    assert sorted(dropped.values()) == [4, 4, 8] and len(dropped) == 3
+    # Ranked by val_loss at each rung of the full run's own validations: the same decisions.
+    val = full.losses[(full.losses["split"] == "val") & (full.losses["metric"] == "loss")]
+    at_one = val[val["step"] == 4].sort_values("value")["model"].tolist()
+    assert [r["model"] for r in rungs[0]["ranking"]] == at_one and set(at_one[2:]) == {n for n, s in dropped.items() if s == 4}
+    for name in models:
+        last = dropped.get(name, 12)
+        mine = race.losses[race.losses["model"] == name].sort_values(["step", "split", "metric"]).reset_index(drop=True)
+        theirs = full.losses[(full.losses["model"] == name) & (full.losses["step"] <= last)].sort_values(["step", "split", "metric"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
+    # One trace for the first step and one per rung that dropped members; timed apart.
+    assert race.info["trace_count"] == 3 and full.info["trace_count"] == 1
+    assert all(r["traces"] == 1 and r["first_call_s"] > 0 for r in rungs)
+    correlations = race.info["race"]["correlations"]
+    assert [c["models_finished"] for c in correlations] == [1, 1] and all(c["spearman"] is None for c in correlations)
+    summary = race.summary
+    assert summary["status"].tolist() == ["ok", "dropped", "dropped", "dropped"]  # the race's winner first,
+    assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
+
+
+def test_the_report_shows_the_rungs_and_where_members_left(full_and_race):
+    _, race = full_and_race
+    page = (race.run_dir / "report.html").read_text()
+    assert "<h2>Race</h2>" in page and "rung 1 (epoch 1, step 4)" in page and "dropped at step 4: race rung 1 (epoch 1)" in page
+
+
+def test_a_race_interrupted_after_a_rung_and_resumed_equals_the_uninterrupted_race(full_and_race, tmp_path):
+    _, uninterrupted = full_and_race  # three steps per call; one here (the same ops: the same results)
+    config = race_config(race=RACE, steps_per_call=1)
+    results = tmp_path / "r"
+    process = start_cli("run", write_yaml(tmp_path / "c.yaml", {**config, "output": {"probe_steps": 0, "progress": "lines"}}), "--results", results)
+    run_dir = wait_for_run_dir(results, process)
+    assert wait_for_rows(run_dir / "losses.csv", 70, process=process), "finished before it could be stopped"  # past rung 1
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=120)
+    assert process.returncode == 75
+    done = run_cli("resume", run_dir)
+    assert done.returncode == 0, done.stderr
+    info = json.loads((run_dir / "run.json").read_text())
+    assert 4 <= info["resumes"][0]["from_step"] < 12  # after rung 1: the resumed step leaves its dropped members out
+    assert [r["dropped"] for r in info["race"]["rungs"]] == [r["dropped"] for r in uninterrupted.info["race"]["rungs"]]
+    resumed = pd.read_csv(run_dir / "losses.csv").sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
+    expected = uninterrupted.losses.sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(resumed, expected, check_exact=True)
+
+
+def test_a_race_over_several_groups_is_refused_with_the_reason(tmp_path):
+    config = race_config(race=RACE)
+    config["placement"] = {"max_members_per_group": 2}
+    done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "train.race: the plan splits the members into 2 groups" in done.stderr
+    assert not (tmp_path / "tiny").exists() or not any((tmp_path / "tiny").iterdir())
+
+
+def test_the_nightly_history_keeps_each_rungs_correlation(full_and_race, tmp_path):
+    from harness.nights.history import HistoryStore
+    from harness.nights.tonight import history_table, measurements
+    from harness.training.rundir import RunDir
+
+    _, race = full_and_race
+    store = HistoryStore(tmp_path / "history.sqlite")
+    recorded = measurements(RunDir(race.run_dir), night="2026-11-20", commit=None, regressions=0)
+    planted = dataclasses.replace(recorded, record=dataclasses.replace(recorded.record, run_id="earlier", night="2026-11-19"),
+                                  race=({"rung": 1, "epoch": 1, "models_finished": 4, "spearman": 0.4},))
+    store.record_run(planted)
+    store.record_run(recorded)
+    rungs = store.race_table()
+    assert rungs[["run_id", "rung", "models_finished"]].values.tolist() == [["earlier", 1, 4], [race.run_dir.name, 1, 1], [race.run_dir.name, 2, 1]]
+    table = history_table(store).set_index("run_id")
+    assert table.loc["earlier", "spearman rung 1 (epoch 1)"] == 0.4
+    assert pd.isna(table.loc[race.run_dir.name, "spearman rung 2 (epoch 2)"])  # one model finished: no correlation
