@@ -12,7 +12,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
-    sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input", "statistics", "scale"]
+    sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input", "statistics", "stream", "scale"]
     assert list(dict.fromkeys(table["section"])) == sections
     statistics = table[table["section"] == "statistics"]
     assert (statistics["seconds"] > 0).all() and statistics["pairs"].tolist() == [15, 15]  # 6 members
@@ -40,6 +40,10 @@ def test_tiny_bench_measures_every_section(tmp_path):
     wait = table[table["section"] == "input"].set_index("contender")
     assert list(wait.index) == ["suite pipeline", "expensive pipeline"]
     assert ((wait["ratio"] >= 0) & (wait["ratio"] < 1)).all() and (wait["in_memory_ms_per_step"] > 0).all()
+    stream = table[table["section"] == "stream"].set_index("contender")
+    assert stream.loc["streamed, store written", "decoded"] == 60 and stream.loc["streamed, store reused", "decoded"] == 0
+    assert (stream["peak_rss_mb"].dropna() > 100).all() and (stream["scan_pairs_per_s"].dropna() > 0).all()
+    assert stream.loc["format: pread of fixed-size records (the store)", "reads_per_s"] > 0
     scale = table[table["section"] == "scale"].set_index("contender")
     assert list(scale.index[:2]) == ["one group", "2 single runs"] and (scale["end_to_end_s"].iloc[:2] > 0).all()
     assert scale.loc["one group", "ratio"] == 1.0 and (scale["peak_rss_mb"].iloc[:2] > 100).all()

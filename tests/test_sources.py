@@ -215,10 +215,14 @@ def test_auto_image_size_suits_every_model_and_disk_cache_is_reused(tmp_path):
     config = data_config(raw, models=[{"name": "u", "arch": "tiny_unet"}])  # sides multiple of 4
     resolved, result = resolve_data(config, input_multiple(config), tmp_path / "cache")
     assert resolved.data.image_size == (36, 44) and "median source size 37x45" in result.facts["image_size_reason"]
-    assert len(list((tmp_path / "cache").glob("*.npz"))) == 1
+    assert result.images is None and result.facts["cache"]["decoded"] == 8 and list((tmp_path / "cache").glob("shard-*.bin"))
     again = load_scan(config.data, input_multiple(config), tmp_path / "cache")
-    assert "cache" in again.facts
-    np.testing.assert_array_equal(again.images, result.images)
+    assert again.facts["cache"]["decoded"] == 0 and again.facts["cache"]["reused"] == 8
+    in_memory = load_scan(config.data.model_copy(update={"cache": "memory"}), input_multiple(config))
+    for i in range(in_memory.train_size + in_memory.val_size):  # the same examples in the same order
+        image, labels = again.store.read(i)
+        np.testing.assert_array_equal(image, in_memory.images[i])
+        np.testing.assert_array_equal(labels, in_memory.labels[i])
 
 
 def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):

@@ -37,12 +37,14 @@ def build_datasets(spec: DataSpec, seed: int, start_step: int, total_steps: int,
         make_example = make_synthetic_example_fn(spec, seed)
     elif scan is None:
         raise RuntimeError(f"data.source {spec.source}: build_datasets needs the scan from harness.data.resolve.resolve_data")
+    elif scan.store is not None:
+        make_example = make_store_example_fn(scan.store, spec.classes)
     else:
         make_example = make_array_example_fn(scan, spec.classes)
     augment = make_augment_fn(spec.augment, spec.image_size)
     return Datasets(
         train=make_train_dataset(make_example, spec, seed, start_step, total_steps, augment),
-        val=make_val_dataset(make_example, spec),
+        val=make_val_dataset(make_example, spec, in_memory=scan is None or scan.store is None),
         steps_per_epoch=spec.steps_per_epoch,
     )
 
@@ -95,16 +97,28 @@ def make_array_example_fn(scan, classes: int):
     return make_example
 
 
-def make_val_dataset(make_example, spec: DataSpec):
-    """Examples after the training ones (indices train_size ..), so the two never overlap."""
+def make_store_example_fn(store, classes: int):
+    """f(index) for `data.cache: disk`: one positional read from the on-disk store per example (in
+    tf.data's parallel map), then the same ops as the in-memory path: the same values, bit for bit."""
+    shape = store.shape
+    dtype = tf.uint8 if shape.image_dtype == "uint8" else tf.float32
+    scale = 255.0 if shape.image_dtype == "uint8" else 1.0
+
+    def make_example(index):
+        image, label = tf.numpy_function(store.read, [index], [dtype, tf.uint8], stateful=False)
+        image = tf.ensure_shape(image, shape.image)
+        label = tf.ensure_shape(label, shape.labels)
+        return tf.cast(image, tf.float32) / scale, _encode_mask(tf.cast(label, tf.int32), classes)
+
+    return make_example
+
+
+def make_val_dataset(make_example, spec: DataSpec, in_memory: bool = True):
+    """Examples after the training ones (indices train_size ..), so the two never overlap. Kept in
+    memory after the first pass, unless the data streams from disk (memory must not grow with it)."""
     first = spec.train_size
-    return (
-        tf.data.Dataset.range(first, first + spec.val_size)
-        .map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        .batch(spec.batch_size)
-        .cache()
-        .prefetch(tf.data.AUTOTUNE)
-    )
+    dataset = tf.data.Dataset.range(first, first + spec.val_size).map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
+    return (dataset.cache() if in_memory else dataset).prefetch(tf.data.AUTOTUNE)
 
 
 def make_synthetic_example_fn(spec: DataSpec, seed: int):

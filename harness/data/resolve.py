@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.schema import DataSpec, ExperimentConfig
-from harness.data.cache import cache_stamp, read_cache, write_cache
+from harness.data.disk_scan import scan_to_disk
 from harness.data.scan import Scan, scan_items
 from harness.data.sources import list_items
 from harness.errors import ConfigError, DataError
@@ -32,17 +32,12 @@ def resolve_data(config: ExperimentConfig, multiple: int = 1, cache_dir: Path | 
 
 
 def load_scan(spec: DataSpec, multiple: int, cache_dir: Path | None = None) -> Scan:
-    """The scan of a real source: from the disk cache when `data.cache: disk` and nothing changed."""
+    """The scan of a real source: held in memory, or with `data.cache: disk` written to (and read
+    from) the on-disk store under `cache_dir`, reusing every shard whose files did not change."""
     items = list_items(spec)
-    use_cache = spec.cache == "disk" and cache_dir is not None
-    stamp = cache_stamp(spec, items, multiple) if use_cache else None
-    cached = read_cache(cache_dir, stamp) if use_cache else None
-    if cached is not None:
-        return cached
-    scan = scan_items(items, spec, multiple)
-    if use_cache:
-        write_cache(cache_dir, stamp, scan)
-    return scan
+    if spec.cache == "disk" and cache_dir is not None:
+        return scan_to_disk(items, spec, multiple, cache_dir)
+    return scan_items(items, spec, multiple)
 
 
 def data_facts(spec: DataSpec, scan: Scan | None) -> dict[str, Any]:

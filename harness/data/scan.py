@@ -36,13 +36,14 @@ from harness.data.sources import BadItem, Item
 class Scan:
     """The scanned, loaded data: train examples first, then validation ones."""
 
-    images: np.ndarray  # [N, H, W, C] uint8 or float32 in [0, 1]
-    labels: np.ndarray  # [N, H, W] uint8 class ids
+    images: np.ndarray | None  # [N, H, W, C] uint8 or float32 in [0, 1]; None when streamed from disk
+    labels: np.ndarray | None  # [N, H, W] uint8 class ids
     train_size: int
     val_size: int
     image_size: tuple[int, int]
     facts: dict[str, Any] = field(default_factory=dict)  # for run.json
     variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (harness.data.pipeline)
+    store: Any = field(default=None, repr=False)  # data.cache: disk: the examples on disk (images and labels None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -64,14 +65,18 @@ def scan_items(items: list[Item], spec: DataSpec, multiple: int) -> Scan:
             kept.append((item, *result[:2]))
             notes.update(result[2])
     if problems and spec.on_bad_data == "fail":
-        raise DataError(
-            f"data.source {spec.source}: {len(problems)} bad item(s) of {len(items)} (fix them, or set "
-            "data.on_bad_data: skip to leave them out):",
-            problems,
-        )
+        raise bad_data_error(spec, problems, len(items))
     if not kept:
         raise DataError(f"data.source {spec.source}: no usable examples", problems)
     return _assemble(kept, spec, size, size_reason, problems, notes, len(items), time.perf_counter() - began)
+
+
+def bad_data_error(spec: DataSpec, problems: list[str], listed: int) -> DataError:
+    return DataError(
+        f"data.source {spec.source}: {len(problems)} bad item(s) of {listed} (fix them, or set "
+        "data.on_bad_data: skip to leave them out):",
+        problems,
+    )
 
 
 def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str], notes: Counter, listed: int, seconds: float) -> Scan:

@@ -1,0 +1,94 @@
+"""The pre-flight scan for `data.cache: disk`: every item decoded and checked exactly as the
+in-memory scan does (`harness.data.scan`), but written into the on-disk store (`harness.data.store`)
+shard by shard instead of held, so memory does not grow with the dataset. Shards whose items have
+not changed since an earlier scan are reused, not decoded again.
+
+The examples keep the in-memory order (training items in listing order, then validation ones),
+so a run streamed from disk sees the very same batches as the same run held in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from harness.config.schema import DataSpec
+from harness.data.scan import Scan, _is_val, _load_item, _target_size, bad_data_error
+from harness.data.sources import Item
+from harness.data.store import ExampleStore, RecordShape, fill_store, shard_boundaries
+
+
+def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path) -> Scan:
+    began = time.perf_counter()
+    problems = list(getattr(items, "problems", []))
+    size, size_reason = _target_size(items, spec, multiple)
+    floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
+    shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
+    settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1])
+    train = [item for item in items if not _is_val(item, spec.val_fraction)]
+    val = [item for item in items if _is_val(item, spec.val_fraction)]
+    groups = [part[a:b] for part in (train, val) for a, b in shard_boundaries([i.name for i in part])]
+    n_train_groups = len(shard_boundaries([i.name for i in train]))
+
+    def decode(item: Item):
+        result = _load_item(item, spec, size)
+        if isinstance(result, str) or not floats or result[0].dtype != np.uint8:
+            return result
+        return (result[0].astype(np.float32) / 255.0, *result[1:])  # as the in-memory scan makes mixed sources float
+
+    shards, decoded = fill_store(folder, settings, shape, groups, _stamp, decode, workers=min(32, 2 * (os.cpu_count() or 1)))
+    for shard in shards:
+        problems += shard.info["problems"]
+    n_train = sum(s.count for s in shards[:n_train_groups])
+    n_val = sum(s.count for s in shards[n_train_groups:])
+    if problems and spec.on_bad_data == "fail":
+        raise bad_data_error(spec, problems, len(items))
+    train_size, val_size = min(n_train, spec.train_size or n_train), min(n_val, spec.val_size or n_val)
+    store = ExampleStore(folder, shape, shards, skip=(train_size, n_train - train_size))
+    notes, labels = Counter(), Counter()
+    for shard in shards:
+        notes.update(shard.info["notes"])
+        labels.update({k: v for k, v in shard.info["label_counts"].items()})
+    seconds = time.perf_counter() - began
+    facts = {
+        "source": spec.source,
+        "listed": len(items),
+        "used": int(train_size + val_size),
+        "skipped": len(problems),
+        "problems": problems[:200],
+        "notes": [f"{n} item(s): {what}" for what, n in sorted(notes.items())],
+        "image_size": list(size),
+        "image_size_reason": size_reason,
+        "fit": spec.fit,
+        "scan_seconds": round(seconds, 3),
+        "scan_items_per_s": round(len(items) / seconds, 1) if seconds > 0 else None,
+        "label_counts": dict(sorted(labels.items(), key=lambda kv: int(kv[0]))),  # over every cached example
+        "cache": {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes},
+    }
+    if n_val == 0 or n_train == 0:
+        from harness.errors import DataError
+
+        raise DataError(f"data.source {spec.source}: {n_train} training and {n_val} validation examples; both need at least one (data.val_fraction)")
+    return Scan(None, None, train_size, val_size, tuple(size), facts, store=store)
+
+
+def _stamp(item: Item) -> bytes:
+    """What decides an item's record: its name and, per part, a file's path, size and modification
+    time, or the bytes of an in-memory part."""
+    digest = hashlib.sha256(item.name.encode())
+    for part in (item.image, item.mask):
+        if isinstance(part, Path):
+            stat = part.stat()
+            digest.update(f"{part}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        elif isinstance(part, bytes):
+            digest.update(hashlib.sha256(part).digest())
+        else:
+            array = np.ascontiguousarray(part)
+            digest.update(f"{array.dtype}{array.shape}".encode() + hashlib.sha256(memoryview(array).cast("B")).digest())
+    return digest.digest()
