@@ -89,8 +89,14 @@ def start_cli(*args, env=None) -> subprocess.Popen:
 
 
 def only_run_dir(results: Path, name: str = "tiny") -> Path:
-    (run_dir,) = (results / name).iterdir()
+    (run_dir,) = run_dirs(results, name)
     return run_dir
+
+
+def run_dirs(results: Path, name: str = "tiny") -> list[Path]:
+    """The run directories of an experiment (not .data-cache or other hidden folders beside them)."""
+    folder = results / name
+    return [p for p in folder.iterdir() if not p.name.startswith(".")] if folder.is_dir() else []
 
 
 def wait_for_rows(path: Path, at_least: int, timeout: float = 120, process=None) -> bool:
@@ -110,7 +116,7 @@ def wait_for_run_dir(results: Path, process, name: str = "tiny", timeout: float 
     """The run directory once the process has created it; None if the process ended first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if (results / name).is_dir() and any((results / name).iterdir()):
+        if run_dirs(results, name):
             return only_run_dir(results, name)
         if process.poll() is not None:
             return None

@@ -5,12 +5,13 @@ not grow with the dataset; a full disk that leaves nothing half-written."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, assert_same_training, run_cli, tiny_config, write_yaml
+from conftest import REPO, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
 from PIL import Image
 from test_sources import data_config, scan, write_folder
 
@@ -83,17 +84,24 @@ def test_a_full_disk_exits_4_naming_the_path_and_leaves_no_half_shard(tmp_path, 
     assert not list((tmp_path / "cache").iterdir())  # no shard, no temporary file
 
 
-def test_a_streamed_run_equals_the_run_held_in_memory_bit_for_bit(tmp_path):
+def test_a_streamed_run_killed_and_resumed_equals_the_run_held_in_memory_bit_for_bit(tmp_path):
     data = folder_config(tmp_path / "data", 48, image_size=[16, 16], batch_size=4, train_size=None, val_size=None)
-    runs = {}
-    for cache in ("memory", "disk"):
-        config = tiny_config(data={**data, "cache": cache}, train={"epochs": 2, "steps_per_call": 3, "deterministic": True})
-        done = run_cli("run", write_yaml(tmp_path / f"{cache}.yaml", config), "--results", tmp_path / cache)
-        assert done.returncode == 0, done.stderr
-        (runs[cache],) = [p for p in (tmp_path / cache / "tiny").iterdir() if not p.name.startswith(".")]  # .data-cache beside it
-    assert_same_training(runs["disk"], runs["memory"])
-    facts = json.loads((runs["disk"] / "run.json").read_text())["data"]
-    assert facts["cache"]["decoded"] == 48 and facts["cache"]["bytes"] > 0
+    train = {"epochs": 2, "steps_per_call": 1, "deterministic": True}
+    memory = tiny_config(data={**data, "cache": "memory"}, train=train)
+    done = run_cli("run", write_yaml(tmp_path / "memory.yaml", memory), "--results", tmp_path / "memory")
+    assert done.returncode == 0, done.stderr
+    streamed = tiny_config(data={**data, "cache": "disk"}, train=train, output={"probe_steps": 0, "progress": "lines"})
+    process = start_cli("run", write_yaml(tmp_path / "disk.yaml", streamed), "--results", tmp_path / "disk")
+    disk_run = wait_for_run_dir(tmp_path / "disk", process)
+    assert wait_for_rows(disk_run / "losses.csv", 3 * 2 * 6, process=process), "finished before it could be stopped"
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=120)
+    assert process.returncode == 75
+    done = run_cli("resume", disk_run)
+    assert done.returncode == 0, done.stderr
+    info = json.loads((disk_run / "run.json").read_text())
+    assert info["resumes"] and info["data"]["cache"]["decoded"] == 0  # the resume read the store the run wrote
+    assert_same_training(disk_run, only_run_dir(tmp_path / "memory"))
 
 
 PEAK = """
