@@ -12,46 +12,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli, run_main, tiny_config, write_yaml
+from pictures import data_config, picture, scan, write_folder, write_tfds
 from PIL import Image
 
 from harness.core.backend import import_tf
-from harness.config.loading import validate_config
 from harness.data.pipeline import build_datasets
 from harness.errors import ConfigError, DataError
 from harness.data.resolve import load_scan, resolve_data
 from harness.members.registry import input_multiple
 
 tf = import_tf()
-
-
-def picture(seed: int, size=(24, 32)) -> tuple[np.ndarray, np.ndarray]:
-    """An RGB image whose bright square is exactly the mask's foreground."""
-    rng = np.random.default_rng(seed)
-    mask = np.zeros(size, np.uint8)
-    top, left = rng.integers(0, size[0] - 8), rng.integers(0, size[1] - 8)
-    mask[top : top + 8, left : left + 8] = 1
-    image = (rng.uniform(0, 60, (*size, 3)) + 180 * mask[..., None]).astype(np.uint8)
-    return image, mask
-
-
-def write_folder(root: Path, count: int = 10, image_ext: str = ".png", size=(24, 32)) -> tuple[Path, Path]:
-    images, masks = root / "images", root / "masks"
-    images.mkdir(parents=True)
-    masks.mkdir(parents=True)
-    for i in range(count):
-        image, mask = picture(i, size)
-        Image.fromarray(image).save(images / f"ex{i:02d}{image_ext}")
-        Image.fromarray(mask * 255).save(masks / f"ex{i:02d}.png")
-    return images, masks
-
-
-def data_config(data: dict, **changes):
-    base = tiny_config(data={"image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None, **data}, **changes)
-    return validate_config(base)
-
-
-def scan(config, cache=None):
-    return load_scan(config.data, input_multiple(config), cache)
 
 
 def test_folder_source_reads_every_format_maps_0_255_and_resolves_sizes(tmp_path):
@@ -178,24 +148,6 @@ def test_arrays_npz_and_npy_with_nan_checks(tmp_path):
     with pytest.raises(DataError) as error:
         scan(data_config({"source": "arrays", "images": str(tmp_path / "x.npy"), "masks": str(tmp_path / "y.npy")}))
     assert error.value.problems == ["x.npy[3]: image has 1 NaN/Inf values"]
-
-
-def write_tfds(root: Path, name: str = "shapes_seg", version: str = "1.0.0") -> Path:
-    """A prepared dataset in TFDS's on-disk layout: dataset_info.json and TFRecord shards of
-    tf.train.Example with PNG-encoded image and segmentation_mask features."""
-    folder = root / name / version
-    folder.mkdir(parents=True)
-    for split, count in (("train", 6), ("test", 2)):
-        with tf.io.TFRecordWriter(str(folder / f"{name}-{split}.tfrecord-00000-of-00001")) as writer:
-            for i in range(count):
-                image, mask = picture(i + (100 if split == "test" else 0), (16, 16))
-                feature = {
-                    "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(image).numpy()])),
-                    "segmentation_mask": tf.train.Feature(bytes_list=tf.train.BytesList(value=[tf.io.encode_png(mask[..., None]).numpy()])),
-                }
-                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
-    (folder / "dataset_info.json").write_text(json.dumps({"name": name, "version": version, "splits": [{"name": "train"}, {"name": "test"}]}))
-    return root
 
 
 def test_tfds_dataset_on_disk_is_read_without_download(tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import REPO, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
 from PIL import Image
-from test_sources import data_config, scan, write_folder
+from pictures import data_config, scan, write_folder, write_tfds
 
 from harness.data import store as store_module
 from harness.data.store import SHARD_MEAN, shard_boundaries
@@ -139,8 +139,6 @@ def test_ten_times_the_images_take_less_than_10_percent_more_memory_when_streame
 def source_configs(root) -> dict[str, dict]:
     """One config of each source over the same kind of pictures (a bad file in the folder one)."""
     import csv as csv_module
-
-    from test_sources import write_tfds
 
     images, masks = write_folder(root / "folder", 10, size=(16, 16))
     (images / "ex99.png").write_bytes(b"not a png")  # its mask is missing too: two problems, caught alike
