@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.schema import DataSpec
-from harness.data.scan import Scan, _is_val, _load_item, _target_size, bad_data_error
+from harness.data.scan import Scan, _is_val, _load_item, _target_size, bad_data_error, scan_facts
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, shard_boundaries
 
@@ -56,21 +56,9 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
         notes.update(shard.info["notes"])
         labels.update({k: v for k, v in shard.info["label_counts"].items()})
     seconds = time.perf_counter() - began
-    facts = {
-        "source": spec.source,
-        "listed": len(items),
-        "used": int(train_size + val_size),
-        "skipped": len(problems),
-        "problems": problems[:200],
-        "notes": [f"{n} item(s): {what}" for what, n in sorted(notes.items())],
-        "image_size": list(size),
-        "image_size_reason": size_reason,
-        "fit": spec.fit,
-        "scan_seconds": round(seconds, 3),
-        "scan_items_per_s": round(len(items) / seconds, 1) if seconds > 0 else None,
-        "label_counts": dict(sorted(labels.items(), key=lambda kv: int(kv[0]))),  # over every cached example
-        "cache": {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes},
-    }
+    label_counts = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))  # over every cached example
+    facts = scan_facts(spec, len(items), train_size + val_size, problems, notes, size, size_reason, seconds, label_counts)
+    facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes}
     if n_val == 0 or n_train == 0:
         from harness.errors import DataError
 

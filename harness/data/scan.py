@@ -91,10 +91,17 @@ def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str],
     train_size = min(n_train, spec.train_size or n_train)
     val_size = min(n_val, spec.val_size or n_val)
     keep = np.r_[0:train_size, n_train : n_train + val_size]
-    facts = {
+    label_counts = {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))}
+    facts = scan_facts(spec, listed, train_size + val_size, problems, notes, size, size_reason, seconds, label_counts)
+    return Scan(images[keep], labels[keep], train_size, val_size, size, facts)
+
+
+def scan_facts(spec: DataSpec, listed: int, used: int, problems: list[str], notes, size, size_reason: str, seconds: float, label_counts: dict) -> dict[str, Any]:
+    """What run.json says about a scan (held in memory or written to the on-disk store)."""
+    return {
         "source": spec.source,
         "listed": listed,
-        "used": int(train_size + val_size),
+        "used": int(used),
         "skipped": len(problems),
         "problems": problems[:200],
         "notes": [f"{n} item(s): {what}" for what, n in sorted(notes.items())],
@@ -103,9 +110,8 @@ def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str],
         "fit": spec.fit,
         "scan_seconds": round(seconds, 3),
         "scan_items_per_s": round(listed / seconds, 1) if seconds > 0 else None,
-        "label_counts": {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))},
+        "label_counts": label_counts,
     }
-    return Scan(images[keep], labels[keep], train_size, val_size, size, facts)
 
 
 def _is_val(item: Item, fraction: float) -> bool:
