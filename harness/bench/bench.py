@@ -33,7 +33,8 @@ Sections (rows of bench.csv):
              memory; and the plan's predicted memory of each group vs what it used
   stream     a folder of PNG files (20,000 at 256x256) trained held in memory vs streamed from the
              on-disk store (written, then reused): wall time, peak memory, images/s, input-wait
-             share, scan pairs/s, store size; the quickstart's networks streamed; the store's
+             share, scan pairs/s, store size; the input share of the quickstart's networks on
+             the same files held in memory vs streamed (8 alternating rounds); the store's
              random reads vs a memory map
   gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
@@ -95,7 +96,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "checkpoint": lambda: bench_checkpoint(base, 3, folder),
         "input": lambda: bench_input(base, rounds, steps),
         "statistics": lambda: bench_statistics(1 if tiny else 3, *((6, 50, 200) if tiny else ())),
-        "stream": lambda: bench_stream(folder, 60 if tiny else 20_000, 32 if tiny else 256, 4 if tiny else 200, quickstart=not tiny),
+        "stream": lambda: bench_stream(folder, 60 if tiny else 20_000, 32 if tiny else 256, 4 if tiny else 200, quickstart=not tiny, rounds=1 if tiny else 8),
         "scale": lambda: bench_scale(base, (4,) if tiny else (8, 16, 24, 32), 4 if tiny else 100, 1 if tiny else 2, folder, 2 if tiny else None),
     }
     if gpu:

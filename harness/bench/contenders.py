@@ -45,22 +45,23 @@ def one_device_strategy_placement():
     return Placement(tf.distribute.OneDeviceStrategy("/cpu:0"), plan={"strategy": "one_device"})
 
 
-def _endless_batches(config: ExperimentConfig, expensive: bool = False):
+def _endless_batches(config: ExperimentConfig, expensive: bool = False, scan=None):
+    """The train pipeline of `config` (a real source's needs its scan), practically endless."""
     from harness.data.pipeline import build_datasets
 
-    dataset = build_datasets(config.data, config.seed, 0, 10**9).train
+    dataset = build_datasets(config.data, config.seed, 0, 10**9, scan).train
     return expensive_pipeline(dataset) if expensive else dataset
 
 
-def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False, graph_loop: bool = False, placement=None) -> Contender:
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False, graph_loop: bool = False, placement=None, scan=None) -> Contender:
     """The harness's own fused loop, `steps_per_call` steps per compiled call; `in_memory`: fed a
     few of the pipeline's batches held in memory (input for free); `graph_loop`: at one step per
     call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step call);
-    `placement`: instead of the config's."""
+    `placement`: instead of the config's; `scan`: a real source's (held in memory or streamed)."""
     from harness.core.step import make_train_loop
 
     placement, members, step = _members(config, placement)
-    batches = _endless_batches(config, expensive)
+    batches = _endless_batches(config, expensive, scan)
     if in_memory:
         batches = batches.take(4).cache().repeat()
     iterator = placement.input_iterator(batches)

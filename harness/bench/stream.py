@@ -2,8 +2,9 @@
 memory`) and streamed from the on-disk store (`data.cache: disk`, first run: scanned and written;
 second run: every shard reused), end to end through the real CLI: wall time, peak memory, images
 per second of the fused step, the input pipeline's share of the step, scan throughput (pairs per
-second) and the store's size on disk. Then the quickstart's four networks on the streamed data
-(their input-wait share), and the store's format against a memory map of the same bytes.
+second) and the store's size on disk. Then the input pipeline's share of the quickstart's four
+networks (the tiny suite's models in the tiny bench) on the same files, held in memory and
+streamed, over alternating rounds; and the store's format against a memory map of the same bytes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from harness.bench.scale import _WRAPPER
 from harness.bench.timing import _section
 
 
-def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: bool) -> "pd.DataFrame":
+def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: bool, rounds: int) -> "pd.DataFrame":
     data_dir = make_pictures(folder / f"stream-data-{images}x{side}", images, side)
     base = {
         "name": "stream", "seed": 0,
@@ -37,12 +38,26 @@ def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: b
     rows = []
     for contender, cache in (("held in memory", "memory"), ("streamed, store written", "disk"), ("streamed, store reused", "disk")):
         rows.append(_row(contender, _run({**base, "data": {**base["data"], "cache": cache}}, folder, results)))
-    if quickstart:
-        networks = [{"name": n.lower(), "arch": n, "backbone": "resnet18"} for n in ("Unet", "Linknet", "FPN", "PSPNet")]
-        config = {**base, "models": networks, "data": {**base["data"], "cache": "disk", "image_size": [96, 96], "batch_size": 8}, "train": {"steps": 10, "steps_per_call": 5}}
-        rows.append(_row("quickstart's 4 networks at 96x96, streamed", _run(config, folder, results)))
+    networks = [{"name": n.lower(), "arch": n, "backbone": "resnet18"} for n in ("Unet", "Linknet", "FPN", "PSPNet")]
+    rows += input_share_rows(base, networks if quickstart else base["models"], 96 if quickstart else side, results / "stream" / ".data-cache", rounds, 10 if quickstart else 2)
     rows += format_rows(results / "stream" / ".data-cache")
     return _section("stream", rows)
+
+
+def input_share_rows(base: dict, models: list[dict], side: int, cache_dir: Path, rounds: int, steps: int = 10) -> list[dict]:
+    """The input pipeline's share of the fused step for `models` on the bench's files at
+    side x side, held in memory and streamed from the store (`input_share_row`: alternating rounds
+    of `steps` steps on the real pipeline and on batches held in memory)."""
+    from harness.bench.sections import input_share_row
+    from harness.config.loading import validate_config
+    from harness.data.resolve import resolve_data
+
+    rows, what = [], "quickstart's 4 networks" if len(models) == 4 else "the suite's models"
+    for label, cache in (("held in memory", "memory"), ("streamed", "disk")):
+        config = validate_config({**base, "models": models, "data": {**base["data"], "cache": cache, "image_size": [side, side], "batch_size": 8}})
+        config, scan = resolve_data(config, cache_dir=cache_dir)
+        rows.append(input_share_row(f"input share, {what} at {side}x{side}: {label}", config, rounds, steps, scan=scan))
+    return rows
 
 
 def make_pictures(root: Path, count: int, side: int) -> Path:
