@@ -53,20 +53,40 @@ def _endless_batches(config: ExperimentConfig, expensive: bool = False, scan=Non
     return expensive_pipeline(dataset) if expensive else dataset
 
 
-def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, in_memory: bool = False, graph_loop: bool = False, placement=None, scan=None) -> Contender:
-    """The harness's own fused loop, `steps_per_call` steps per compiled call; `in_memory`: fed a
-    few of the pipeline's batches held in memory (input for free); `graph_loop`: at one step per
-    call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step call);
-    `placement`: instead of the config's; `scan`: a real source's (held in memory or streamed)."""
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, graph_loop: bool = False, placement=None) -> Contender:
+    """The harness's own fused loop, `steps_per_call` steps per compiled call; `graph_loop`: at one
+    step per call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step
+    call); `placement`: instead of the config's."""
+    placement, loop = _fused_loop(config, steps_per_call, graph_loop, placement)
+    return _fed(name, loop, placement.input_iterator(_endless_batches(config, expensive)), steps_per_call)
+
+
+def make_input_contenders(config: ExperimentConfig, steps_per_call: int, expensive: bool = False, scan=None) -> tuple[Contender, Contender]:
+    """One fused loop fed two ways: by the real pipeline ("real") and by a few of its batches held
+    in memory ("in_memory"). The same models and the same compiled function: two separately built
+    model sets differ in speed by a few % on their own, which would be read as input cost."""
+    placement, loop = _fused_loop(config, steps_per_call)
+    batches = _endless_batches(config, expensive, scan)
+    return (
+        _fed("real", loop, placement.input_iterator(batches), steps_per_call),
+        _fed("in_memory", loop, placement.input_iterator(_held(batches)), steps_per_call),
+    )
+
+
+def _fused_loop(config: ExperimentConfig, steps_per_call: int, graph_loop: bool = False, placement=None):
     from harness.core.step import make_train_loop
 
     placement, members, step = _members(config, placement)
-    batches = _endless_batches(config, expensive, scan)
-    if in_memory:
-        batches = batches.take(4).cache().repeat()
-    iterator = placement.input_iterator(batches)
     compiled_for = max(steps_per_call, 2) if graph_loop else steps_per_call
-    loop = make_train_loop(members, placement, step, config.data.batch_size, compiled_for)
+    return placement, make_train_loop(members, placement, step, config.data.batch_size, compiled_for)
+
+
+def _held(batches):
+    return batches.take(4).cache().repeat()
+
+
+def _fed(name: str, loop, iterator, steps_per_call: int) -> Contender:
+    """A contender calling `loop` on `iterator`; its first call (the trace, or filling a cache) is timed apart."""
 
     def call(n: int) -> None:
         for _ in range(max(1, n // steps_per_call)):

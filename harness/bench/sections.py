@@ -17,7 +17,7 @@ from harness.core.backend import import_keras, import_tf
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.bench.contenders import (
-    Contender, _members, fit_one_after_another, fused_end_to_end, make_fused_contender,
+    Contender, _members, fit_one_after_another, fused_end_to_end, make_fused_contender, make_input_contenders,
     make_hand_loop_contender, make_variant_contender, one_device_strategy_placement, pipeline_ms_per_batch,
 )
 from harness.bench.suites import TINY
@@ -258,11 +258,10 @@ def bench_input(base, rounds: int, steps: int) -> pd.DataFrame:
 
 def input_share_row(label: str, config, rounds: int, steps: int, expensive: bool = False, scan=None) -> dict:
     """The input pipeline's share of the fused step's time, by difference as the runner's probe
-    does but over `rounds`: the same loop on the real pipeline and on a few of its batches held in
-    memory, alternating; share = 1 - t(in memory) / t(real), floored at 0, with the interval of
+    does but over `rounds`: the same compiled loop on the real pipeline and on a few of its batches
+    held in memory, alternating; share = 1 - t(in memory) / t(real), floored at 0, with the interval of
     the median ratio (`share_high`: the largest share noise leaves possible)."""
-    real = make_fused_contender(config, "real", steps, expensive, scan=scan)
-    in_memory = make_fused_contender(config, "in_memory", steps, expensive, in_memory=True, scan=scan)
+    real, in_memory = make_input_contenders(config, steps, expensive, scan)
     table = ratios_to(alternate([real, in_memory], rounds, steps), "real").set_index("contender")
     return {
         "contender": label,

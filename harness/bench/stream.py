@@ -102,7 +102,7 @@ def _run(config: dict, folder: Path, results: Path) -> dict:
 
 
 def _row(contender: str, run: dict) -> dict:
-    info, timing, data = run["info"], run["info"]["timing"], run["info"]["data"]
+    timing, data = run["info"]["timing"], run["info"]["data"]
     ms = timing.get("fused_ms_per_step")
     cache = data.get("cache") or {}
     return {
