@@ -108,11 +108,11 @@ def test_gan_killed_and_resumed_equals_uninterrupted(tmp_path):
     results = tmp_path / "killed"
     process = start_cli("run", tmp_path / "c.yaml", "--results", results)
     kills = 0
-    for _ in range(8):
+    for _ in range(2):  # two kills, then the last resume runs to the end (each cycle is a process: TF import and trace)
         run_dir = wait_for_run_dir(results, process)
         assert run_dir is not None, "the run ended before creating its run directory"
         rows = (run_dir / "losses.csv").read_text().count("\n") if (run_dir / "losses.csv").exists() else 0
-        wait_for_rows(run_dir / "losses.csv", rows + 25, timeout=60, process=process)  # 5 rows a step; False: it finished
+        wait_for_rows(run_dir / "losses.csv", rows + 35, timeout=60, process=process)  # 5 rows a step; False: it finished
         if process.poll() is None:
             process.kill()
             kills += 1
