@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from harness.bench.scale import _WRAPPER
 from harness.bench.timing import _section
 
 
-def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: bool, rounds: int) -> "pd.DataFrame":
+def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: bool, rounds: int) -> pd.DataFrame:
     data_dir = make_pictures(folder / f"stream-data-{images}x{side}", images, side)
     base = {
         "name": "stream", "seed": 0,
@@ -38,13 +39,17 @@ def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: b
     rows = []
     for contender, cache in (("held in memory", "memory"), ("streamed, store written", "disk"), ("streamed, store reused", "disk")):
         rows.append(_row(contender, _run({**base, "data": {**base["data"], "cache": cache}}, folder, results)))
-    networks = [{"name": n.lower(), "arch": n, "backbone": "resnet18"} for n in ("Unet", "Linknet", "FPN", "PSPNet")]
-    rows += input_share_rows(base, networks if quickstart else base["models"], 96 if quickstart else side, results / "stream" / ".data-cache", rounds, 10 if quickstart else 2)
+    cache_dir = results / "stream" / ".data-cache"
+    if quickstart:
+        networks = [{"name": n.lower(), "arch": n, "backbone": "resnet18"} for n in ("Unet", "Linknet", "FPN", "PSPNet")]
+        rows += input_share_rows("quickstart's 4 networks at 96x96", base, networks, 96, cache_dir, rounds, 10)
+    else:
+        rows += input_share_rows(f"the suite's models at {side}x{side}", base, base["models"], side, cache_dir, rounds, 2)
     rows += format_rows(results / "stream" / ".data-cache")
     return _section("stream", rows)
 
 
-def input_share_rows(base: dict, models: list[dict], side: int, cache_dir: Path, rounds: int, steps: int = 10) -> list[dict]:
+def input_share_rows(what: str, base: dict, models: list[dict], side: int, cache_dir: Path, rounds: int, steps: int = 10) -> list[dict]:
     """The input pipeline's share of the fused step for `models` on the bench's files at
     side x side, held in memory and streamed from the store (`input_share_row`: alternating rounds
     of `steps` steps on the real pipeline and on batches held in memory)."""
@@ -52,11 +57,11 @@ def input_share_rows(base: dict, models: list[dict], side: int, cache_dir: Path,
     from harness.config.loading import validate_config
     from harness.data.resolve import resolve_data
 
-    rows, what = [], "quickstart's 4 networks" if len(models) == 4 else "the suite's models"
+    rows = []
     for label, cache in (("held in memory", "memory"), ("streamed", "disk")):
         config = validate_config({**base, "models": models, "data": {**base["data"], "cache": cache, "image_size": [side, side], "batch_size": 8}})
         config, scan = resolve_data(config, cache_dir=cache_dir)
-        rows.append(input_share_row(f"input share, {what} at {side}x{side}: {label}", config, rounds, steps, scan=scan))
+        rows.append(input_share_row(f"input share, {what}: {label}", config, rounds, steps, scan=scan))
     return rows
 
 
