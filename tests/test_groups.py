@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 import signal
 import time
-from pathlib import Path
 
 import pandas as pd
-import pytest
 from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
 from harness.config.loading import validate_config

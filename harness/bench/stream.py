@@ -122,8 +122,6 @@ def format_rows(cache: Path, reads: int = 2000) -> list[dict]:
     """Random reads by example index from the store's shards: one positional read per record (what
     the pipeline does) vs a memory map of the same files. Speed, and resident memory afterwards: a
     map's pages count as the process's own once touched; a read's stay in the kernel's cache."""
-    from harness.data.store import RecordShape  # noqa: F401  (the format under test)
-
     shards = sorted(cache.glob("shard-*.bin"))
     if not shards:
         return []
