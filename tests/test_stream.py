@@ -5,9 +5,11 @@ not grow with the dataset; a full disk that leaves nothing half-written."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -52,6 +54,36 @@ def test_changed_and_half_written_shards_are_rebuilt_the_rest_reused(tmp_path):
     assert 0 < third.facts["cache"]["decoded"] < 40
     for i in range(third.train_size + third.val_size):
         np.testing.assert_array_equal(third.store.read(i)[0], first.store.read(i)[0])
+
+
+def test_shards_unused_for_two_weeks_and_old_leftovers_of_killed_writes_are_removed(tmp_path):
+    cache = tmp_path / "cache"
+    old, recent, tonight = (data_config(folder_config(tmp_path / name, 12, cache="disk")) for name in ("old", "recent", "tonight"))
+    stale = scan(old, cache).store.shards
+    kept = scan(recent, cache).store.shards  # another setting's shards, used recently: kept
+    two_weeks_ago, two_days_ago = time.time() - store_module.UNUSED_FOR_S - 60, time.time() - 2 * 86400
+    for shard in stale:
+        os.utime(cache / f"shard-{shard.key}.json", (two_weeks_ago, two_weeks_ago))
+    leftovers = [cache / ".shard-a.bin.7.7.partial", cache / "shard-killedbeforeitsjson.bin"]
+    for path in leftovers:
+        path.write_bytes(b"x" * 100)
+        os.utime(path, (two_days_ago, two_days_ago))
+    live_write = cache / ".shard-b.bin.8.8.partial"  # another process writing right now
+    live_write.write_bytes(b"y")
+    stale_bytes = sum((cache / f"shard-{s.key}{ext}").stat().st_size for s in stale for ext in (".json", ".bin"))
+
+    facts = scan(tonight, cache).facts["cache"]
+    assert facts["pruned_files"] == 2 * len(stale) + 2 and facts["freed_bytes"] == stale_bytes + 200
+    left = {path.name for path in cache.iterdir()}
+    assert not any(s.key in name for s in stale for name in left) and not any(p.name in left for p in leftovers)
+    assert all(f"shard-{s.key}.{ext}" in left for s in kept for ext in ("json", "bin")) and live_write.name in left
+
+    # a shard in use is marked each time it is used, however old it was
+    for shard in kept:
+        os.utime(cache / f"shard-{shard.key}.json", (two_weeks_ago, two_weeks_ago))
+    again = scan(recent, cache)
+    assert again.facts["cache"]["decoded"] == 0 and again.facts["cache"]["pruned_files"] == 0
+    assert all(time.time() - (cache / f"shard-{s.key}.json").stat().st_mtime < 3600 for s in kept)
 
 
 def first_json(result, bin_path) -> str:

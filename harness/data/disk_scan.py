@@ -21,7 +21,7 @@ import numpy as np
 from harness.config.schema import DataSpec
 from harness.data.scan import Scan, _is_val, _load_item, _target_size, bad_data_error, scan_facts
 from harness.data.sources import Item
-from harness.data.store import ExampleStore, RecordShape, fill_store, shard_boundaries
+from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries
 
 
 def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path) -> Scan:
@@ -43,6 +43,7 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
         return (result[0].astype(np.float32) / 255.0, *result[1:])  # as the in-memory scan makes mixed sources float
 
     shards, decoded = fill_store(folder, settings, shape, groups, _stamp, decode, workers=min(32, 2 * (os.cpu_count() or 1)))
+    pruned_files, freed_bytes = prune_store(folder, {shard.key for shard in shards}, time.time())
     for shard in shards:
         problems += shard.info["problems"]
     n_train = sum(s.count for s in shards[:n_train_groups])
@@ -58,7 +59,8 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     seconds = time.perf_counter() - began
     label_counts = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))  # over every cached example
     facts = scan_facts(spec, len(items), train_size + val_size, problems, notes, size, size_reason, seconds, label_counts)
-    facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes}
+    facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes,
+                      "pruned_files": pruned_files, "freed_bytes": freed_bytes}
     if n_val == 0 or n_train == 0:
         from harness.errors import DataError
 

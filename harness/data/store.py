@@ -13,6 +13,10 @@ each `shard-<key>.bin` (fixed-size records: the image's bytes, then the labels')
 - **Never half-read**: each file is written under a temporary name and renamed; the .json, written
   last, marks the shard complete, and a .bin of the wrong size is ignored and rebuilt. A full disk
   removes the temporary files and exits 4 naming the path.
+- **Bounded on disk**: every scan marks the shards it uses (their .json's modification time) and
+  removes shards no scan has used for UNUSED_FOR_S, and a killed write's leftovers (a temporary
+  file, a .bin without its .json) older than LEFTOVER_FOR_S; so the store holds what recent runs
+  need, not every version of the data it has seen. Another setting's recent shards are kept.
 - **Random access at full speed**: fixed-size records, read with one positional read (`os.pread`)
   each; the page cache, not the process, holds what was read, so resident memory stays flat.
   Measured against TFRecord + index and memory-mapped .npy (README, "Datasets larger than memory").
@@ -35,6 +39,8 @@ import numpy as np
 from harness.errors import ResourceError
 
 SHARD_MEAN = 256  # examples per shard, on average
+UNUSED_FOR_S = 14 * 86400  # a shard no scan has used for two weeks is removed (a night's run keeps its own fresh)
+LEFTOVER_FOR_S = 86400  # a live write finishes a shard in minutes: a day-old temporary file is a killed write's
 
 
 @dataclass(frozen=True)
@@ -201,9 +207,53 @@ def fill_store(folder: Path, settings: str, shape: RecordShape, groups: list[lis
         key, items = entry
         existing = read_shard(folder, key, shape)
         if existing is not None:
+            _mark_used(folder / f"shard-{key}.json")
             return existing, False
         return write_shard(folder, key, shape, items, decode), True
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         built = list(pool.map(build, keyed))
     return [shard for shard, _ in built], sum(len(items) for (_, items), (_, new) in zip(keyed, built) if new)
+
+
+def _mark_used(json_path: Path) -> None:
+    try:
+        os.utime(json_path)
+    except OSError:  # a store this user may read but not write
+        pass
+
+
+def prune_store(folder: Path, used: set[str], now: float) -> tuple[int, int]:
+    """Remove the shards outside `used` whose .json no scan has marked for UNUSED_FOR_S (the .json
+    first, so the shard stops counting before its records go), and a killed write's leftovers (a
+    temporary file, a .bin without its .json) older than LEFTOVER_FOR_S. A .bin's own time is when
+    it was written, not when it was last used, so it goes with its .json. Returns (files removed,
+    bytes freed); a file another process removed first is skipped."""
+    dropped: set[str] = set()
+    removed, freed = 0, 0
+
+    def remove_if_older(path: Path, limit: float) -> bool:
+        nonlocal removed, freed
+        try:
+            stat = path.stat()
+            if now - stat.st_mtime < limit:
+                return False
+            path.unlink()
+        except OSError:  # removed by another process first, or a store this user may not write
+            return False
+        removed, freed = removed + 1, freed + stat.st_size
+        return True
+
+    for path in sorted(folder.glob("shard-*.json")):
+        key = path.stem.removeprefix("shard-")
+        if key not in used and remove_if_older(path, UNUSED_FOR_S):
+            dropped.add(key)
+    for path in sorted(folder.glob("shard-*.bin")):
+        key = path.stem.removeprefix("shard-")
+        if key in dropped:
+            remove_if_older(path, 0)
+        elif key not in used and not path.with_suffix(".json").exists():
+            remove_if_older(path, LEFTOVER_FOR_S)
+    for path in sorted(folder.glob(".*.partial")):
+        remove_if_older(path, LEFTOVER_FOR_S)
+    return removed, freed
