@@ -45,7 +45,7 @@ def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: b
         rows += input_share_rows("quickstart's 4 networks at 96x96", base, networks, 96, cache_dir, rounds, 10)
     else:
         rows += input_share_rows(f"the suite's models at {side}x{side}", base, base["models"], side, cache_dir, rounds, 2)
-    rows += format_rows(results / "stream" / ".data-cache")
+    rows += format_rows(cache_dir)
     return _section("stream", rows)
 
 

@@ -71,6 +71,15 @@ def shard_boundaries(names: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
+def shard_paths(folder: Path, key: str) -> tuple[Path, Path]:
+    """A shard's record file and its JSON: the one place their names are spelled."""
+    return folder / f"shard-{key}.bin", folder / f"shard-{key}.json"
+
+
+def shard_key(path: Path) -> str:
+    return path.stem.removeprefix("shard-")
+
+
 @dataclass
 class Shard:
     key: str
@@ -83,7 +92,7 @@ def write_shard(folder: Path, key: str, shape: RecordShape, items: list, decode:
     example, not a shard); `decode(item)` gives (image, labels, notes) or the reason it is bad."""
     info: dict[str, Any] = {"items": [], "problems": [], "notes": {}, "label_counts": {}, "record_size": shape.size}
     counts = np.zeros(256, np.int64)
-    bin_path, json_path = folder / f"shard-{key}.bin", folder / f"shard-{key}.json"
+    bin_path, json_path = shard_paths(folder, key)
     with _atomic(bin_path) as handle:
         for item in items:
             result = decode(item)
@@ -106,8 +115,9 @@ def write_shard(folder: Path, key: str, shape: RecordShape, items: list, decode:
 def read_shard(folder: Path, key: str, shape: RecordShape) -> Shard | None:
     """A complete shard (its .json present, its .bin the size the .json says), else None."""
     try:
-        info = json.loads((folder / f"shard-{key}.json").read_text(encoding="utf-8"))
-        if info.get("record_size") != shape.size or (folder / f"shard-{key}.bin").stat().st_size != shape.size * len(info["items"]):
+        bin_path, json_path = shard_paths(folder, key)
+        info = json.loads(json_path.read_text(encoding="utf-8"))
+        if info.get("record_size") != shape.size or bin_path.stat().st_size != shape.size * len(info["items"]):
             return None
     except (OSError, ValueError, KeyError):
         return None
@@ -176,7 +186,7 @@ class ExampleStore:
             with self._lock:
                 descriptor = self._files.get(shard)
                 if descriptor is None:
-                    descriptor = os.open(self.folder / f"shard-{self.shards[shard].key}.bin", os.O_RDONLY)
+                    descriptor = os.open(shard_paths(self.folder, self.shards[shard].key)[0], os.O_RDONLY)
                     self._files[shard] = descriptor
         return descriptor
 
@@ -207,7 +217,7 @@ def fill_store(folder: Path, settings: str, shape: RecordShape, groups: list[lis
         key, items = entry
         existing = read_shard(folder, key, shape)
         if existing is not None:
-            _mark_used(folder / f"shard-{key}.json")
+            _mark_used(shard_paths(folder, key)[1])
             return existing, False
         return write_shard(folder, key, shape, items, decode), True
 
@@ -245,11 +255,11 @@ def prune_store(folder: Path, used: set[str], now: float) -> tuple[int, int]:
         return True
 
     for path in sorted(folder.glob("shard-*.json")):
-        key = path.stem.removeprefix("shard-")
+        key = shard_key(path)
         if key not in used and remove_if_older(path, UNUSED_FOR_S):
             dropped.add(key)
     for path in sorted(folder.glob("shard-*.bin")):
-        key = path.stem.removeprefix("shard-")
+        key = shard_key(path)
         if key in dropped:
             remove_if_older(path, 0)
         elif key not in used and not path.with_suffix(".json").exists():
