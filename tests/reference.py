@@ -34,6 +34,6 @@ def train_alone(config: ExperimentConfig, name: str, steps: int | None = None):
         return loss
 
     total = steps or config.total_steps
-    batches = make_train_dataset(make_synthetic_example_fn(data, config.seed), data, config.seed, 0, total)
+    batches = make_train_dataset(make_synthetic_example_fn(data, data.seed), data, config.seed, 0, total)
     losses = [float(train(images, masks).numpy()) for images, masks in batches]
     return losses, [w.copy() for w in model.get_weights()]

@@ -186,8 +186,8 @@ def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):
     scans = {id(config.data): augmented_scan, id(plain.data): plain_scan}
 
     def batches(spec, start, count):
-        data = build_datasets(spec, 5, start, start + count, scans[id(spec)])
-        return [(i.numpy(), m.numpy()) for i, m in data.train]
+        data = build_datasets(spec, (5,), start, start + count, scans[id(spec)])
+        return [(i.numpy(), m.numpy()) for ((i, m),) in data.train]
 
     first, second = batches(config.data, 0, 6), batches(config.data, 0, 6)
     for (a, b), (c, d) in zip(first, second):

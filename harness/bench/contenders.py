@@ -46,11 +46,17 @@ def one_device_strategy_placement():
 
 
 def _endless_batches(config: ExperimentConfig, expensive: bool = False, scan=None):
-    """The train pipeline of `config` (a real source's needs its scan), practically endless."""
+    """The train pipeline of `config` (a real source's needs its scan), practically endless: plain
+    (images, masks) batches of its first training seed, as a hand-written loop takes them."""
     from harness.data.pipeline import build_datasets
 
-    dataset = build_datasets(config.data, config.seed, 0, 10**9, scan).train
+    dataset = build_datasets(config.data, config.training_seeds()[:1], 0, 10**9, scan).train.map(lambda stream: stream)
     return expensive_pipeline(dataset) if expensive else dataset
+
+
+def _one_stream(dataset):
+    """Plain batches as the fused step takes them: a tuple of one stream."""
+    return dataset.map(lambda images, masks: ((images, masks),))
 
 
 def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, graph_loop: bool = False, placement=None) -> Contender:
@@ -58,7 +64,7 @@ def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: in
     step per call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step
     call); `placement`: instead of the config's."""
     placement, loop = _fused_loop(config, steps_per_call, graph_loop, placement)
-    return _fed(name, loop, placement.input_iterator(_endless_batches(config, expensive)), steps_per_call)
+    return _fed(name, loop, placement.input_iterator(_one_stream(_endless_batches(config, expensive))), steps_per_call)
 
 
 def make_input_contenders(config: ExperimentConfig, steps_per_call: int, expensive: bool = False, scan=None) -> tuple[Contender, Contender]:
@@ -66,7 +72,7 @@ def make_input_contenders(config: ExperimentConfig, steps_per_call: int, expensi
     in memory ("in_memory"). The same models and the same compiled function: two separately built
     model sets differ in speed by a few % on their own, which would be read as input cost."""
     placement, loop = _fused_loop(config, steps_per_call)
-    batches = _endless_batches(config, expensive, scan)
+    batches = _one_stream(_endless_batches(config, expensive, scan))
     return (
         _fed("real", loop, placement.input_iterator(batches), steps_per_call),
         _fed("in_memory", loop, placement.input_iterator(_held(batches)), steps_per_call),

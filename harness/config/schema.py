@@ -19,10 +19,11 @@ from pydantic import Field, field_validator, model_validator
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
+from harness.config.naming import REPEAT_SEPARATOR, member_name, training_seed
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-REPEAT_SEPARATOR = "@"  # not allowed in model names, so repeat members never collide with a model
+__all__ = ["REPEAT_SEPARATOR", "ExperimentConfig"]
 
 
 class OptimizerSpec(Strict):
@@ -139,6 +140,9 @@ class DataSpec(Strict):
     # manifest of image,mask[,split] paths. arrays: one .npz (images, masks[, val_images,
     # val_masks]) or images/masks .npy files. tfds: a TFDS dataset on disk.
     source: Literal[SOURCES] = "synthetic"  # type: ignore[valid-type]
+    # The data's own seed: the synthetic images and masks. Apart from the top-level (training)
+    # seed, so changing `seed:` or adding repeats varies training, never the images compared on.
+    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
     images: Path | None = None
     masks: Path | None = None
     val_images: Path | None = None  # folder source: a separate validation folder pair
@@ -217,8 +221,9 @@ class TrainSpec(Strict):
     # None: at the end of every epoch. A checkpoint is always written at the end of the run.
     checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
     keep_checkpoints: Annotated[int, Field(ge=1, le=1000)] = 3
-    # Each model is trained from this many initial seeds at once, as extra members of the same
-    # step (same batches), so tables can give mean, spread and a 95% interval per model.
+    # Each model is trained this many times at once, as extra members of the same step: repeat r
+    # has its own training seed (seed + r - 1: initial weights, data order, augmentation), and
+    # repeat r of every model shares its batches, so comparisons stay paired within a repeat.
     repeats: Annotated[int, Field(ge=1, le=20)] = 1
     # Skip the update of a member whose loss or gradients are not finite, and freeze it as
     # diverged. Costs a few % of a small model's step at steps_per_call 1 (see Benchmarks).
@@ -339,7 +344,8 @@ class OutputSpec(Strict):
 
 class ExperimentConfig(Strict):
     name: Annotated[str, Field(pattern=NAME_PATTERN, max_length=64)]
-    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
+    # The training seed: initial weights, data order and augmentation draws (not the data: data.seed).
+    seed: Annotated[int, Field(ge=0, lt=2**31 - 64)] = 0
     data: DataSpec = DataSpec()
     models: Annotated[list[ModelSpec], Field(min_length=1)]
     train: TrainSpec = TrainSpec()
@@ -398,14 +404,15 @@ class ExperimentConfig(Strict):
 
     def member_specs(self) -> list[ModelSpec]:
         """One spec per trained member: each model, or with repeats R each model R times
-        (`unet@1` .. `unet@R`), differing only in their initial weights."""
-        if self.train.repeats == 1:
+        (`unet@1` .. `unet@R`), each repeat with its own training seed (`training_seeds`)."""
+        repeats = self.train.repeats
+        if repeats == 1:
             return list(self.models)
-        return [
-            m.model_copy(update={"name": f"{m.name}{REPEAT_SEPARATOR}{r}"})
-            for m in self.models
-            for r in range(1, self.train.repeats + 1)
-        ]
+        return [m.model_copy(update={"name": member_name(m.name, r, repeats)}) for m in self.models for r in range(1, repeats + 1)]
+
+    def training_seeds(self) -> tuple[int, ...]:
+        """The training seed of each repeat, in order: one input stream each."""
+        return tuple(training_seed(self.seed, r) for r in range(1, self.train.repeats + 1))
 
     def compare_loss(self) -> str | None:
         """The common loss pairs compare members on (None: no member predicts masks)."""
@@ -435,12 +442,15 @@ class ExperimentConfig(Strict):
     def total_steps(self) -> int:
         return self.train.steps or self.train.epochs * self.data.steps_per_epoch
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, keys_of: dict | None = None) -> str:
         """A short hash of what is trained: not where results go, nor where it runs (a run trained
-        under one placement may be resumed under another)."""
+        under one placement may be resumed under another). `keys_of`: hash only the keys this
+        older config dict had (a setting added since, at its default, changes nothing)."""
         payload = self.to_dict()
         payload.pop("output", None)
         payload.pop("placement", None)
+        if keys_of is not None:
+            payload = _keys_like(payload, keys_of)
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -451,3 +461,10 @@ class ExperimentConfig(Strict):
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
+def _keys_like(payload: Any, older: Any) -> Any:
+    """`payload` with only the keys `older` has, at every level (lists matched item by item)."""
+    if isinstance(payload, dict) and isinstance(older, dict):
+        return {k: _keys_like(v, older[k]) for k, v in payload.items() if k in older}
+    if isinstance(payload, list) and isinstance(older, list) and len(payload) == len(older):
+        return [_keys_like(p, o) for p, o in zip(payload, older)]
+    return payload

@@ -1,8 +1,9 @@
 """The fused step: what one step computes (members' fragments) and how it is compiled.
 
 `make_train_loop` returns a `TrainLoop`: called with (iterator, k) it runs k steps, each taking
-one batch from the shared iterator and running every member's fragment on it, in config order,
-unrolled at trace time, and returns every step's metrics, stacked, in one host sync.
+one element from the shared iterator (a tuple of batches, one per input stream: one per repeat)
+and running every member's fragment on its stream's batch, in config order, unrolled at trace
+time, and returns every step's metrics, stacked, in one host sync.
 
 Two compiled forms, one per run: for `steps_per_call` > 1, ONE tf.function with a graph loop
 whose count is a tensor (calls cut short at epoch ends or checkpoints reuse the same trace), the
@@ -44,8 +45,8 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
     compare_loss = compare_loss or {}
     fragments = [member_fragment(m, global_batch, compare_loss=compare_loss.get(m.name)) for m in members]
 
-    def replica_step(images, masks, step):
-        outputs = {m.name: fragment(images, masks, step) for m, fragment in zip(members, fragments)}
+    def replica_step(streams, step):
+        outputs = {m.name: fragment(*streams[m.stream], step) for m, fragment in zip(members, fragments)}
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             # Each replica's loss is already divided by the GLOBAL batch: their sum is the batch
@@ -54,13 +55,13 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
         return outputs
 
     def one_step(iterator):
-        images, masks = next(iterator)
+        streams = next(iterator)
         step = global_step + 1
         if placement.distributed:
-            per_replica = strategy.run(replica_step, args=(images, masks, step))
+            per_replica = strategy.run(replica_step, args=(streams, step))
             outputs = tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], per_replica)
         else:  # one replica: members are called directly, each on its pinned device
-            outputs = replica_step(images, masks, step)
+            outputs = replica_step(streams, step)
         global_step.assign_add(1)
         return outputs
 

@@ -1,11 +1,18 @@
 """One input pipeline for all models: each batch is made once and fed to every member.
 
 The train pipeline is a pure function of the step number: the batch for step s is drawn from a
-per-epoch permutation seeded by (seed, epoch). Resuming at step s therefore needs no iterator
-state, only s, and every run with the same seed sees the same batches in the same order.
+per-epoch permutation seeded by (training seed, epoch). Resuming at step s therefore needs no
+iterator state, only s, and every run with the same seed sees the same batches in the same order.
 
-The built-in source is a synthetic shapes task: circles, rectangles and diamonds over textured
-noise, with exact masks, generated from (seed, example index) by native TensorFlow ops.
+With `train.repeats: R` there are R input streams, one per repeat's training seed: each element
+of the train dataset is a tuple of R batches, and repeat r of every model is fed stream r. Within
+a repeat every model sees the same batches (the comparison stays paired); across repeats the data
+order and the augmentation draws differ, as they would between separate runs. One repeat: a tuple
+of one batch.
+
+The data themselves never depend on the training seed: the synthetic shapes task (circles,
+rectangles and diamonds over textured noise, with exact masks) is generated from (`data.seed`,
+example index) by native TensorFlow ops, and real sources split by a hash of each file's stem.
 """
 
 from __future__ import annotations
@@ -23,18 +30,20 @@ SHAPE_KINDS = ("circle", "rectangle", "diamond")
 
 @dataclass(frozen=True)
 class Datasets:
-    """The train pipeline starting at some step, and the fixed validation set."""
+    """The train pipeline starting at some step (a tuple of batches per step, one per training
+    seed), and the fixed validation set."""
 
     train: "tf.data.Dataset"
     val: "tf.data.Dataset"
     steps_per_epoch: int
 
 
-def build_datasets(spec: DataSpec, seed: int, start_step: int, total_steps: int, scan=None) -> Datasets:
-    """The train pipeline from `start_step` and the validation set, for a resolved spec; a real
-    source needs its scan (`harness.data.resolve.resolve_data`)."""
+def build_datasets(spec: DataSpec, seeds: tuple[int, ...], start_step: int, total_steps: int, scan=None) -> Datasets:
+    """The train pipeline from `start_step`, one stream per training seed in `seeds`, and the
+    validation set, for a resolved spec; a real source needs its scan
+    (`harness.data.resolve.resolve_data`)."""
     if spec.source == "synthetic":
-        make_example = make_synthetic_example_fn(spec, seed)
+        make_example = make_synthetic_example_fn(spec, spec.seed)
     elif scan is None:
         raise RuntimeError(f"data.source {spec.source}: build_datasets needs the scan from harness.data.resolve.resolve_data")
     elif scan.store is not None:
@@ -42,8 +51,9 @@ def build_datasets(spec: DataSpec, seed: int, start_step: int, total_steps: int,
     else:
         make_example = make_array_example_fn(scan, spec.classes)
     augment = make_augment_fn(spec.augment, spec.image_size)
+    streams = tuple(make_train_dataset(make_example, spec, seed, start_step, total_steps, augment) for seed in seeds)
     return Datasets(
-        train=make_train_dataset(make_example, spec, seed, start_step, total_steps, augment),
+        train=tf.data.Dataset.zip(streams),  # each stream prefetches on its own
         val=make_val_dataset(make_example, spec, in_memory=scan is None or scan.store is None),
         steps_per_epoch=spec.steps_per_epoch,
     )

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.config.naming import model_of
 from harness.config.schema import DataSpec, ModelSpec, OptimizerSpec
 from harness.core.backend import import_keras, import_tf
 from harness.core.evaluation import segmentation_counts, segmentation_scores
@@ -28,9 +29,10 @@ __all__ = ["Batch", "Member", "StepOutput", "Update", "gradients"]
 
 
 def member_seed(seed: int, name: str) -> int:
-    """Initial weights depend only on (experiment seed, model name), not on the other members, so a
-    model's run is the same alone or among others."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    """Initial weights depend only on (training seed, model name), not on the other members, so a
+    model's run is the same alone or among others. A repeat's member (`unet@2`) is seeded as its
+    model with that repeat's training seed: the same weights as `unet` in a run of that seed."""
+    digest = hashlib.sha256(f"{seed}:{model_of(name)}".encode()).digest()
     return int.from_bytes(digest[:4], "little") % (2**31 - 1)
 
 
@@ -80,6 +82,7 @@ class Member:
     diverged_step: Any = field(repr=False)  # tf.Variable(int64), -1 while healthy
     device: str | None = None  # per_model placement: variables and compute pinned here
     isolate_divergence: bool = True  # train.isolate_divergence
+    stream: int = 0  # which input stream feeds it: its repeat's (0-based), see data.pipeline
 
     metric_names = ("loss",)
     task = "segmentation"  # or "reconstruction": what predict returns and validation scores

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from harness.config.naming import repeat_of
 from harness.config.schema import DataSpec, ExperimentConfig, ModelSpec
 from harness.core.member_step import on_device
 from harness.errors import ConfigError
@@ -99,11 +100,14 @@ def with_schedules_in_steps(spec: ModelSpec, config: ExperimentConfig) -> ModelS
 
 
 def build_members(config: ExperimentConfig, model_devices: dict[str, str | None] | None = None) -> list[Member]:
+    """Every member, each built with its repeat's training seed and fed its repeat's stream."""
     devices = model_devices or {}
-    members = [
-        build_member(with_schedules_in_steps(spec, config), config.data, config.seed, config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision)
-        for spec in config.member_specs()
-    ]
-    for member in members:
+    seeds = config.training_seeds()
+    members = []
+    for spec in config.member_specs():
+        stream = repeat_of(spec.name) - 1
+        member = build_member(with_schedules_in_steps(spec, config), config.data, seeds[stream], config.train.batchnorm_momentum, devices.get(spec.name), config.placement.precision)
         member.isolate_divergence = config.train.isolate_divergence
+        member.stream = stream
+        members.append(member)
     return members

@@ -81,7 +81,7 @@ def sample_batch(config: ExperimentConfig, count: int, scan=None):
     """The first `count` validation images and masks: the same ones for every model, every run."""
     from harness.data.pipeline import build_datasets
 
-    data = build_datasets(config.data, config.seed, 0, 1, scan)
+    data = build_datasets(config.data, config.training_seeds()[:1], 0, 1, scan)
     images, masks = [], []
     for batch_images, batch_masks in data.val:
         images.append(batch_images.numpy())

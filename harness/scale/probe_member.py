@@ -101,7 +101,7 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
     config = ExperimentConfig.model_validate(raw)
     check_code(config)
     placement = prepare_process(config)
-    iterator = placement.input_iterator(build_datasets(config.data, config.seed, 0, config.total_steps).train)
+    iterator = placement.input_iterator(build_datasets(config.data, config.training_seeds(), 0, config.total_steps).train)
     gpus = tf.config.list_logical_devices("GPU")
     baseline = rss_mb()
     if gpus:

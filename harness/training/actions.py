@@ -65,7 +65,7 @@ def probe_input_share(done: FinishedRun) -> None:
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
-    data = build_datasets(done.config.data, done.config.seed, 0, 3 * steps + 1, done.scan).train
+    data = build_datasets(done.config.data, done.config.training_seeds(), 0, 3 * steps + 1, done.scan).train
     done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, data, steps)
     done.update_info(timing=done.timing.as_dict())
 

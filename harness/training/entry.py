@@ -108,7 +108,7 @@ def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -
 
 
 def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> None:
-    if info.get("config_fingerprint") in (None, config.fingerprint()):
+    if info.get("config_fingerprint") in (None, config.fingerprint(), config.fingerprint(keys_of=info.get("config"))):
         return
     raise ConfigError(
         "config.yaml changed since this run started, so its checkpoints do not belong to it; "

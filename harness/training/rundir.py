@@ -130,6 +130,8 @@ class RunDir:
             )
         for override in overrides or []:
             apply_override(raw, override)
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict) and "seed" not in raw["data"]:
+            raw["data"]["seed"] = raw.get("seed", 0)  # a run from before data.seed drew its data from the seed
         return validate_config(raw, source=str(self.config_file))
 
     def write_run_info(self, info: dict[str, Any]) -> None:

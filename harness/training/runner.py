@@ -120,7 +120,7 @@ class Runner:
         best = BestTracker(run.path / "models", [m.name for m in members], start, self.stopper.metric if self.stopper else "loss")
         self._update_info(steps_done=start, models=models_info(self.records))
 
-        datasets = build_datasets(config.data, config.seed, start, config.total_steps, self.scan)  # 5.
+        datasets = build_datasets(config.data, config.training_seeds(), start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
         self.race = make_race(config.train.race, datasets.steps_per_epoch, config.total_steps, self.info, start)
         if self.race:
