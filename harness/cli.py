@@ -219,7 +219,7 @@ def cmd_run(args) -> int:
     from harness.api import run
 
     result = run(config, results_dir=args.results)
-    _print_summary(result.summary, config.output.rank_by)
+    _print_summary(result.summary, config.output.rank_by, result.run_dir)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -241,7 +241,7 @@ def cmd_resume(args) -> int:
 
     result = resume(args.run_dir, args.overrides)
     if len(result.summary):
-        _print_summary(result.summary, result.config.output.rank_by)
+        _print_summary(result.summary, result.config.output.rank_by, result.run_dir)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -283,7 +283,7 @@ def cmd_report(args) -> int:
     from harness.training.rundir import RunDir
 
     summary = rebuild(args.run_dir)
-    _print_summary(summary, RunDir(args.run_dir).read_config().output.rank_by)
+    _print_summary(summary, RunDir(args.run_dir).read_config().output.rank_by, args.run_dir)
     print(f"report: {args.run_dir / 'report.html'}")
     return EXIT_OK
 
@@ -437,10 +437,11 @@ SUMMARY_COLUMNS = {
 }
 
 
-def _print_summary(summary, rank_by: str = "val_iou") -> None:
+def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:
     """The ranking, best first: the ranking metric right after the model (with its 95% interval
     when there is one), numbers formatted per column so they line up, and only as many columns,
-    most important first, as the terminal is wide (every column is in summary.csv)."""
+    most important first, as the terminal is wide (every column is in summary.csv); then what the
+    intervals cover and which differences are supported (the report's sentence)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -461,6 +462,15 @@ def _print_summary(summary, rank_by: str = "val_iou") -> None:
     for i in range(len(summary)):
         table.add_row(*(terminal_text(cells[c][i]) for c in shown))
     console.print(table)
+    pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
+    if pairs_file is not None and pairs_file.is_file():
+        import pandas as pd
+
+        from harness.outputs.report import verdict
+
+        pairs = pd.read_csv(pairs_file)
+        if len(pairs):
+            console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
 
 
 def _interval_text(summary, i: int, rank_by: str) -> str:

@@ -15,7 +15,7 @@ from harness.config.loading import validate_config
 from harness.config.schema import ThresholdSpec
 from harness.core.evaluation import segmentation_scores
 from harness.nights.regressions import compare
-from harness.outputs.statistics import Scored, bootstrap_metric, holm, indistinguishable, paired_tests_across_seeds
+from harness.outputs.statistics import IMAGES_ONLY, SEEDS_AND_IMAGES, Scored, across_seeds, bootstrap_metric, holm, image_draws, indistinguishable, seed_interval
 from harness.outputs.writers import counts_of
 
 
@@ -50,24 +50,58 @@ def members_with(iou_by_member: dict[str, float], images: int = 60, noise: float
     return out
 
 
-def test_paired_bootstrap_separates_a_real_difference_from_none():
+def test_paired_bootstrap_separates_a_real_difference_from_none_but_calls_nothing_supported():
     scored = members_with({"good": 0.8, "bad": 0.5, "twin": 0.8})
     scored["clone"] = scored["good"]  # the very same predictions
     per_member, pairs = bootstrap_metric(scored, "iou", resamples=500)
     assert (per_member["low"] <= per_member["value"]).all() and (per_member["value"] <= per_member["high"]).all()
     pair = pairs.set_index(["model_a", "model_b"])
-    assert pair.loc[("good", "bad"), "supported"] and pair.loc[("good", "bad"), "p_a_better"] == 1.0
-    assert not pair.loc[("good", "clone"), "supported"] and pair.loc[("good", "clone"), "p_a_better"] == 0.5
+    assert pair.loc[("good", "bad"), "beyond_image_noise"] and pair.loc[("good", "bad"), "p_a_better"] == 1.0
+    assert not pair.loc[("good", "clone"), "beyond_image_noise"] and pair.loc[("good", "clone"), "p_a_better"] == 0.5
     assert pair.loc[("good", "clone"), "diff_low"] == pair.loc[("good", "clone"), "diff_high"] == 0.0
-    assert indistinguishable(["good", "bad", "clone"], pairs) == ["clone", "", "good"]
+    # One training seed: image noise only, so no difference between models is supported.
+    assert not pairs["supported"].any() and (pairs["covers"] == IMAGES_ONLY).all()
 
 
-def test_the_bootstrap_is_paired_a_small_consistent_gain_is_supported_though_intervals_overlap():
+def test_the_bootstrap_is_paired_a_small_consistent_gain_is_beyond_image_noise_though_intervals_overlap():
     scored = members_with({"a": 0.62, "b": 0.60}, noise=0.2)
     per_member, pairs = bootstrap_metric(scored, "iou", resamples=1000)
     a, b = per_member.set_index("model").loc["a"], per_member.set_index("model").loc["b"]
     assert a["low"] < b["high"], "the members' own intervals overlap"
-    assert bool(pairs.loc[0, "supported"]) and pairs.loc[0, "diff_low"] > 0, "the paired difference does not"
+    assert bool(pairs.loc[0, "beyond_image_noise"]) and pairs.loc[0, "diff_low"] > 0, "the paired difference does not"
+
+
+def seeded_members(quality: dict[str, float], seeds: int, seed_sd: float, images: int = 60) -> tuple[pd.DataFrame, dict[str, Scored]]:
+    """Per-seed members `model@r`: each seed moves each model by its own N(0, seed_sd)."""
+    rng = np.random.default_rng(7)
+    scored = {}
+    for r in range(1, seeds + 1):
+        shifted = {f"{m}@{r}": q + rng.normal(0, seed_sd) for m, q in quality.items()}
+        scored.update(members_with(shifted, images=images, seed=r))
+    per_seed = pd.DataFrame([{"model": n.split("@")[0], "repeat": int(n.split("@")[1]), "member": n,
+                              "value": s.scores({k: v.sum(0) for k, v in s.quantities.items()}, images)["iou"]} for n, s in scored.items()])
+    return per_seed, scored
+
+
+def test_across_seeds_the_interval_covers_seed_variation_and_image_noise():
+    per_seed, scored = seeded_members({"a": 0.75, "b": 0.60, "c": 0.60}, seeds=5, seed_sd=0.01)
+    draws = image_draws(scored, "iou", resamples=400)
+    per_model, pairs = across_seeds(per_seed, "val_iou", draws)
+    pair = pairs.set_index(["model_a", "model_b"])
+    assert pair.loc[("a", "b"), "supported"] and pair.loc[("a", "b"), "diff_low"] > 0
+    assert not pair.loc[("b", "c"), "supported"]
+    assert (pairs["covers"] == SEEDS_AND_IMAGES).all() and (pairs["p_holm"] >= pairs["p_t"]).all()
+    assert (pairs["seeds"] == 5).all() and (pairs["image_se"] > 0).all()
+    # Wider than the seeds alone would make it: the image part adds to the variance.
+    seeds_alone = seed_interval(per_seed.query("model == 'b'")["value"].to_numpy() - per_seed.query("model == 'c'")["value"].to_numpy())
+    assert pair.loc[("b", "c"), "diff_high"] - pair.loc[("b", "c"), "diff_low"] > seeds_alone.high - seeds_alone.low
+    assert (per_model["low"] < per_model["mean"]).all() and (per_model["std"] > 0).all()
+
+
+def test_a_large_seed_spread_is_not_supported_where_one_seed_would_look_sure():
+    per_seed, scored = seeded_members({"a": 0.70, "b": 0.69}, seeds=3, seed_sd=0.08)
+    _, pairs = across_seeds(per_seed, "val_iou", image_draws(scored, "iou", resamples=400))
+    assert not pairs.loc[0, "supported"] and pairs.loc[0, "repeats_to_resolve"] > 3
 
 
 def test_holm_adjustment_matches_the_textbook_example():
@@ -75,35 +109,18 @@ def test_holm_adjustment_matches_the_textbook_example():
     assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == 0.01
 
 
-def test_paired_tests_across_seeds_with_wilcoxon_where_the_count_allows():
-    rng = np.random.default_rng(3)
-    seed_effect = rng.normal(0, 0.05, 6)  # each seed lifts or sinks every model alike
-    rows = []
-    for s in range(6):
-        rows += [
-            {"model": "a", "seed": s, "val_iou": 0.70 + seed_effect[s] + 0.010 + rng.normal(0, 0.001)},
-            {"model": "b", "seed": s, "val_iou": 0.70 + seed_effect[s] + rng.normal(0, 0.001)},
-        ]
-        rows.append({"model": "c", "seed": s, "val_iou": rows[-1]["val_iou"] + (0.001 if s % 2 else -0.001)})  # b, give or take
-    pairs = paired_tests_across_seeds(pd.DataFrame(rows), "val_iou").set_index(["model_a", "model_b"])
-    assert pairs.loc[("a", "b"), "supported"] and pairs.loc[("a", "b"), "diff_low"] > 0
-    assert not pairs.loc[("b", "c"), "supported"]
-    assert pairs["p_wilcoxon"].notna().all() and (pairs["p_holm"] >= pairs["p_t"]).all()
-    three = paired_tests_across_seeds(pd.DataFrame([r for r in rows if r["seed"] < 3]), "val_iou")
-    assert three["p_wilcoxon"].isna().all() and three["seeds"].eq(3).all()
-
-
 def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run):
     summary, pairs = tiny_run.summary, pd.read_csv(tiny_run.run_dir / "pairs.csv")
     for metric in ("val_iou", "val_f1", "val_loss"):
         assert ((summary[f"{metric}_low"] <= summary[metric] + 1e-9) & (summary[metric] <= summary[f"{metric}_high"] + 1e-9)).all()
-    assert "indistinguishable_from" in summary
-    assert set(pairs["compared_on"]) == {"bce+dice"} and {"diff", "diff_low", "diff_high", "p_a_better", "supported"} <= set(pairs.columns)
+    assert "indistinguishable_from" not in summary, "one seed: nothing measured against training randomness"
+    assert set(pairs["compared_on"]) == {"bce+dice"} and {"diff", "diff_low", "diff_high", "p_a_better", "supported", "covers", "beyond_image_noise"} <= set(pairs.columns)
+    assert not pairs["supported"].any() and (summary["interval_covers"] == IMAGES_ONLY).all()
     compared = tiny_run.losses.query("metric == 'compare_loss'")
     assert set(compared["model"]) == {"deconv"}, "only the member training on another loss needs it computed"
     assert any("train on different losses" in w for w in tiny_run.info["warnings"])
     report = (tiny_run.run_dir / "report.html").read_text()
-    assert "differences in val_iou" in report and (tiny_run.run_dir / "plots" / "pair_differences.png").exists()
+    assert "One training seed" in report and "train.repeats" in report and (tiny_run.run_dir / "plots" / "pair_differences.png").exists()
 
 
 def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
@@ -118,9 +135,12 @@ def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
 def test_repeats_rank_by_a_paired_test_not_overlapping_intervals(tmp_path):
     result = run(validate_config(tiny_config(train={"epochs": 1, "repeats": 3})), results_dir=tmp_path)
     pairs = pd.read_csv(result.run_dir / "pairs.csv")
-    assert {"seeds", "p_t", "p_holm", "supported", "diff_low", "diff_high"} <= set(pairs.columns)
-    assert (pairs["seeds"] == 3).all()
-    assert "val_iou_ci95" in result.summary and "indistinguishable_from" in result.summary
+    assert {"seeds", "p_t", "p_holm", "supported", "diff_low", "diff_high", "seed_std", "image_se", "repeats_to_resolve"} <= set(pairs.columns)
+    assert (pairs["seeds"] == 3).all() and (pairs["covers"] == SEEDS_AND_IMAGES).all()
+    summary = result.summary
+    assert {"val_iou_low", "val_iou_high", "val_iou_std", "indistinguishable_from"} <= set(summary.columns)
+    assert (summary["interval_covers"] == SEEDS_AND_IMAGES).all()
+    assert "Over 3 training seeds" in (result.run_dir / "report.html").read_text()
 
 
 def test_nightly_verdict_can_ignore_drops_within_the_bootstrap_noise():

@@ -19,7 +19,7 @@ from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_departures_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
-from harness.outputs.uncertainty import ranking_statistics
+from harness.outputs.uncertainty import interval_covers, ranking_statistics
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -32,6 +32,8 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     member_summary = build_member_summary(losses, info.get("models", {}))
     intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary)
     summary = with_settings(build_summary(member_summary, config.output.rank_by, intervals, pair_stats), config.models)
+    if (covers := interval_covers(config)) is not None and len(summary):
+        summary["interval_covers"] = covers
     member_summary = with_settings(member_summary, config.member_specs())
     on_common = scored_on_common_loss(config)
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)

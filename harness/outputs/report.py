@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pandas as pd
 
 from harness.outputs.columns import higher_is_better
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
+from harness.outputs.statistics import IMAGES_ONLY
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1360px; padding: 0 1rem; color: #222; }
@@ -159,7 +161,7 @@ def render_report(
         "<p id='broken'>Some plots of this report failed to render.</p>",
         "<h2>Summary</h2>",
         html_table(main, highlight=rank_by, css="summary"),
-        f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>",
+        f"<p class='verdict'>{html.escape(verdict(pairs, rank_by, summary))}</p>",
         f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
     for warning in info.get("warnings") or []:
@@ -170,9 +172,13 @@ def render_report(
             "<p>On the common loss (compared_on): mean_loss_diff = train loss of model_a minus model_b, "
             "averaged over steps; a_beats_b = share of steps where model_a's loss was lower on the very same "
             "batch. On the ranking metric: diff = model_a minus model_b with its 95% interval (diff_low, "
-            "diff_high): a paired bootstrap over validation images with one seed (p_a_better: the share of "
-            "resamples in which model_a was better), a paired t-test across seeds with repeats (p_holm: "
-            "Holm-adjusted over all pairs); supported = the difference is unlikely to be noise.</p>",
+            "diff_high); covers = the noise that interval accounts for. With one training seed it is a "
+            "paired bootstrap over validation images (p_a_better: the share of resamples in which model_a "
+            "was better; beyond_image_noise: the interval excludes zero), which says nothing about training "
+            "randomness, so no pair is supported. With repeats it is the mean over seeds of the per-seed "
+            "differences, its interval covering seed-to-seed variation and image noise (seed_std, image_se, "
+            "p_t; p_holm: Holm-adjusted over all pairs); supported = p_holm below 0.05; repeats_to_resolve = "
+            "roughly how many repeats would find a difference of this size (80% power).</p>",
             html_table(pairs),
         ]
     parts.append("<h2>Curves</h2>")
@@ -191,21 +197,51 @@ def render_report(
     return "\n".join(parts)
 
 
-def verdict(pairs: pd.DataFrame, rank_by: str) -> str:
-    """One sentence: which differences in the ranking metric the data supports, and which not."""
-    if "supported" not in pairs or pairs["supported"].isna().all():
+def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None) -> str:
+    """What the comparison supports, in words, and what its intervals cover: with one training
+    seed no difference between models is called supported (training randomness was not measured);
+    with repeats, the supported differences, the others with the repeats that might resolve
+    them, and each model's seed-to-seed spread."""
+    if "supported" not in pairs or pairs["supported"].isna().all() or "covers" not in pairs:
         return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
-    supported, unsupported = [], []
-    for row in pairs.dropna(subset=["supported"]).itertuples(index=False):
-        a_better = (row.diff > 0) == higher_is_better(rank_by)
-        better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
-        diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
-        text = f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"  # better minus worse
-        (supported if row.supported else unsupported).append(text)
-    parts = [f"Supported differences in {rank_by} (95%): {'; '.join(supported)}." if supported else f"No difference in {rank_by} is supported at 95%."]
+    rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
+    if all(row.covers == IMAGES_ONLY for row in rows):
+        beyond = [_difference(row, rank_by) for row in rows if getattr(row, "beyond_image_noise", False)]
+        text = (f"One training seed: the intervals of {rank_by} cover validation-image noise only. Training randomness "
+                "(initial weights, data order) was not measured, and it often moves differences between models more than "
+                "image noise does, so no difference between these models is called supported. To measure it, set "
+                "train.repeats: 3 or more.")
+        if beyond:
+            text += f" Only these particular trained networks differ beyond image noise: {'; '.join(beyond)}."
+        return text
+    supported = [_difference(row, rank_by) for row in rows if row.supported]
+    unsupported = [_difference(row, rank_by) + _to_resolve(row) for row in rows if not row.supported]
+    seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
+    parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
+    parts.append(f"supported differences in {rank_by}: {'; '.join(supported)}." if supported else f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported (could be noise): {'; '.join(unsupported)}.")
+        parts.append(f"Not supported: {'; '.join(unsupported)}.")
+    spread = f"{rank_by}_std"
+    if summary is not None and spread in summary and summary[spread].notna().any():
+        parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
     return " ".join(parts)
+
+
+def _difference(row, rank_by: str) -> str:
+    """`better over worse (+diff [low, high])`, better minus worse."""
+    a_better = (row.diff > 0) == higher_is_better(rank_by)
+    better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
+    diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
+    return f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"
+
+
+def _to_resolve(row) -> str:
+    needed = getattr(row, "repeats_to_resolve", math.nan)
+    if needed is None or pd.isna(needed):
+        return ""
+    if math.isinf(needed):
+        return ", not resolvable by repeats on these validation images"
+    return f", about {int(needed)} repeats to resolve a difference this size"
 
 
 def _image(path: Path) -> str:

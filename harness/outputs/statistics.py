@@ -1,23 +1,29 @@
-"""How sure a ranking is: intervals for each member's score and for each pair's difference.
+"""How sure a ranking is: intervals for each model's score and each pair's difference, and
+what each interval covers.
 
-Every member is scored on the same validation images and trained on the same batches, so every
-comparison is paired:
+Two sources of noise move a comparison, and they are not the same size:
 
-- one seed: a paired bootstrap over validation images (scipy.stats.bootstrap, BCa). The images are
-  resampled once per resample and every member is scored on that same resample, from its
-  per-image counts (val_scores.csv), with the very function that gives its validation score; a
-  pair's difference and the share of resamples in which one beats the other come from the same
-  resamples;
-- with `train.repeats`: seed i of every model saw the same batches, so per-seed differences are
-  tested pairwise (scipy.stats.ttest_rel, and wilcoxon where the count allows), with Holm's
-  correction across pairs.
+- **validation-image noise**: the validation set is a sample of images. Every member is scored on
+  the same images, so a paired bootstrap over images (scipy.stats.bootstrap, BCa) answers "would
+  these two trained networks rank the same on other images?";
+- **training randomness**: initial weights, data order, augmentation draws. Only repeats measure
+  it (`train.repeats`: repeat r of every model shares a training seed, so differences are paired
+  within each repeat). Across seeds a difference typically moves several times more than image
+  resampling suggests.
 
-A difference is "supported" when its 95% interval excludes zero (one seed) or its Holm-adjusted
-p-value is below 0.05 (repeats); `indistinguishable_from` lists the models for which it is not.
+With one training seed only the first is measured: intervals say so (`covers`), and no
+difference is called supported (`supported` is False; `beyond_image_noise` keeps what the image
+bootstrap says about these two trained networks). With R >= 2 repeats, a model's score is the mean
+over its seeds and a pair's difference the mean of its per-seed differences; the interval's
+variance is the seed-to-seed variance / R plus the image-bootstrap variance of that mean, with a
+Student-t of R - 1 degrees of freedom. Its
+p-value is adjusted with Holm's method across all pairs; "supported" means p_holm < 0.05.
+Calibration is measured, not argued: `harness bench --section calibration`.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 from itertools import combinations
@@ -32,7 +38,10 @@ from harness.outputs.columns import higher_is_better
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0  # the same resamples every time a report is rebuilt
-WILCOXON_MIN_SEEDS = 6  # with fewer, no two-sided signed-rank p-value can reach 0.05
+POWER = 0.80  # repeats_to_resolve: repeats that would find a difference of this size 80% of the time
+IMAGES_ONLY = "validation images only (one training seed: training randomness not measured)"
+SEEDS_AND_IMAGES = "training seeds and validation images"
+SEEDS_ONLY = "training seeds (no per-image basis for this metric)"
 
 
 @dataclass(frozen=True)
@@ -43,15 +52,13 @@ class Scored:
     scores: Callable[[dict, float], dict]
 
 
-def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED):
-    """(per-member table, per-pair table) for `metric` (e.g. "iou", "loss"), on shared resamples.
-
-    members: name -> Scored, all on the same N images in the same order."""
+def _scoring(members: dict[str, Scored], metric: str):
+    """(names of the members that report `metric`, image count, f(indices [resamples, N]) ->
+    values [members, resamples]): every member scored on the same resampled images."""
     names = [n for n, s in members.items() if metric in s.scores({k: v[:1].sum(0) for k, v in s.quantities.items()}, 1)]
-    if len(names) == 0:
-        return pd.DataFrame(), pd.DataFrame()
+    if not names:
+        return names, 0, None
     count = len(next(iter(members[names[0]].quantities.values())))
-    pairs = list(combinations(range(len(names)), 2))
 
     def values_on(indices):
         indices = np.atleast_2d(indices)  # [resamples, N]
@@ -63,6 +70,20 @@ def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = R
             totals = {k: np.tensordot(weights, v, axes=(1, 0)) for k, v in scored.quantities.items()}
             out.append(scored.scores(totals, count)[metric])
         return np.stack(out)  # [members, resamples]
+
+    return names, count, values_on
+
+
+def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED):
+    """One training seed: (per-member table, per-pair table) for `metric` (e.g. "iou", "loss"), a
+    paired bootstrap over validation images. The intervals cover image noise only, so no pair is
+    `supported`; `beyond_image_noise` says whether its interval excludes zero.
+
+    members: name -> Scored, all on the same N images in the same order."""
+    names, count, values_on = _scoring(members, metric)
+    if not names:
+        return pd.DataFrame(), pd.DataFrame()
+    pairs = list(combinations(range(len(names)), 2))
 
     def statistic(indices, axis=-1):
         values = values_on(indices)
@@ -77,15 +98,25 @@ def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = R
     rows = []
     for k, (a, b) in enumerate(pairs):
         d = better * distribution[len(names) + k]
+        low_k, high_k = low[len(names) + k], high[len(names) + k]
         rows.append({
             "model_a": names[a], "model_b": names[b], "metric": f"val_{metric}",
-            "diff": full[a] - full[b], "diff_low": low[len(names) + k], "diff_high": high[len(names) + k],
+            "diff": full[a] - full[b], "diff_low": low_k, "diff_high": high_k, "covers": IMAGES_ONLY,
+            "supported": False, "beyond_image_noise": bool(low_k > 0 or high_k < 0),
             "p_a_better": float(np.mean(d > 0) + 0.5 * np.mean(d == 0)),
         })
-    per_pair = pd.DataFrame(rows)
-    if len(per_pair):
-        per_pair["supported"] = (per_pair["diff_low"] > 0) | (per_pair["diff_high"] < 0)
-    return per_member, per_pair
+    return per_member, pd.DataFrame(rows)
+
+
+def image_draws(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED) -> dict[str, np.ndarray]:
+    """member -> its `metric` on each of `resamples` image resamples, the same resamples for every
+    member (the image noise of means and differences over seeds follows from them)."""
+    names, count, values_on = _scoring(members, metric)
+    if not names:
+        return {}
+    indices = np.random.default_rng(seed).integers(0, count, (resamples, count))
+    values = np.concatenate([values_on(chunk) for chunk in np.array_split(indices, max(1, resamples // 250))], axis=1)
+    return dict(zip(names, values))
 
 
 def _bootstrap(statistic, count: int, resamples: int, seed: int):
@@ -104,37 +135,94 @@ def _bootstrap(statistic, count: int, resamples: int, seed: int):
 
 
 # ---------------------------------------------------------------------------------------------
-# Repeats: paired across seeds
+# Repeats: training randomness and image noise together
 
 
-def t_interval(values) -> tuple[float, float]:
-    """(standard deviation, half-width of the 95% Student-t interval of the mean)."""
+@dataclass(frozen=True)
+class SeedInterval:
+    """A mean over seeds with an interval covering seed-to-seed variation and image noise."""
+
+    mean: float
+    seed_std: float  # seed-to-seed standard deviation of the values
+    image_se: float  # standard error of the mean from image resampling (0: not measured)
+    low: float
+    high: float
+    df: float
+    p: float  # two-sided, against zero
+
+
+def seed_interval(values, image_se: float = 0.0) -> SeedInterval:
+    """The mean of per-seed `values` with its 95% interval: variance s^2/R + image_se^2, Student-t
+    with R - 1 degrees of freedom. (Welch-Satterthwaite would raise them as the image part grows,
+    and with few seeds that made the interval narrower than the seeds' alone: not taken.)"""
     values = np.asarray(values, float)
-    if len(values) < 2:
-        return float("nan"), float("nan")
+    r = len(values)
+    mean = float(values.mean()) if r else math.nan
+    if r < 2:
+        return SeedInterval(mean, math.nan, image_se, math.nan, math.nan, math.nan, math.nan)
     sd = float(values.std(ddof=1))
-    return sd, float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(values) - 1) * sd / np.sqrt(len(values)))
+    total = sd**2 / r + (image_se if math.isfinite(image_se) else 0.0) ** 2
+    df = float(r - 1)
+    if total == 0:
+        return SeedInterval(mean, sd, image_se, mean, mean, df, 1.0 if mean == 0 else 0.0)
+    se = math.sqrt(total)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(mean) / se, df))
+    return SeedInterval(mean, sd, image_se, mean - half, mean + half, df, p)
 
 
-def paired_tests_across_seeds(per_seed: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Pairs of models over their common seeds: per_seed has columns model, seed, <metric>."""
-    table = per_seed.pivot_table(index="seed", columns="model", values=metric, aggfunc="first")
+def repeats_to_resolve(diff: float, seed_std: float, image_se: float) -> float:
+    """Roughly how many repeats would find a difference of this size with 80% power at 95% (normal
+    approximation, before Holm): inf when image noise alone is too large (more validation images
+    would help, more repeats would not)."""
+    if not all(math.isfinite(x) for x in (diff, seed_std)) or diff == 0:
+        return math.inf
+    z = stats.norm.ppf(0.5 + CONFIDENCE / 2) + stats.norm.ppf(POWER)
+    room = (abs(diff) / z) ** 2 - (image_se if math.isfinite(image_se) else 0.0) ** 2
+    if room <= 0:
+        return math.inf
+    return float(max(2, math.ceil(seed_std**2 / room)))
+
+
+def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None):
+    """(per-model table, per-pair table) over repeats. per_seed: columns model, repeat, member,
+    value (the member's `metric`); draws: member -> its metric on shared image resamples
+    (`image_draws`), or None where the metric has no per-image basis (training randomness only).
+    Pairs are compared over the repeats both models completed, paired by repeat."""
+    table = per_seed.pivot_table(index="repeat", columns="model", values="value", aggfunc="first")
+    member = per_seed.pivot_table(index="repeat", columns="model", values="member", aggfunc="first")
     models = list(dict.fromkeys(per_seed["model"]))
-    rows = []
+    covers = SEEDS_AND_IMAGES if draws else SEEDS_ONLY
+
+    def image_se(of_resample: Callable[[str], np.ndarray], names: list[str]) -> float:
+        if not draws or not all(n in draws for n in names):
+            return 0.0
+        return float(np.std(of_resample(names), ddof=1))
+
+    model_rows = []
+    for model in models:
+        values = table[model].dropna()
+        names = member.loc[values.index, model].tolist()
+        interval = seed_interval(values, image_se(lambda ns: np.mean([draws[n] for n in ns], axis=0), names))
+        model_rows.append({"model": model, "seeds": len(values), "mean": interval.mean, "std": interval.seed_std, "low": interval.low, "high": interval.high})
+    pair_rows = []
     for a, b in combinations(models, 2):
         both = table[[a, b]].dropna()
+        pairs_of = [(member.loc[r, a], member.loc[r, b]) for r in both.index]
         d = (both[a] - both[b]).to_numpy()
-        row = {"model_a": a, "model_b": b, "metric": metric, "seeds": len(d), "diff": float(d.mean()) if len(d) else np.nan}
-        _, half = t_interval(d)
-        row["diff_low"], row["diff_high"] = row["diff"] - half, row["diff"] + half
-        row["p_t"] = float(stats.ttest_rel(both[a], both[b]).pvalue) if len(d) >= 2 and np.ptp(d) > 0 else (1.0 if len(d) >= 2 and not d.any() else np.nan)
-        row["p_wilcoxon"] = float(stats.wilcoxon(d).pvalue) if len(d) >= WILCOXON_MIN_SEEDS and d.any() else np.nan
-        rows.append(row)
-    pairs = pd.DataFrame(rows)
+        se = image_se(lambda _: np.mean([draws[x] - draws[y] for x, y in pairs_of], axis=0), [n for p in pairs_of for n in p])
+        interval = seed_interval(d, se)
+        pair_rows.append({
+            "model_a": a, "model_b": b, "metric": metric, "seeds": len(d), "diff": interval.mean,
+            "diff_low": interval.low, "diff_high": interval.high, "covers": covers,
+            "seed_std": interval.seed_std, "image_se": se, "df": interval.df, "p_t": interval.p,
+            "repeats_to_resolve": repeats_to_resolve(interval.mean, interval.seed_std, se),
+        })
+    pairs = pd.DataFrame(pair_rows)
     if len(pairs):
         pairs["p_holm"] = holm(pairs["p_t"].to_numpy())
         pairs["supported"] = pairs["p_holm"] < 1 - CONFIDENCE
-    return pairs
+    return pd.DataFrame(model_rows), pairs
 
 
 def holm(pvalues) -> np.ndarray:

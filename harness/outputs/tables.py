@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 
 from harness.outputs.columns import higher_is_better, is_finite
-from harness.outputs.statistics import indistinguishable, t_interval
+from harness.outputs.statistics import IMAGES_ONLY, indistinguishable, seed_interval
 from harness.outputs.writers import COLUMNS
 
-from harness.config.schema import REPEAT_SEPARATOR as SEPARATOR
+from harness.config.naming import model_of as base_model
 
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 
@@ -42,10 +42,6 @@ def load_losses(path: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
     return pd.read_csv(path, dtype={"model": str, "split": str, "metric": str})
-
-
-def base_model(member: str) -> str:
-    return member.split(SEPARATOR, 1)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,9 +92,10 @@ def _tail_mean(values: pd.Series) -> float:
 
 
 def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", intervals: pd.DataFrame | None = None, pair_stats: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per model, ranked by `rank_by` (best first). `intervals` (one seed): per model,
-    `<metric>_low`/`_high` from the paired bootstrap; `pair_stats`: which differences of the
-    ranking metric are supported (statistics.py), from which `indistinguishable_from` follows."""
+    """One row per model, ranked by `rank_by` (best first). `intervals`: per model,
+    `<metric>_low`/`_high` (uncertainty.py: image noise with one seed, seeds and images with
+    repeats); `pair_stats`: which differences of the ranking metric are supported
+    (statistics.py), from which `indistinguishable_from` follows."""
     frame = member_summary.copy()
     frame["model"] = frame["model"].map(base_model)
     repeated = frame.groupby("model", sort=False).size().max() > 1
@@ -115,12 +112,15 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
                 continue
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
             if repeated and column.startswith(("val_", "final_", "best_val")):
-                row[f"{column}_std"], row[f"{column}_ci95"] = t_interval(values.dropna())
+                # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
+                interval = seed_interval(values.dropna())
+                row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
         row["repeats"] = len(group)
         rows.append(row)
     summary = pd.DataFrame(rows)
     if intervals is not None and len(intervals):
-        summary = summary.merge(intervals, on="model", how="left")
+        replaced = [c for c in intervals.columns if c != "model" and c in summary]
+        summary = summary.drop(columns=replaced).merge(intervals, on="model", how="left")
     summary = _rank(summary, rank_by, pair_stats)
     for column in ("params", "flops_per_example", "steps", "best_step"):
         if column in summary:
@@ -151,7 +151,8 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
     order = order.sort_values(["_dropped", "_left", rank_by], ascending=[True, True, ascending], na_position="last", kind="stable")
     summary = order.drop(columns=["_dropped", "_left"]).reset_index(drop=True)
     summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
-    if pair_stats is not None and len(pair_stats):
+    # With one training seed no difference is measured against training randomness: nothing to list.
+    if pair_stats is not None and len(pair_stats) and (pair_stats["covers"] != IMAGES_ONLY).any():
         summary["indistinguishable_from"] = indistinguishable(summary["model"].tolist(), pair_stats)
     return summary
 

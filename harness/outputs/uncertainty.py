@@ -1,9 +1,12 @@
 """From a run's files to its ranking's uncertainty: which statistics apply, on what data.
 
 One seed: the paired bootstrap over validation images, from each member's last evaluation in
-val_scores.csv (per-image counts), for val_iou, val_f1 and val_loss. Repeats: paired tests across
-seeds of the ranking metric. Read from files only: scores are recomputed with the segmentation
-scores function for members with counts, and as a mean loss for the others (autoencoders).
+val_scores.csv (per-image counts), for val_iou, val_f1 and val_loss: intervals of image noise
+only, and no pair called supported. Repeats: per model and per pair, the mean over seeds with an
+interval of training randomness and image noise (statistics.across_seeds), the image part from
+the same image resamples for every member. Read from files only: scores are recomputed with the
+segmentation scores function for members with counts, and as a mean loss for the others
+(autoencoders).
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config.schema import REPEAT_SEPARATOR, ExperimentConfig
+from harness.config.naming import model_of, repeat_of
+from harness.config.schema import ExperimentConfig
 from harness.core.evaluation import segmentation_scores
-from harness.outputs.statistics import Scored, bootstrap_metric, paired_tests_across_seeds
+from harness.outputs.statistics import IMAGES_ONLY, SEEDS_AND_IMAGES, SEEDS_ONLY, Scored, across_seeds, bootstrap_metric, image_draws
 from harness.outputs.writers import counts_of
 
 BOOTSTRAPPED = ("iou", "f1", "loss")
@@ -23,14 +27,8 @@ BOOTSTRAPPED = ("iou", "f1", "loss")
 
 def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame):
     """(intervals per model or None, pair statistics of the ranking metric or None)."""
-    rank_by = config.output.rank_by
     if config.train.repeats > 1:
-        ok = member_summary[member_summary["status"] == "ok"]
-        if rank_by not in ok:
-            return None, None
-        parts = ok["model"].str.rsplit(REPEAT_SEPARATOR, n=1, expand=True)
-        per_seed = pd.DataFrame({"model": parts[0], "seed": parts[1], rank_by: ok[rank_by]})
-        return None, paired_tests_across_seeds(per_seed, rank_by)
+        return _across_repeats(val_scores, config, member_summary)
     scored = last_evaluations(val_scores, config.data.classes)
     if len(scored) == 0:
         return None, None
@@ -40,7 +38,39 @@ def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summar
         if per_member.empty:
             continue
         intervals.append(per_member.drop(columns="value").rename(columns={"low": f"val_{metric}_low", "high": f"val_{metric}_high"}).set_index("model"))
-        if f"val_{metric}" == rank_by:
+        if f"val_{metric}" == config.output.rank_by:
+            pair_stats = per_pair
+    merged = pd.concat(intervals, axis=1).reset_index() if intervals else None
+    return merged, pair_stats
+
+
+def interval_covers(config: ExperimentConfig) -> str | None:
+    """What the ranking metric's intervals cover, in words (summary.csv `interval_covers`)."""
+    bootstrapped = config.output.rank_by.removeprefix("val_") in BOOTSTRAPPED and config.output.rank_by.startswith("val_")
+    if config.train.repeats > 1:
+        return SEEDS_AND_IMAGES if bootstrapped else SEEDS_ONLY
+    return IMAGES_ONLY if bootstrapped else None
+
+
+def _across_repeats(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame):
+    """Per model `<metric>_low/_high` over seeds and images for every validation metric with a
+    per-image basis (and the ranking metric, over seeds alone, where it has none)."""
+    rank_by = config.output.rank_by
+    ok = member_summary[member_summary["status"] == "ok"]
+    scored = {name: s for name, s in last_evaluations(val_scores, config.data.classes).items() if name in set(ok["model"])}
+    columns = [f"val_{m}" for m in BOOTSTRAPPED if f"val_{m}" in ok]
+    if rank_by in ok and rank_by not in columns:
+        columns.append(rank_by)
+    intervals, pair_stats = [], None
+    for column in columns:
+        metric = column.removeprefix("val_")
+        draws = image_draws(scored, metric) if column.startswith("val_") and metric in BOOTSTRAPPED else None
+        per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[column]}).dropna()
+        per_model, per_pair = across_seeds(per_seed, column, draws)
+        if per_model.empty:
+            continue
+        intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{column}_low", "high": f"{column}_high"}))
+        if column == rank_by:
             pair_stats = per_pair
     merged = pd.concat(intervals, axis=1).reset_index() if intervals else None
     return merged, pair_stats
