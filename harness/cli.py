@@ -432,6 +432,9 @@ SUMMARY_COLUMNS = {
     "final_train_loss": "train loss",
     "params": "params",
     "ms_per_step": "ms/step",
+    "latency_ms": "latency ms",
+    "serve_images_per_s": "serve img/s",
+    "model_mb": "file MB",
     "steps": "steps",
     "status": "status",
 }
@@ -448,7 +451,7 @@ def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:
     from harness.outputs.columns import fit_to_width, format_column, terminal_text
 
     console = Console()
-    priority = ["rank", "model", rank_by, "status", "params", "ms_per_step"] + list(SUMMARY_COLUMNS)
+    priority = ["rank", "model", rank_by, "status", "params", "ms_per_step", "latency_ms"] + list(SUMMARY_COLUMNS)
     cells: dict[str, list[str]] = {}
     for column in dict.fromkeys(c for c in priority if c in summary.columns):
         texts = [format_column(column, v) for v in summary[column]]

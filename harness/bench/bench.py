@@ -28,6 +28,11 @@ Sections (rows of bench.csv):
   input      the share of step time spent waiting for input (suite and expensive pipelines)
   statistics the ranking's statistics for 40 members x 500 validation images x 2000 resamples
              (paired bootstrap), and paired tests for 40 models x 5 seeds, on synthetic counts
+  calibration  (when named) four small models of close quality trained with 16 seeds (data fixed): for R = 1, 3, 5
+             seeds, the coverage of the run's 95% intervals of pair differences against the
+             held-out seeds' mean, and the share of supported claims with the wrong sign
+  repeats    (when named) the suite's models with train.repeats: 3 in one run vs the same three seeds as three
+             runs one after another, end to end through the CLI
   scale      the same 12 members (3 built-in models x 4 widths) as one group, as 4 groups of 3 and
              as 12 single runs one after another, end to end through the CLI: wall time and peak
              memory; and the plan's predicted memory of each group vs what it used
@@ -55,13 +60,17 @@ from harness.bench.sections import (
     bench_checkpoint, bench_compile, bench_dispatch, bench_fit, bench_gpu, bench_input, bench_loop,
     bench_memory, bench_overhead, bench_placement, bench_scaling,
 )
+from harness.bench.calibration import bench_calibration
+from harness.bench.repeats import bench_repeats
 from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
 from harness.bench.suites import SUITES
 
 tf = import_tf()
-
+# A check that the section works: two tiny models, 4 seeds, a few steps (no calibration figure).
+TINY_CALIBRATION = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32, "val_size": 16, "sizes": (1, 3), "subsets": 4, "resamples": 100,
+                    "models": [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}]}
 
 
 def _dated_folder(out_dir: Path) -> Path:
@@ -101,7 +110,14 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     }
     if gpu:
         work["gpu"] = lambda: bench_gpu(base, rounds, steps)
+    # Measurements of the statistics' calibration and of repeats' cost train for many minutes at
+    # full size: run when named (--section), like the GPU section when asked for.
+    on_request = {
+        "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
+        "repeats": lambda: bench_repeats(base, 4 if tiny else 100, 1 if tiny else 2, folder),
+    }
     chosen = sections or list(work)
+    work.update(on_request)
     unknown = [s for s in chosen if s not in work]
     if unknown:
         raise ConfigError(f"bench: unknown section(s) {unknown}; choose from {', '.join(work)}")

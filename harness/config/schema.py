@@ -288,7 +288,8 @@ class ThresholdSpec(Strict):
     # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
     higher_is_better: bool | None = None
     # True: a change beyond the threshold counts only if the earlier value is also outside
-    # tonight's 95% bootstrap interval (summary.csv <metric>_low/_high): not a drop noise explains.
+    # tonight's 95% interval (summary.csv <metric>_low/_high): not a drop noise explains. With one
+    # training seed that interval covers validation-image noise only; with repeats, training too.
     beyond_noise: bool = False
 
     @model_validator(mode="after")
@@ -323,6 +324,10 @@ class OutputSpec(Strict):
     # keras: models/<name>/model.keras (tf_keras). saved_model: models/<name>/model_saved_model/, a
     # TensorFlow SavedModel with a `serve` endpoint, for serving and for Keras 3 or plain TF readers.
     export_formats: Annotated[list[Literal["keras", "saved_model"]], Field(min_length=1)] = ["keras"]
+    # What each model costs to serve, measured after training: latency at batch 1, images/s at
+    # serve_batch, the measurement's peak memory, the exported file's size.
+    serve_probe: bool = True
+    serve_batch: Annotated[int, Field(ge=1, le=4096)] = 8
     rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
     log_scale: bool = False  # loss curves on a log axis
     sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png

@@ -66,11 +66,16 @@ def compare(
             if (model, metric) not in before:
                 continue
             interval = (now.get((model, f"{metric}_low"), math.nan), now.get((model, f"{metric}_high"), math.nan))
-            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval))
+            covers = NOISE_OF_SEEDS if now.get((model, "repeats"), 1) > 1 else NOISE_OF_IMAGES
+            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval, covers))
     return changes
 
 
-def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan)) -> Change:
+NOISE_OF_IMAGES = "validation-image noise only (one training seed: training randomness not measured)"
+NOISE_OF_SEEDS = "training randomness and validation-image noise (repeats)"
+
+
+def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan), covers: str = NOISE_OF_IMAGES) -> Change:
     sign = -1.0 if higher_is_better(metric, threshold) else 1.0
     allowed = f"abs {threshold.abs:g}" if threshold.abs is not None else f"rel {threshold.rel:.0%}"
     if not columns.is_finite(before):
@@ -85,9 +90,11 @@ def _change(against: str, run: str, model: str, metric: str, before: float, now:
     if threshold.beyond_noise:
         low, high = interval
         if not (columns.is_finite(low) and columns.is_finite(high)):
-            note = "no bootstrap interval tonight: judged by the threshold alone"
+            note = "no interval tonight: judged by the threshold alone"
         elif regressed and low <= before <= high:
-            regressed, note = False, f"within tonight's 95% bootstrap interval [{low:.4g}, {high:.4g}]: noise"
+            regressed, note = False, f"within tonight's 95% interval [{low:.4g}, {high:.4g}] of {covers}: noise"
+        elif regressed:
+            note = f"beyond tonight's 95% interval [{low:.4g}, {high:.4g}] of {covers}"
     return Change(against, run, model, metric, before, now, worse_by, allowed, regressed, note)
 
 

@@ -9,9 +9,10 @@ from typing import Any
 
 import pandas as pd
 
-HIGHER_IS_BETTER = frozenset({"val_iou", "val_f1", "images_per_s"})
+HIGHER_IS_BETTER = frozenset({"val_iou", "val_f1", "images_per_s", "serve_images_per_s"})
 LOWER_IS_BETTER = frozenset(
-    {"val_loss", "best_val_loss", "final_train_loss", "params", "flops_per_example", "ms_per_step", "input_wait_share"}
+    {"val_loss", "best_val_loss", "final_train_loss", "params", "flops_per_example", "ms_per_step", "input_wait_share",
+     "latency_ms", "latency_p90_ms", "serve_peak_mb", "model_mb"}
 )
 
 
@@ -97,8 +98,10 @@ def format_column(column: str, value: Any) -> str:
         return format_cell(value)
     if column in ("params", "flops_per_example"):
         return human_count(float(value))
-    if column in ("ms_per_step", "images_per_s"):
+    if column in ("ms_per_step", "images_per_s", "serve_images_per_s", "serve_peak_mb"):
         return f"{float(value):.1f}"
+    if column in ("latency_ms", "latency_p90_ms", "model_mb"):
+        return f"{float(value):.2f}"
     if column.startswith(("val_", "best_val", "final_train")) or column.endswith("_loss"):
         return f"{float(value):.4f}"
     return format_cell(value)

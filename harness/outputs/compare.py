@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from harness.outputs.columns import fit_to_width, format_column, has_direction, higher_is_better, plain_text
 
-COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1"]
+COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
 
 
 def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
@@ -68,6 +68,18 @@ def print_comparison(table: pd.DataFrame) -> None:
             cells.append(text)
         view.add_row(*cells)
     console.print(view)
+    console.print(escape(comparison_note(table)))
+
+
+def comparison_note(table: pd.DataFrame) -> str:
+    """What bold green does not mean: compare lines up numbers, it tests no difference between
+    runs; and with one training seed a run's own intervals cover validation-image noise only."""
+    repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1) if "repeats" in table else pd.Series([1] * len(table))
+    note = "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported."
+    if (repeats <= 1).any():
+        note += (" Runs with one training seed measured no training randomness (their intervals cover validation-image noise "
+                 "only): train with train.repeats: 3 or more, in one run, for verdicts about models.")
+    return note
 
 
 def differing_settings(run_dirs: list[Path]) -> list[str]:

@@ -14,9 +14,10 @@ import pandas as pd
 from harness.outputs.columns import flat_settings, format_column, higher_is_better, is_finite
 
 VAL_METRICS = ("val_iou", "val_f1", "val_loss")
-COSTS = ("params", "flops_per_example", "ms_per_step")
+COSTS = ("params", "flops_per_example", "ms_per_step", "latency_ms", "serve_images_per_s", "model_mb")
 SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
-HEADERS = {"flops_per_example": "FLOPs", "ms_per_step": "ms/step", "params": "params", "interval": "95% interval"}
+HEADERS = {"flops_per_example": "FLOPs", "ms_per_step": "ms/step", "params": "params", "interval": "95% interval",
+           "latency_ms": "latency ms (batch 1)", "serve_images_per_s": "serve images/s", "model_mb": "file MB"}
 
 
 def summary_tables(summary: pd.DataFrame, rank_by: str) -> tuple[pd.DataFrame, pd.DataFrame]:

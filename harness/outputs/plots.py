@@ -256,7 +256,7 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
     quality = rank_by if rank_by in summary and summary[rank_by].notna().any() else None
     if quality:
         figure("final_" + quality, lambda ax: plot_final_bars(ax, summary, quality), size=(6.5, 4.2))
-        costs = [c for c in ("params", "ms_per_step") if c in summary and summary[c].notna().any()]
+        costs = [c for c in ("params", "latency_ms", "ms_per_step") if c in summary and summary[c].notna().any()]
         if costs:
             fig, axes = plt.subplots(1, len(costs), figsize=(6 * len(costs), 4.2), squeeze=False)
             for ax, cost in zip(axes[0], costs):

@@ -20,6 +20,7 @@ from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
 
+SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb")
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 
 
@@ -67,6 +68,7 @@ def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str
             "best_step": pd.NA,
             "ms_per_step": facts.get("ms_per_step"),
             "images_per_s": facts.get("images_per_s"),
+            **{k: facts.get(k) for k in SERVE_COLUMNS},
             "diverged_step": facts.get("diverged_step"),
         }
         if "loss" in val and val["loss"].notna().any():

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.config.naming import model_of
 from harness.config.schema import ExperimentConfig
 from harness.errors import HarnessError, Interrupted
 from harness.scale.engines import GroupTask
@@ -55,7 +56,7 @@ def group_config(config: ExperimentConfig, models: list[str], parallel: bool) ->
 
 
 def new_group_entry(name: str, models: list[str], config: ExperimentConfig, planned_mb: float | None) -> dict[str, Any]:
-    members = [s.name for s in config.member_specs() if s.name.split("@")[0] in models]
+    members = [s.name for s in config.member_specs() if model_of(s.name) in models]
     return {"name": name, "models": models, "members": members, "status": "pending", "device": None, "attempts": 0,
             "planned_mb": planned_mb, "peak_rss_mb": None, "started": None, "ended": None, "error": None}
 

@@ -42,6 +42,7 @@ class Plan:
     groups: list[Group]
     too_big: list[str]
     total_steps: int
+    repeats: int = 1  # train.repeats: each model's figures are for all its seeds
 
     @property
     def group_seconds(self) -> list[float | None]:
@@ -63,7 +64,7 @@ class Plan:
     def to_json(self) -> dict[str, Any]:
         return {
             "budget_mb": self.budget_mb, "max_members_per_group": self.max_members, "devices": asdict(self.devices),
-            "models": self.models, "too_big": self.too_big, "total_steps": self.total_steps,
+            "models": self.models, "too_big": self.too_big, "total_steps": self.total_steps, "repeats": self.repeats,
             "groups": [{**asdict(g), "device": self.device_of(i), "estimated_s": s} for i, (g, s) in enumerate(zip(self.groups, self.group_seconds))],
             "estimated_s": self.estimated_s,
             "estimate_note": "group memory and step time are the sums of their members' (safe side); run time on the slots in order",
@@ -78,6 +79,9 @@ class Plan:
             lines.append(f"  {model['model']:<28} params {_count(model.get('params'))}  FLOPs/example {_count(model.get('flops_per_example'))}  "
                          f"step memory {_mb(model.get('peak_mb'))}  {_ms(model.get('ms_per_step'))}/step"
                          + ("  (cached)" if model.get("cached") else ""))
+        if self.repeats > 1:
+            lines.append(f"  repeats: {self.repeats} training seeds per model, so {self.repeats} members each: the step memory and time "
+                         f"above are {self.repeats} x one member's, and the input pipeline makes {self.repeats} streams of batches")
         for i, (group, seconds) in enumerate(zip(self.groups, self.group_seconds)):
             lines.append(f"  group {group.name} on {self.device_of(i)}: {', '.join(group.members)}  memory {_mb(group.memory_mb or None)}  "
                          f"{_ms(group.ms_per_step)}/step, about {_duration(seconds)}")
@@ -136,7 +140,7 @@ def make_plan(config: ExperimentConfig, cache: Path, measure_members: bool, say=
     needs = [Need(m["model"], m.get("peak_mb"), m.get("ms_per_step")) for m in models]
     packing = pack(needs, budget, config.placement.max_members_per_group)
     groups = spread(packing.groups, needs, len(devices.slots))
-    return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps)
+    return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps, repeats)
 
 
 def uses_groups(config: ExperimentConfig) -> bool:

@@ -106,6 +106,26 @@ def export_models(done: FinishedRun) -> None:
                 export_saved_model(model, folder / f"{key}_saved_model")
 
 
+def probe_serving(done: FinishedRun) -> None:
+    """Each model's serving cost, measured once per architecture (a model's repeats share it), one
+    model at a time, in inference mode: the trained weights are only read."""
+    if not done.config.output.serve_probe:
+        return
+    from harness.config.naming import model_of
+    from harness.training.serve import file_mb, measure_serving
+
+    data, measured = done.config.data, {}
+    for member in done.members:
+        model = model_of(member.name)
+        if model not in measured:
+            measured[model] = measure_serving(member.model, (*data.image_size, data.channels), done.config.output.serve_batch, device=member.device)
+        record = done.records[member.name]
+        for key, value in measured[model].items():
+            setattr(record, key, value)
+        record.model_mb = file_mb(done.run.path / "models" / member.name / "model.keras")
+    done.update_info(models=models_info(done.records))
+
+
 def write_tables(done: FinishedRun) -> None:
     from harness.outputs.derived import samples_from_models, write_outputs
 
@@ -143,16 +163,17 @@ def log_mlflow(done: FinishedRun) -> None:
     done.update_info(mlflow=record)
 
 
-END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, write_tables, mark_completed, write_final_report, log_mlflow)
+END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, write_tables, mark_completed, write_final_report, log_mlflow)
 # A group of a larger run measures and exports its members; the run's driver merges the groups
 # and writes the one comparison (tables, report, MLflow) for all of them.
-GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, mark_completed)
+GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, mark_completed)
 # What the terminal says while an action runs, when it has something to do (quick ones say nothing).
 PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     probe_input_share: lambda d: "probing the input pipeline's share of the step" if d.config.output.probe_steps else None,
     probe_step_times: lambda d: "probing each model's step time alone" if d.config.output.probe_steps else None,
     count_flops: lambda d: "counting FLOPs",
     export_models: lambda d: "exporting the models" if d.config.output.export else None,
+    probe_serving: lambda d: f"measuring each model's serving cost (latency at batch 1, images/s at batch {d.config.output.serve_batch})" if d.config.output.serve_probe else None,
     write_tables: lambda d: "writing tables, statistics, plots and the report",
     log_mlflow: lambda d: "logging to MLflow" if d.config.output.mlflow is not None else None,
 }

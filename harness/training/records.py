@@ -25,6 +25,12 @@ class MemberRecord:
     flops_per_example: int | None = None
     ms_per_step: float | None = None
     images_per_s: float | None = None
+    # What it costs to serve (training/serve.py): inference at batch 1 and at output.serve_batch.
+    latency_ms: float | None = None
+    latency_p90_ms: float | None = None
+    serve_images_per_s: float | None = None
+    serve_peak_mb: float | None = None
+    model_mb: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

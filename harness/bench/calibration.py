@@ -1,0 +1,142 @@
+"""Bench section `calibration`: are the ranking's intervals right about how sure they are?
+
+Four small models of close quality are trained with many training seeds at once (`train.repeats`,
+data held fixed). Then, for R = 1, 3 and 5, many subsets of R seeds play "the run a user made",
+and the seeds left out play "the truth": the mean over them of each pair's per-seed difference,
+on the same validation images. For each subset and pair, the harness's own statistics
+(`bootstrap_metric` with one seed, `across_seeds` with repeats) give an interval and a verdict:
+
+- coverage: the share of 95% intervals that contain the held-out seeds' mean difference (that
+  mean is itself noisy: `ideal_coverage` is what an exactly calibrated Student-t interval of the
+  seed part would reach against it, P(|T_{R-1}| < t_crit / sqrt(1 + R/m)) for m held-out seeds);
+- supported: the share of pairs called supported; false claims: supported with the sign opposite
+  to the held-out mean. With one seed the image-only interval is reported too (`image_only_*`):
+  what calling its exclusion of zero "supported" would claim.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from harness.config.naming import member_name, model_of, repeat_of
+from harness.outputs.statistics import CONFIDENCE, across_seeds, bootstrap_metric, image_draws
+from harness.outputs.uncertainty import last_evaluations
+
+METRIC = "iou"
+
+# Close in quality on purpose: the pairs a user would want told apart.
+CALIBRATION_MODELS = [
+    {"name": "fcn16", "arch": "tiny_fcn", "options": {"width": 16}},
+    {"name": "deconv16", "arch": "tiny_deconv", "options": {"width": 16}},
+    {"name": "deconv8", "arch": "tiny_deconv", "options": {"width": 8}},
+    {"name": "unet4", "arch": "tiny_unet", "options": {"width": 4}},
+]
+
+
+def calibration_config(seeds: int, steps: int, side: int, train_size: int, val_size: int, models: list[dict]) -> dict:
+    return {
+        "name": "calibration", "seed": 0,
+        "data": {"image_size": [side, side], "train_size": train_size, "val_size": val_size, "batch_size": 16},
+        "models": models,
+        "train": {"steps": steps, "steps_per_call": 16, "repeats": seeds, "batchnorm_momentum": 0.9},
+        "output": {"probe_steps": 0, "progress": "none", "tensorboard": False, "sample_images": 0, "export": False},
+    }
+
+
+def bench_calibration(folder: Path, seeds: int = 16, steps: int = 256, side: int = 32, train_size: int = 512, val_size: int = 256,
+                      models: list[dict] | None = None, sizes: tuple[int, ...] = (1, 3, 5), subsets: int = 60, resamples: int = 500) -> pd.DataFrame:
+    from harness.api import run
+    from harness.config.loading import validate_config
+
+    config = validate_config(calibration_config(seeds, steps, side, train_size, val_size, models or CALIBRATION_MODELS))
+    began = time.perf_counter()
+    result = run(config, results_dir=folder / "calibration-runs")
+    train_s = time.perf_counter() - began
+    scored = last_evaluations(result.run_dir / "val_scores.csv", config.data.classes)
+    rows = [calibration_row(scored, size, seeds, subsets, resamples) for size in sizes if size < seeds]
+    table = pd.DataFrame(rows)
+    table.insert(0, "section", "calibration")
+    table.insert(1, "contender", [f"R = {r}" for r in table["repeats"]])
+    table["seeds_trained"] = seeds
+    table["train_s"] = round(train_s, 1)
+    return table
+
+
+def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples: int, seed: int = 0) -> dict:
+    """Coverage and claims of R = `size` intervals against the held-out seeds, over `subsets`
+    random subsets of the trained seeds."""
+    models = list(dict.fromkeys(model_of(n) for n in scored))
+    per_seed = _per_seed_values(scored)
+    rng = np.random.default_rng(seed)
+    outcomes = []
+    for _ in range(subsets):
+        chosen = sorted(rng.choice(np.arange(1, seeds + 1), size, replace=False).tolist())
+        held_out = [r for r in range(1, seeds + 1) if r not in chosen]
+        truth = _held_out_differences(per_seed, held_out)
+        outcomes += _judge(scored, per_seed, chosen, truth, size, resamples)
+    frame = pd.DataFrame(outcomes)
+    m = seeds - size
+    row = {
+        "repeats": size, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame),
+        "models": len(models), "coverage": round(frame["covered"].mean(), 3),
+        "ideal_coverage": round(_ideal_coverage(size, m), 3) if size > 1 else math.nan,
+        "supported": round(frame["supported"].mean(), 3),
+        "false_claims": round(frame["false_claim"].mean(), 3),
+        "false_share_of_supported": round(frame.loc[frame["supported"], "false_claim"].mean(), 3) if frame["supported"].any() else 0.0,
+    }
+    if size == 1:
+        row["image_only_supported"] = round(frame["beyond_image_noise"].mean(), 3)
+        row["image_only_false_claims"] = round(frame["image_only_false_claim"].mean(), 3)
+    return row
+
+
+def _per_seed_values(scored: dict) -> pd.DataFrame:
+    rows = []
+    for name, s in scored.items():
+        count = len(s.quantities["loss"])
+        value = float(s.scores({k: v.sum(0) for k, v in s.quantities.items()}, count)[METRIC])
+        rows.append({"model": model_of(name), "repeat": repeat_of(name), "member": name, "value": value})
+    return pd.DataFrame(rows)
+
+
+def _held_out_differences(per_seed: pd.DataFrame, held_out: list[int]) -> dict[tuple[str, str], float]:
+    table = per_seed[per_seed["repeat"].isin(held_out)].pivot_table(index="repeat", columns="model", values="value")
+    models = list(dict.fromkeys(per_seed["model"]))
+    return {(a, b): float((table[a] - table[b]).mean()) for i, a in enumerate(models) for b in models[i + 1:]}
+
+
+def _judge(scored: dict, per_seed: pd.DataFrame, chosen: list[int], truth: dict, size: int, resamples: int) -> list[dict]:
+    """One subset: each pair's interval, verdict and whether they hold against the held-out truth."""
+    models = list(dict.fromkeys(per_seed["model"]))
+    repeats = max(per_seed["repeat"])
+    if size == 1:
+        one = {m: scored[member_name(m, chosen[0], repeats)] for m in models}
+        _, pairs = bootstrap_metric(one, METRIC, resamples=resamples)
+    else:
+        subset = per_seed[per_seed["repeat"].isin(chosen)]
+        draws = image_draws({n: scored[n] for n in subset["member"]}, METRIC, resamples=resamples)
+        _, pairs = across_seeds(subset, f"val_{METRIC}", draws)
+    out = []
+    for row in pairs.itertuples(index=False):
+        target = truth[(row.model_a, row.model_b)]
+        wrong_sign = np.sign(row.diff) != np.sign(target)
+        out.append({
+            "covered": bool(row.diff_low <= target <= row.diff_high),
+            "supported": bool(row.supported),
+            "false_claim": bool(row.supported and wrong_sign),
+            "beyond_image_noise": bool(getattr(row, "beyond_image_noise", False)),
+            "image_only_false_claim": bool(getattr(row, "beyond_image_noise", False) and wrong_sign),
+        })
+    return out
+
+
+def _ideal_coverage(size: int, held_out: int) -> float:
+    """What an exactly calibrated t-interval of R seeds covers of the mean of m other seeds."""
+    critical = stats.t.ppf(0.5 + CONFIDENCE / 2, size - 1)
+    return float(2 * stats.t.cdf(critical / math.sqrt(1 + size / held_out), size - 1) - 1)

@@ -1,0 +1,103 @@
+"""What a trained model costs to serve: measured after training, one model at a time, on the
+run's device, in inference mode (`training=False`: no weight, no BatchNorm statistic changes).
+
+- latency at batch 1: median and 90th percentile over `calls` calls after a warm-up;
+- throughput at the serving batch (`output.serve_batch`): images per second at the median call;
+- peak memory the measurement added: on a GPU TensorFlow's own peak (reset first); on Linux CPUs
+  the process's peak resident set, reset through /proc/self/clear_refs, above where it started;
+- the exported file's size (models/<name>/model.keras).
+
+A compiled inference function (`tf.function`) is what serving uses; each call is followed by a
+host read of its output, so a call's time includes the device finishing its work.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from harness.core.backend import import_tf
+from harness.core.member_step import on_device
+
+tf = import_tf()
+WARMUP_CALLS = 5
+
+
+def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls: int = 50, device: str | None = None) -> dict[str, float | None]:
+    """Latency (ms) at batch 1, images/s at `serve_batch`, and the measurement's peak memory (MB)."""
+    with on_device(device):
+        infer = tf.function(lambda images: model(images, training=False))
+        one = tf.zeros((1, *input_shape), tf.float32)
+        batch = tf.zeros((serve_batch, *input_shape), tf.float32)
+        peak = PeakMemory(device)
+        single = _timed_calls(infer, one, calls)
+        batched = _timed_calls(infer, batch, max(10, calls // 5))
+        added_mb = peak.added_mb()
+    return {
+        "latency_ms": round(1000 * statistics.median(single), 3),
+        "latency_p90_ms": round(1000 * float(np.percentile(single, 90)), 3),
+        "serve_images_per_s": round(serve_batch / statistics.median(batched), 1),
+        "serve_peak_mb": None if added_mb is None else round(added_mb, 1),
+    }
+
+
+def _timed_calls(infer, images, calls: int) -> list[float]:
+    for _ in range(WARMUP_CALLS):  # the first call traces; the next settle caches and threads
+        infer(images).numpy()
+    times = []
+    for _ in range(calls):
+        began = time.perf_counter()
+        infer(images).numpy()
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def file_mb(path: Path) -> float | None:
+    return round(path.stat().st_size / 2**20, 3) if path.is_file() else None
+
+
+class PeakMemory:
+    """Memory a measurement adds at its peak: TensorFlow's peak on a GPU, the process's peak
+    resident set on a CPU (Linux); None where neither can be read."""
+
+    def __init__(self, device: str | None):
+        self.gpu = device if device and "gpu" in device.lower() else _first_gpu()
+        if self.gpu:
+            tf.config.experimental.reset_memory_stats(self.gpu)
+            self.start = tf.config.experimental.get_memory_info(self.gpu)["current"]
+        else:
+            self.start = _rss_kb("VmRSS") if _reset_peak_rss() else None
+
+    def added_mb(self) -> float | None:
+        if self.gpu:
+            return (tf.config.experimental.get_memory_info(self.gpu)["peak"] - self.start) / 2**20
+        if self.start is None:
+            return None
+        peak = _rss_kb("VmHWM")
+        return None if peak is None else max(0.0, (peak - self.start) / 1024)
+
+
+def _first_gpu() -> str | None:
+    gpus = tf.config.list_logical_devices("GPU")
+    return gpus[0].name if gpus else None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
+        return True
+    except OSError:
+        return False
+
+
+def _rss_kb(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    except OSError:
+        return None
+    return None

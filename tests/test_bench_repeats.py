@@ -1,0 +1,54 @@
+"""Bench sections on request: the calibration of the ranking's intervals and the cost of repeats,
+in their tiny form (they check the sections work; the figures are measurements, in the README)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.bench.calibration import calibration_row, _ideal_coverage
+from harness.bench.suites import TINY
+
+
+def test_calibration_section_measures_coverage_and_claims_and_one_seed_claims_nothing(tmp_path):
+    from harness.bench.bench import TINY_CALIBRATION
+    from harness.bench.calibration import bench_calibration
+
+    table = bench_calibration(tmp_path, **TINY_CALIBRATION).set_index("contender")
+    assert list(table.index) == ["R = 1", "R = 3"]
+    assert table["coverage"].between(0, 1).all() and (table["intervals"] == 4).all()  # 4 subsets x 1 pair
+    assert table.loc["R = 1", "supported"] == 0 and table.loc["R = 1", "false_claims"] == 0
+    assert table.loc["R = 1", "image_only_supported"] >= 0 and 0 < table.loc["R = 3", "ideal_coverage"] < 1
+
+
+def test_ideal_coverage_of_a_calibrated_interval_against_a_noisy_held_out_mean():
+    # Against many held-out seeds the ideal is the nominal 95%; against few, less.
+    assert _ideal_coverage(3, 10**6) == pytest.approx(0.95, abs=1e-3)
+    assert _ideal_coverage(5, 3) < _ideal_coverage(5, 11) < 0.95
+
+
+def test_calibration_row_counts_a_wrong_sign_claim_as_false(monkeypatch):
+    import numpy as np
+
+    from harness.core.evaluation import segmentation_scores
+    from harness.outputs.statistics import Scored
+
+    rng = np.random.default_rng(0)
+    truth = rng.integers(100, 300, (40, 1)).astype(float)
+    scored = {}
+    for r in range(1, 9):
+        for model, quality in (("a", 0.7), ("b", 0.6)):
+            q = quality + (0.2 if (model == "b" and r <= 3) else 0.0)  # b wins seeds 1-3 by far, loses the rest
+            intersection = np.floor(truth * np.clip(q + rng.normal(0, 0.02, (40, 1)), 0, 1))
+            scored[f"{model}@{r}"] = Scored({"loss": rng.random(40), "intersection": intersection, "predicted": intersection + 5, "truth": truth}, segmentation_scores)
+    row = calibration_row(scored, 1, 8, subsets=30, resamples=200)
+    assert row["supported"] == 0 and row["image_only_supported"] > 0.5
+    assert row["image_only_false_claims"] > 0, "seeds 1-3 alone point the wrong way, beyond image noise"
+
+
+@pytest.mark.slow
+def test_repeats_section_times_one_run_against_separate_runs(tmp_path):
+    from harness.bench.repeats import bench_repeats
+
+    table = bench_repeats(TINY, 4, 1, tmp_path).set_index("contender")
+    assert list(table.index) == ["one run, repeats 3", "3 runs, one seed each"]
+    assert (table["end_to_end_s"] > 0).all() and table.loc["3 runs, one seed each", "ratio"] == 1.0

@@ -1,0 +1,38 @@
+"""What a model costs to serve: measured after training, in inference mode, without touching the
+trained weights or the run's results."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from conftest import tiny_config
+
+from harness.api import run
+from harness.config.loading import validate_config
+
+
+def test_serving_cost_is_measured_per_model_and_leaves_every_weight_as_it_was(tmp_path):
+    from harness.members.zoo import build_model
+    from harness.training.serve import measure_serving
+
+    model = build_model("tiny_unet", None, {}, (16, 16, 3), 1, None)  # BatchNorm: moving statistics too
+    before = [w.copy() for w in model.get_weights()]
+    figures = measure_serving(model, (16, 16, 3), serve_batch=4, calls=12)
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights()))
+    assert 0 < figures["latency_ms"] <= figures["latency_p90_ms"] and figures["serve_images_per_s"] > 0
+    assert figures["serve_peak_mb"] is None or figures["serve_peak_mb"] >= 0
+
+
+def test_a_run_reports_serving_columns_and_its_results_do_not_depend_on_the_probe(tmp_path):
+    raw = tiny_config(train={"epochs": 1}, output={"serve_batch": 4})
+    probed = run(validate_config(raw), results_dir=tmp_path / "a")
+    quiet = run(validate_config(tiny_config(train={"epochs": 1}, output={"serve_probe": False})), results_dir=tmp_path / "b")
+    summary = probed.summary.set_index("model")
+    assert (summary["latency_ms"] > 0).all() and (summary["serve_images_per_s"] > 0).all()
+    assert (summary["model_mb"] > 0).all() and (summary["latency_p90_ms"] >= summary["latency_ms"]).all()
+    assert quiet.summary["latency_ms"].isna().all()
+    pd.testing.assert_frame_equal(probed.losses, quiet.losses, check_exact=True)
+    for name in ("fcn", "unet", "deconv"):
+        for a, b in zip(probed.models[name].get_weights(), quiet.models[name].get_weights()):
+            np.testing.assert_array_equal(a, b)
+    assert "latency ms" in (probed.run_dir / "report.html").read_text()
