@@ -219,7 +219,7 @@ def cmd_run(args) -> int:
     from harness.api import run
 
     result = run(config, results_dir=args.results)
-    _print_summary(result.summary, config.output.rank_by, result.run_dir)
+    _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -241,7 +241,7 @@ def cmd_resume(args) -> int:
 
     result = resume(args.run_dir, args.overrides)
     if len(result.summary):
-        _print_summary(result.summary, result.config.output.rank_by, result.run_dir)
+        _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
     print(f"results: {result.run_dir}")
     return EXIT_OK
 
@@ -283,7 +283,7 @@ def cmd_report(args) -> int:
     from harness.training.rundir import RunDir
 
     summary = rebuild(args.run_dir)
-    _print_summary(summary, RunDir(args.run_dir).read_config().output.rank_by, args.run_dir)
+    _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)
     print(f"report: {args.run_dir / 'report.html'}")
     return EXIT_OK
 
@@ -425,6 +425,8 @@ def cmd_models(args) -> int:
 SUMMARY_COLUMNS = {
     "rank": "rank",
     "model": "model",
+    "test_iou": "test IoU",
+    "test_f1": "test F1",
     "val_iou": "val IoU",
     "val_f1": "val F1",
     "val_loss": "val loss",
@@ -469,11 +471,12 @@ def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:
     if pairs_file is not None and pairs_file.is_file():
         import pandas as pd
 
-        from harness.outputs.report import verdict
+        from harness.outputs.report import chosen_on, verdict
 
         pairs = pd.read_csv(pairs_file)
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
+            console.print(terminal_text(chosen_on(summary, rank_by)), soft_wrap=False)
 
 
 def _interval_text(summary, i: int, rank_by: str) -> str:

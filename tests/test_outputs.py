@@ -17,7 +17,7 @@ from conftest import run_main, tiny_config
 from harness.api import run
 from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
-from harness.outputs.statistics import t_interval as _spread
+from harness.outputs.statistics import seed_interval
 from harness.outputs.tables import build_pairs
 
 STEPS = 8
@@ -37,7 +37,7 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
     assert summary["rank"].tolist() == [1, 2, 3]
     assert summary["val_iou"].is_monotonic_decreasing
     assert (summary["repeats"] == 2).all()
-    for column in ("val_iou_std", "val_iou_ci95", "flops_per_example", "images_per_s", "ms_per_step", "params", "indistinguishable_from"):
+    for column in ("val_iou_std", "val_iou_low", "val_iou_high", "flops_per_example", "images_per_s", "ms_per_step", "params", "indistinguishable_from"):
         assert column in summary, column
     assert (summary["flops_per_example"] > 0).all() and (summary["images_per_s"] > 0).all()
     members = pd.read_csv(result.run_dir / "summary_members.csv")
@@ -47,10 +47,13 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
     assert summary.set_index("model").loc["unet", "val_iou"] == pytest.approx(unet)
 
 
-def test_interval_is_a_student_t_interval():
-    std, ci = _spread(pd.Series([1.0, 2.0, 3.0]))
-    assert std == pytest.approx(1.0) and ci == pytest.approx(4.302653 / math.sqrt(3))  # t(0.975, 2 dof), from a table
-    assert all(math.isnan(v) for v in _spread(pd.Series([1.0])))
+def test_interval_is_a_student_t_interval_widened_by_image_noise():
+    seeds_only = seed_interval([1.0, 2.0, 3.0])
+    assert seeds_only.seed_std == pytest.approx(1.0)
+    assert seeds_only.high - seeds_only.mean == pytest.approx(4.302653 / math.sqrt(3))  # t(0.975, 2 dof), from a table
+    with_images = seed_interval([1.0, 2.0, 3.0], image_se=1.0)
+    assert with_images.high - with_images.mean == pytest.approx(4.302653 * math.sqrt(1 / 3 + 1))
+    assert math.isnan(seed_interval([1.0]).low)
 
 
 def test_pairs_compare_losses_on_the_same_batches(repeated):

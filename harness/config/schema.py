@@ -126,8 +126,15 @@ class TfdsSpec(Strict):
     data_dir: Path
     train_split: str = "train"
     val_split: str | None = "test"  # None: a val_fraction of the train split
+    test_split: str | None = None  # a held-out test split (e.g. "test", with val_split: null or another split)
     image_key: str = "image"
     mask_key: str = "segmentation_mask"
+
+    @model_validator(mode="after")
+    def _distinct_splits(self) -> "TfdsSpec":
+        if self.test_split is not None and self.test_split in (self.train_split, self.val_split):
+            raise ValueError(f"test_split {self.test_split!r} is also the train or val split: the test split must be held out (set val_split: null to take validation from the train split)")
+        return self
 
 
 SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
@@ -147,12 +154,17 @@ class DataSpec(Strict):
     masks: Path | None = None
     val_images: Path | None = None  # folder source: a separate validation folder pair
     val_masks: Path | None = None
+    test_images: Path | None = None  # folder source: a separate test folder pair
+    test_masks: Path | None = None
     manifest: Path | None = None
     arrays: Path | None = None
     tfds: TfdsSpec | None = None
     # Real sources without a given split: this share, chosen by a hash of each file's stem, so
     # adding files never moves existing ones between train and val.
     val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    # A held-out test split, never trained on and never chosen with: this share of the files
+    # without a given split, chosen by a second hash of the stem (so val and train keep theirs).
+    test_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
     on_bad_data: Literal["fail", "skip"] = "fail"  # skip: leave bad files out, and count them
     palette: list[tuple[int, int, int]] | None = None  # RGB masks: the colour of class 0, 1, ...
     fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
@@ -166,6 +178,9 @@ class DataSpec(Strict):
     # scan (a given number caps how many are used).
     train_size: Annotated[int, Field(ge=1)] | None = None
     val_size: Annotated[int, Field(ge=1)] | None = None
+    # synthetic: test examples to make (none by default). Real sources: filled in from the scan
+    # (0: no test split), a given number caps how many are used.
+    test_size: Annotated[int, Field(ge=0)] | None = None
     batch_size: Annotated[int, Field(ge=1)] = 8
     max_shapes: Annotated[int, Field(ge=1, le=8)] = 4
 
@@ -188,6 +203,9 @@ class DataSpec(Strict):
                 problems.append("image_size: auto needs a real source (folder, csv, arrays, tfds)")
             object.__setattr__(self, "train_size", self.train_size or 512)
             object.__setattr__(self, "val_size", self.val_size or 64)
+            object.__setattr__(self, "test_size", self.test_size or 0)
+        if (self.test_images is None) != (self.test_masks is None):
+            problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
             problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
         if problems:
@@ -200,6 +218,11 @@ class DataSpec(Strict):
     def resolved(self) -> bool:
         """Sizes known: always for synthetic; for real sources once the pre-flight scan ran."""
         return self.image_size != "auto" and self.train_size is not None and self.val_size is not None
+
+    @property
+    def has_test(self) -> bool:
+        """A held-out test split exists (known once the data are resolved)."""
+        return bool(self.test_size)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -329,6 +352,9 @@ class OutputSpec(Strict):
     serve_probe: bool = True
     serve_batch: Annotated[int, Field(ge=1, le=4096)] = 8
     rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
+    # The weights scored on the test split: best (each member's state at its best validation loss,
+    # or by the early-stopping metric when that is on: models/<name>/best.keras) or final.
+    select_by: Literal["best", "final"] = "best"
     log_scale: bool = False  # loss curves on a log axis
     sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png
     tensorboard: bool = True
@@ -418,6 +444,14 @@ class ExperimentConfig(Strict):
     def training_seeds(self) -> tuple[int, ...]:
         """The training seed of each repeat, in order: one input stream each."""
         return tuple(training_seed(self.seed, r) for r in range(1, self.train.repeats + 1))
+
+    def ranking_column(self) -> str:
+        """The summary column models are ranked by: `output.rank_by`, but on the held-out test split
+        when there is one (a validation metric becomes its test twin: val_iou -> test_iou)."""
+        rank_by = self.output.rank_by
+        if self.data.has_test and rank_by.startswith("val_"):
+            return "test_" + rank_by.removeprefix("val_")
+        return rank_by
 
     def compare_loss(self) -> str | None:
         """The common loss pairs compare members on (None: no member predicts masks)."""

@@ -3,7 +3,8 @@ in-memory scan does (`harness.data.scan`), but written into the on-disk store (`
 shard by shard instead of held, so memory does not grow with the dataset. Shards whose items have
 not changed since an earlier scan are reused, not decoded again.
 
-The examples keep the in-memory order (training items in listing order, then validation ones),
+The examples keep the in-memory order (training items in listing order, then validation ones, then
+test ones),
 so a run streamed from disk sees the very same batches as the same run held in memory.
 """
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.schema import DataSpec
-from harness.data.scan import Scan, _is_val, _load_item, _target_size, bad_data_error, scan_facts
+from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, scan_facts, split_of, used_sizes
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries
 
@@ -31,10 +32,9 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
     shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
     settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1])
-    train = [item for item in items if not _is_val(item, spec.val_fraction)]
-    val = [item for item in items if _is_val(item, spec.val_fraction)]
-    groups = [part[a:b] for part in (train, val) for a, b in shard_boundaries([i.name for i in part])]
-    n_train_groups = len(shard_boundaries([i.name for i in train]))
+    parts = {name: [item for item in items if split_of(item, spec.val_fraction, spec.test_fraction) == name] for name in SPLITS}
+    bounds = {name: shard_boundaries([i.name for i in part]) for name, part in parts.items()}
+    groups = [parts[name][a:b] for name in SPLITS for a, b in bounds[name]]
 
     def decode(item: Item):
         result = _load_item(item, spec, size)
@@ -46,26 +46,26 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     pruned_files, freed_bytes = prune_store(folder, {shard.key for shard in shards}, time.time())
     for shard in shards:
         problems += shard.info["problems"]
-    n_train = sum(s.count for s in shards[:n_train_groups])
-    n_val = sum(s.count for s in shards[n_train_groups:])
+    first = {"train": 0, "val": len(bounds["train"]), "test": len(bounds["train"]) + len(bounds["val"])}
+    counts = {name: sum(s.count for s in shards[first[name] : first[name] + len(bounds[name])]) for name in SPLITS}
     if problems and spec.on_bad_data == "fail":
         raise bad_data_error(spec, problems, len(items))
-    train_size, val_size = min(n_train, spec.train_size or n_train), min(n_val, spec.val_size or n_val)
-    store = ExampleStore(folder, shape, shards, skip=(train_size, n_train - train_size))
+    check_split_counts(spec, counts)
+    sizes = used_sizes(spec, counts)
+    train_size, val_size = sizes["train"], sizes["val"]
+    # Examples a size cap leaves out are skipped over: the used ones of each split follow each other.
+    skips = ((train_size, counts["train"] - train_size), (train_size + val_size, counts["val"] - val_size))
+    store = ExampleStore(folder, shape, shards, skips=skips)
     notes, labels = Counter(), Counter()
     for shard in shards:
         notes.update(shard.info["notes"])
         labels.update({k: v for k, v in shard.info["label_counts"].items()})
     seconds = time.perf_counter() - began
     label_counts = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))  # over every cached example
-    facts = scan_facts(spec, len(items), train_size + val_size, problems, notes, size, size_reason, seconds, label_counts)
+    facts = scan_facts(spec, len(items), sum(sizes.values()), problems, notes, size, size_reason, seconds, label_counts)
     facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes,
                       "pruned_files": pruned_files, "freed_bytes": freed_bytes}
-    if n_val == 0 or n_train == 0:
-        from harness.errors import DataError
-
-        raise DataError(f"data.source {spec.source}: {n_train} training and {n_val} validation examples; both need at least one (data.val_fraction)")
-    return Scan(None, None, train_size, val_size, tuple(size), facts, store=store)
+    return Scan(None, None, train_size, val_size, tuple(size), facts, store=store, test_size=sizes["test"])
 
 
 def _stamp(item: Item) -> bytes:

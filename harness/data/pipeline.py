@@ -36,6 +36,7 @@ class Datasets:
     train: "tf.data.Dataset"
     val: "tf.data.Dataset"
     steps_per_epoch: int
+    test: "tf.data.Dataset | None" = None  # the held-out test split, scored once at the end
 
 
 def build_datasets(spec: DataSpec, seeds: tuple[int, ...], start_step: int, total_steps: int, scan=None) -> Datasets:
@@ -56,6 +57,7 @@ def build_datasets(spec: DataSpec, seeds: tuple[int, ...], start_step: int, tota
         train=tf.data.Dataset.zip(streams),  # each stream prefetches on its own
         val=make_val_dataset(make_example, spec, in_memory=scan is None or scan.store is None),
         steps_per_epoch=spec.steps_per_epoch,
+        test=make_test_dataset(make_example, spec) if spec.has_test else None,
     )
 
 
@@ -129,6 +131,12 @@ def make_val_dataset(make_example, spec: DataSpec, in_memory: bool = True):
     first = spec.train_size
     dataset = tf.data.Dataset.range(first, first + spec.val_size).map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
     return (dataset.cache() if in_memory else dataset).prefetch(tf.data.AUTOTUNE)
+
+
+def make_test_dataset(make_example, spec: DataSpec):
+    """Examples after the validation ones: read once, at the end of a run, so not cached."""
+    first = spec.train_size + spec.val_size
+    return tf.data.Dataset.range(first, first + spec.test_size).map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
 
 
 def make_synthetic_example_fn(spec: DataSpec, seed: int):

@@ -23,7 +23,7 @@ def resolve_data(config: ExperimentConfig, multiple: int = 1, cache_dir: Path | 
     if spec.source == "synthetic":
         return config, None
     scan = load_scan(spec, multiple, cache_dir)
-    data = spec.model_copy(update={"image_size": scan.image_size, "train_size": scan.train_size, "val_size": scan.val_size})
+    data = spec.model_copy(update={"image_size": scan.image_size, "train_size": scan.train_size, "val_size": scan.val_size, "test_size": scan.test_size})
     if data.batch_size > data.train_size:
         raise DataError(f"data.batch_size {data.batch_size} is larger than the {data.train_size} training examples found")
     if spec.augment.rotate90 and data.image_size[0] != data.image_size[1]:
@@ -44,4 +44,4 @@ def data_facts(spec: DataSpec, scan: Scan | None) -> dict[str, Any]:
     """What run.json says about the data: the scan's findings, or the synthetic task's sizes."""
     if scan is not None:
         return scan.facts
-    return {"source": spec.source, "image_size": list(spec.image_size), "train_size": spec.train_size, "val_size": spec.val_size}
+    return {"source": spec.source, "image_size": list(spec.image_size), "train_size": spec.train_size, "val_size": spec.val_size, "test_size": spec.test_size}

@@ -34,7 +34,7 @@ from harness.data.sources import BadItem, Item
 
 @dataclass
 class Scan:
-    """The scanned, loaded data: train examples first, then validation ones."""
+    """The scanned, loaded data: train examples first, then validation ones, then test ones."""
 
     images: np.ndarray | None  # [N, H, W, C] uint8 or float32 in [0, 1]; None when streamed from disk
     labels: np.ndarray | None  # [N, H, W] uint8 class ids
@@ -42,6 +42,7 @@ class Scan:
     val_size: int
     image_size: tuple[int, int]
     facts: dict[str, Any] = field(default_factory=dict)  # for run.json
+    test_size: int = 0  # held-out test examples, after the validation ones
     variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (harness.data.pipeline)
     store: Any = field(default=None, repr=False)  # data.cache: disk: the examples on disk (images and labels None)
 
@@ -80,20 +81,32 @@ def bad_data_error(spec: DataSpec, problems: list[str], listed: int) -> DataErro
 
 
 def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str], notes: Counter, listed: int, seconds: float) -> Scan:
-    is_val = np.array([_is_val(item, spec.val_fraction) for item, _, _ in kept])
-    order = np.concatenate([np.flatnonzero(~is_val), np.flatnonzero(is_val)])
-    n_val, n_train = int(is_val.sum()), int((~is_val).sum())
-    if n_val == 0 or n_train == 0:
-        raise DataError(f"data.source {spec.source}: {n_train} training and {n_val} validation examples; both need at least one (data.val_fraction)")
+    splits = np.array([split_of(item, spec.val_fraction, spec.test_fraction) for item, _, _ in kept])
+    counts = {name: int((splits == name).sum()) for name in SPLITS}
+    check_split_counts(spec, counts)
+    order = np.concatenate([np.flatnonzero(splits == name) for name in SPLITS])
     float_images = any(image.dtype != np.uint8 for _, image, _ in kept)
     images = np.stack([kept[i][1].astype(np.float32) / (255.0 if kept[i][1].dtype == np.uint8 else 1.0) if float_images else kept[i][1] for i in order])
     labels = np.stack([kept[i][2] for i in order])
-    train_size = min(n_train, spec.train_size or n_train)
-    val_size = min(n_val, spec.val_size or n_val)
-    keep = np.r_[0:train_size, n_train : n_train + val_size]
+    sizes = used_sizes(spec, counts)
+    n_train, n_val = counts["train"], counts["val"]
+    keep = np.r_[0 : sizes["train"], n_train : n_train + sizes["val"], n_train + n_val : n_train + n_val + sizes["test"]]
     label_counts = {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))}
-    facts = scan_facts(spec, listed, train_size + val_size, problems, notes, size, size_reason, seconds, label_counts)
-    return Scan(images[keep], labels[keep], train_size, val_size, size, facts)
+    facts = scan_facts(spec, listed, len(keep), problems, notes, size, size_reason, seconds, label_counts)
+    return Scan(images[keep], labels[keep], sizes["train"], sizes["val"], size, facts, test_size=sizes["test"])
+
+
+def check_split_counts(spec: DataSpec, counts: dict[str, int]) -> None:
+    if counts["val"] == 0 or counts["train"] == 0:
+        raise DataError(f"data.source {spec.source}: {counts['train']} training and {counts['val']} validation examples; both need at least one (data.val_fraction)")
+    if counts["test"] == 0 and (spec.test_fraction > 0 or spec.test_images is not None):
+        raise DataError(f"data.source {spec.source}: no test examples (data.test_fraction {spec.test_fraction:g} of {sum(counts.values())} files, or empty test folders)")
+
+
+def used_sizes(spec: DataSpec, counts: dict[str, int]) -> dict[str, int]:
+    """How many examples of each split are used: all of them, or the number the config caps it at."""
+    caps = {"train": spec.train_size, "val": spec.val_size, "test": spec.test_size}
+    return {name: min(counts[name], caps[name] or counts[name]) for name in SPLITS}
 
 
 def scan_facts(spec: DataSpec, listed: int, used: int, problems: list[str], notes, size, size_reason: str, seconds: float, label_counts: dict) -> dict[str, Any]:
@@ -114,11 +127,23 @@ def scan_facts(spec: DataSpec, listed: int, used: int, problems: list[str], note
     }
 
 
-def _is_val(item: Item, fraction: float) -> bool:
+SPLITS = ("train", "val", "test")
+
+
+def split_of(item: Item, val_fraction: float, test_fraction: float = 0.0) -> str:
+    """An item's split: the one its source gave, else by hashes of its stem: test first (its own
+    hash, so adding a test share leaves train and val as they were among the rest), then val.
+    Adding files never moves another file between splits."""
     if item.split is not None:
-        return item.split == "val"
-    digest = hashlib.sha256(Path(item.name).stem.encode() if "[" not in item.name else item.name.encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+        return item.split
+    key = Path(item.name).stem if "[" not in item.name else item.name
+    if test_fraction and _unit_hash("test:" + key) < test_fraction:
+        return "test"
+    return "val" if _unit_hash(key) < val_fraction else "train"
+
+
+def _unit_hash(key: str) -> float:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
 def _target_size(items, spec: DataSpec, multiple: int) -> tuple[tuple[int, int], str]:

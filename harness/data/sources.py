@@ -30,7 +30,7 @@ class Item:
     name: str  # how the user recognises it: "images/cat.png", "train[17]"
     image: Any
     mask: Any
-    split: str | None = None  # "train", "val" or None (decided by val_fraction)
+    split: str | None = None  # "train", "val", "test" or None (decided by val_fraction and test_fraction)
     mask_is_jpeg: bool = False
     mask_name: str | None = None  # named in the message when the mask is what is wrong
 
@@ -125,6 +125,9 @@ def _folder_items(spec: DataSpec) -> _Listing:
     if spec.val_images is not None or spec.val_masks is not None:
         val = _folder_pair(_must_exist(spec.val_images, "val_images", True), _must_exist(spec.val_masks, "val_masks", True), "val")
         listing = _Listing([*listing, *val], listing.problems + val.problems)
+    if spec.test_images is not None:
+        test = _folder_pair(_must_exist(spec.test_images, "test_images", True), _must_exist(spec.test_masks, "test_masks", True), "test")
+        listing = _Listing([*listing, *test], listing.problems + test.problems)
     return listing
 
 
@@ -153,8 +156,8 @@ def _csv_items(spec: DataSpec) -> _Listing:
         if seen[row["image"]] > 1:
             problems.append(f"{where}: {row['image']} is listed {seen[row['image']]} times")
             continue
-        if split not in (None, "train", "val"):
-            problems.append(f"{where}: split must be train or val, got {row['split']!r}")
+        if split not in (None, "train", "val", "test"):
+            problems.append(f"{where}: split must be train, val or test, got {row['split']!r}")
             continue
         absent = [str(p) for p in (image, mask) if not p.is_file()]
         if absent:
@@ -178,6 +181,8 @@ def _array_items(spec: DataSpec) -> _Listing:
         parts = [("train" if "val_images" in arrays else None, arrays[names["images"]], arrays[names["masks"]], path.name)]
         if "val_images" in arrays and "val_masks" in arrays:
             parts.append(("val", arrays["val_images"], arrays["val_masks"], f"{path.name}:val"))
+        if "test_images" in arrays and "test_masks" in arrays:
+            parts.append(("test", arrays["test_images"], arrays["test_masks"], f"{path.name}:test"))
     else:
         loaded = []
         for what in ("images", "masks"):
@@ -211,6 +216,7 @@ def _tfds_items(spec: DataSpec) -> _Listing:
     info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
     dataset = info.get("name") or tfds.name.split("/")[0]
     splits = [(tfds.train_split, "train" if tfds.val_split else None)] + ([(tfds.val_split, "val")] if tfds.val_split else [])
+    splits += [(tfds.test_split, "test")] if tfds.test_split else []
     items, problems = [], []
     features = {k: tf.io.FixedLenFeature([], tf.string) for k in (tfds.image_key, tfds.mask_key)}
     for split_name, split in splits:

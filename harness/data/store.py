@@ -153,12 +153,14 @@ class _atomic:
 
 @dataclass
 class ExampleStore:
-    """Examples 0..N-1 (train first, then validation) across shards, read by index."""
+    """Examples 0..N-1 (train first, then validation, then test) across shards, read by index."""
 
     folder: Path
     shape: RecordShape
     shards: list[Shard]
-    skip: tuple[int, int] = (0, 0)  # (from, count): examples left out by data.train_size (the validation ones follow)
+    # (from, count) per gap: examples a size cap leaves out (data.train_size, data.val_size), skipped
+    # over so that the used examples of train, val and test follow each other.
+    skips: tuple[tuple[int, int], ...] = ()
     starts: list[int] = field(default_factory=list)  # first example index of each shard
     _files: dict[int, int] = field(default_factory=dict, repr=False)  # shard -> open descriptor
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -172,8 +174,7 @@ class ExampleStore:
     def read(self, index) -> tuple[np.ndarray, np.ndarray]:
         """(image, labels) of example `index`: one positional read."""
         index = int(index)
-        if index >= self.skip[0]:
-            index += self.skip[1]
+        index += sum(count for start, count in self.skips if index >= start)
         shard = bisect.bisect_right(self.starts, index) - 1
         raw = os.pread(self._descriptor(shard), self.shape.size, (index - self.starts[shard]) * self.shape.size)
         split = self.shape.image_bytes

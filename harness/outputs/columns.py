@@ -17,12 +17,20 @@ LOWER_IS_BETTER = frozenset(
 
 
 def higher_is_better(column: str) -> bool:
-    """True for scores and throughput; False for losses, sizes and times (and unknown columns)."""
-    return column in HIGHER_IS_BETTER
+    """True for scores and throughput; False for losses, sizes and times (and unknown columns).
+    A test-split or chosen-weights column goes the way its validation column does."""
+    return _as_val(column) in HIGHER_IS_BETTER
+
+
+def _as_val(column: str) -> str:
+    for prefix in ("test_", "selected_val_"):
+        if column.startswith(prefix):
+            return "val_" + column.removeprefix(prefix)
+    return column
 
 
 def has_direction(column: str) -> bool:
-    return column in HIGHER_IS_BETTER or column in LOWER_IS_BETTER
+    return _as_val(column) in HIGHER_IS_BETTER or _as_val(column) in LOWER_IS_BETTER
 
 
 def is_finite(value: Any) -> bool:
@@ -102,7 +110,7 @@ def format_column(column: str, value: Any) -> str:
         return f"{float(value):.1f}"
     if column in ("latency_ms", "latency_p90_ms", "model_mb"):
         return f"{float(value):.2f}"
-    if column.startswith(("val_", "best_val", "final_train")) or column.endswith("_loss"):
+    if column.startswith(("val_", "test_", "selected_val_", "best_val", "final_train")) or column.endswith("_loss"):
         return f"{float(value):.4f}"
     return format_cell(value)
 

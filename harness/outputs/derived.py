@@ -19,7 +19,7 @@ from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_departures_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
-from harness.outputs.uncertainty import interval_covers, ranking_statistics
+from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -30,8 +30,11 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     """
     losses = load_losses(run.losses_csv)
     member_summary = build_member_summary(losses, info.get("models", {}))
-    intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary)
-    summary = with_settings(build_summary(member_summary, config.output.rank_by, intervals, pair_stats), config.models)
+    tested = test_metrics(run.test_scores_csv, run.val_scores_csv, config.data.classes)
+    if len(tested):
+        member_summary = member_summary.merge(tested, on="model", how="left")
+    intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv)
+    summary = with_settings(build_summary(member_summary, config.ranking_column(), intervals, pair_stats), config.models)
     if (covers := interval_covers(config)) is not None and len(summary):
         summary["interval_covers"] = covers
     member_summary = with_settings(member_summary, config.member_specs())
@@ -41,7 +44,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
         save_table(member_summary, run.path / "summary_members.csv")
-    save_plots(run.plots, losses, summary, config.output.rank_by, config.output.log_scale, pairs, config.compare_loss(), on_common)
+    save_plots(run.plots, losses, summary, config.ranking_column(), config.output.log_scale, pairs, config.compare_loss(), on_common)
     if samples is not None:
         save_figure(plot_samples(*samples), run.plots, "samples")
     write_report_page(run, config, info)
@@ -73,7 +76,7 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
     charts = report_charts(load_losses(run.losses_csv), config.compare_loss(), scored_on_common_loss(config))
-    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.output.rank_by, extra, charts)
+    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.ranking_column(), extra, charts)
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path

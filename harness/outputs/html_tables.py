@@ -28,7 +28,8 @@ def summary_tables(summary: pd.DataFrame, rank_by: str) -> tuple[pd.DataFrame, p
     if low in frame and high in frame and frame[low].notna().any():
         frame["interval"] = [_interval(a, b) for a, b in zip(frame[low], frame[high])]
     varying = _varying_settings(frame)
-    main = ["rank", "model", rank_by, "interval", *[m for m in VAL_METRICS if m != rank_by], *varying, *COSTS, "status"]
+    tested = [c for c in ("test_iou", "test_f1", "test_loss", f"selected_val_{rank_by.removeprefix('test_')}") if c in frame]
+    main = ["rank", "model", rank_by, "interval", *[m for m in (*tested, *VAL_METRICS) if m != rank_by], *varying, *COSTS, "status"]
     main = list(dict.fromkeys(c for c in main if c in frame))
     rest = ["model", *[c for c in summary.columns if c not in main]]
     return frame[main], summary[rest]

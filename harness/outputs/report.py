@@ -14,7 +14,7 @@ import pandas as pd
 
 from harness.outputs.columns import higher_is_better
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
-from harness.outputs.statistics import IMAGES_ONLY
+from harness.outputs.statistics import covers_training
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1360px; padding: 0 1rem; color: #222; }
@@ -162,6 +162,7 @@ def render_report(
         "<h2>Summary</h2>",
         html_table(main, highlight=rank_by, css="summary"),
         f"<p class='verdict'>{html.escape(verdict(pairs, rank_by, summary))}</p>",
+        f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by))}</p>",
         f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
     for warning in info.get("warnings") or []:
@@ -205,9 +206,10 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     if "supported" not in pairs or pairs["supported"].isna().all() or "covers" not in pairs:
         return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
     rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
-    if all(row.covers == IMAGES_ONLY for row in rows):
+    if not any(covers_training(row.covers) for row in rows):
         beyond = [_difference(row, rank_by) for row in rows if getattr(row, "beyond_image_noise", False)]
-        text = (f"One training seed: the intervals of {rank_by} cover validation-image noise only. Training randomness "
+        noise = f"{'test' if rank_by.startswith('test_') else 'validation'}-image noise"
+        text = (f"One training seed: the intervals of {rank_by} cover {noise} only. Training randomness "
                 "(initial weights, data order) was not measured, and it often moves differences between models more than "
                 "image noise does, so no difference between these models is called supported. To measure it, set "
                 "train.repeats: 3 or more.")
@@ -225,6 +227,23 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
     return " ".join(parts)
+
+
+def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
+    """Which images the scores are on, and with a test split how much choosing on validation
+    inflated the chosen weights' validation score (their validation score minus their test score)."""
+    if not rank_by.startswith("test_"):
+        return ("No test split: these scores are on the validation images, the same images that chose each model's "
+                "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
+                "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
+    metric = rank_by.removeprefix("test_")
+    chosen = f"selected_val_{metric}"
+    text = (f"Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
+            f"and scored once on test.")
+    if chosen in summary and summary[chosen].notna().any():
+        gaps = [f"{m} {v - t:+.4f}" for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)]
+        text += f" What choosing added (validation {metric} of the chosen weights minus their test {metric}): {', '.join(gaps)}."
+    return text
 
 
 def _difference(row, rank_by: str) -> str:

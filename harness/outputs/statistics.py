@@ -39,9 +39,25 @@ CONFIDENCE = 0.95
 RESAMPLES = 2000
 SEED = 0  # the same resamples every time a report is rebuilt
 POWER = 0.80  # repeats_to_resolve: repeats that would find a difference of this size 80% of the time
-IMAGES_ONLY = "validation images only (one training seed: training randomness not measured)"
-SEEDS_AND_IMAGES = "training seeds and validation images"
+SPLIT_WORDS = {"val": "validation", "test": "test"}
+
+
+def images_only(split: str = "val") -> str:
+    return f"{SPLIT_WORDS[split]} images only (one training seed: training randomness not measured)"
+
+
+def seeds_and_images(split: str = "val") -> str:
+    return f"training seeds and {SPLIT_WORDS[split]} images"
+
+
+IMAGES_ONLY = images_only("val")
+SEEDS_AND_IMAGES = seeds_and_images("val")
 SEEDS_ONLY = "training seeds (no per-image basis for this metric)"
+
+
+def covers_training(covers: str) -> bool:
+    """Whether an interval described by `covers` accounts for training randomness."""
+    return isinstance(covers, str) and covers.startswith("training seeds")
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,7 @@ def _scoring(members: dict[str, Scored], metric: str):
     return names, count, values_on
 
 
-def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED):
+def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED, split: str = "val"):
     """One training seed: (per-member table, per-pair table) for `metric` (e.g. "iou", "loss"), a
     paired bootstrap over validation images. The intervals cover image noise only, so no pair is
     `supported`; `beyond_image_noise` says whether its interval excludes zero.
@@ -94,14 +110,15 @@ def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = R
     full = values_on(np.arange(count)[None, :])[:, 0]
     low, high, distribution = _bootstrap(statistic, count, resamples, seed)
     per_member = pd.DataFrame({"model": names, "value": full, "low": low[: len(names)], "high": high[: len(names)]})
-    better = 1.0 if higher_is_better(f"val_{metric}") else -1.0
+    column = f"{split}_{metric}"
+    better = 1.0 if higher_is_better(column) else -1.0
     rows = []
     for k, (a, b) in enumerate(pairs):
         d = better * distribution[len(names) + k]
         low_k, high_k = low[len(names) + k], high[len(names) + k]
         rows.append({
-            "model_a": names[a], "model_b": names[b], "metric": f"val_{metric}",
-            "diff": full[a] - full[b], "diff_low": low_k, "diff_high": high_k, "covers": IMAGES_ONLY,
+            "model_a": names[a], "model_b": names[b], "metric": column,
+            "diff": full[a] - full[b], "diff_low": low_k, "diff_high": high_k, "covers": images_only(split),
             "supported": False, "beyond_image_noise": bool(low_k > 0 or high_k < 0),
             "p_a_better": float(np.mean(d > 0) + 0.5 * np.mean(d == 0)),
         })
@@ -184,7 +201,7 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float) -> float:
     return float(max(2, math.ceil(seed_std**2 / room)))
 
 
-def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None):
+def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val"):
     """(per-model table, per-pair table) over repeats. per_seed: columns model, repeat, member,
     value (the member's `metric`); draws: member -> its metric on shared image resamples
     (`image_draws`), or None where the metric has no per-image basis (training randomness only).
@@ -192,7 +209,7 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
     table = per_seed.pivot_table(index="repeat", columns="model", values="value", aggfunc="first")
     member = per_seed.pivot_table(index="repeat", columns="model", values="member", aggfunc="first")
     models = list(dict.fromkeys(per_seed["model"]))
-    covers = SEEDS_AND_IMAGES if draws else SEEDS_ONLY
+    covers = seeds_and_images(split) if draws else SEEDS_ONLY
 
     def image_se(of_resample: Callable[[str], np.ndarray], names: list[str]) -> float:
         if not draws or not all(n in draws for n in names):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.outputs.columns import higher_is_better, is_finite
-from harness.outputs.statistics import IMAGES_ONLY, indistinguishable, seed_interval
+from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
 from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
@@ -113,7 +113,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
                 row[column] = values.min() if values.notna().any() else pd.NA
                 continue
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
-            if repeated and column.startswith(("val_", "final_", "best_val")):
+            if repeated and column.startswith(("val_", "test_", "selected_val_", "final_", "best_val")):
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
                 interval = seed_interval(values.dropna())
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
@@ -154,7 +154,7 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
     summary = order.drop(columns=["_dropped", "_left"]).reset_index(drop=True)
     summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
     # With one training seed no difference is measured against training randomness: nothing to list.
-    if pair_stats is not None and len(pair_stats) and (pair_stats["covers"] != IMAGES_ONLY).any():
+    if pair_stats is not None and len(pair_stats) and pair_stats["covers"].map(covers_training).any():
         summary["indistinguishable_from"] = indistinguishable(summary["model"].tolist(), pair_stats)
     return summary
 

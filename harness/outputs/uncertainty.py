@@ -2,7 +2,8 @@
 
 One seed: the paired bootstrap over validation images, from each member's last evaluation in
 val_scores.csv (per-image counts), for val_iou, val_f1 and val_loss: intervals of image noise
-only, and no pair called supported. Repeats: per model and per pair, the mean over seeds with an
+only, and no pair called supported. With a test split the same for test_iou, test_f1 and
+test_loss from test_scores.csv (the chosen weights, scored once), and the ranking is on test. Repeats: per model and per pair, the mean over seeds with an
 interval of training randomness and image noise (statistics.across_seeds), the image part from
 the same image resamples for every member. Read from files only: scores are recomputed with the
 segmentation scores function for members with counts, and as a mean loss for the others
@@ -19,72 +20,117 @@ import pandas as pd
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.evaluation import segmentation_scores
-from harness.outputs.statistics import IMAGES_ONLY, SEEDS_AND_IMAGES, SEEDS_ONLY, Scored, across_seeds, bootstrap_metric, image_draws
+from harness.outputs.statistics import SEEDS_ONLY, Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images
 from harness.outputs.writers import counts_of
 
 BOOTSTRAPPED = ("iou", "f1", "loss")
 
 
-def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame):
-    """(intervals per model or None, pair statistics of the ranking metric or None)."""
-    if config.train.repeats > 1:
-        return _across_repeats(val_scores, config, member_summary)
-    scored = last_evaluations(val_scores, config.data.classes)
-    if len(scored) == 0:
-        return None, None
+def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, test_scores: Path | None = None):
+    """(intervals per model or None, pair statistics of the ranking column or None): for the
+    validation metrics from val_scores.csv and, with a test split, the test metrics from
+    test_scores.csv (the ranking column is then a test metric)."""
+    splits = [("val", val_scores)] + ([("test", test_scores)] if test_scores is not None and test_scores.exists() else [])
     intervals, pair_stats = [], None
-    for metric in BOOTSTRAPPED:
-        per_member, per_pair = bootstrap_metric(scored, metric)
-        if per_member.empty:
-            continue
-        intervals.append(per_member.drop(columns="value").rename(columns={"low": f"val_{metric}_low", "high": f"val_{metric}_high"}).set_index("model"))
-        if f"val_{metric}" == config.output.rank_by:
-            pair_stats = per_pair
+    for split, path in splits:
+        found, pairs = _split_statistics(path, config, member_summary, split)
+        if found is not None:
+            intervals.append(found)
+        if pairs is not None:
+            pair_stats = pairs
     merged = pd.concat(intervals, axis=1).reset_index() if intervals else None
     return merged, pair_stats
+
+
+def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str):
+    """(per-model intervals indexed by model, or None; pairs of the ranking column if it is of this split)."""
+    if config.train.repeats > 1:
+        return _across_repeats(path, config, member_summary, split)
+    scored = last_evaluations(path, config.data.classes)
+    if len(scored) == 0:
+        return None, None
+    rank = config.ranking_column()
+    intervals, pair_stats = [], None
+    for metric in BOOTSTRAPPED:
+        per_member, per_pair = bootstrap_metric(scored, metric, split=split)
+        if per_member.empty:
+            continue
+        column = f"{split}_{metric}"
+        intervals.append(per_member.drop(columns="value").rename(columns={"low": f"{column}_low", "high": f"{column}_high"}).set_index("model"))
+        if column == rank:
+            pair_stats = per_pair
+    return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
 
 
 def interval_covers(config: ExperimentConfig) -> str | None:
-    """What the ranking metric's intervals cover, in words (summary.csv `interval_covers`)."""
-    bootstrapped = config.output.rank_by.removeprefix("val_") in BOOTSTRAPPED and config.output.rank_by.startswith("val_")
+    """What the ranking column's intervals cover, in words (summary.csv `interval_covers`)."""
+    rank = config.ranking_column()
+    split, _, metric = rank.partition("_")
+    bootstrapped = split in ("val", "test") and metric in BOOTSTRAPPED
     if config.train.repeats > 1:
-        return SEEDS_AND_IMAGES if bootstrapped else SEEDS_ONLY
-    return IMAGES_ONLY if bootstrapped else None
+        return seeds_and_images(split) if bootstrapped else SEEDS_ONLY
+    return images_only(split) if bootstrapped else None
 
 
-def _across_repeats(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame):
-    """Per model `<metric>_low/_high` over seeds and images for every validation metric with a
-    per-image basis (and the ranking metric, over seeds alone, where it has none)."""
-    rank_by = config.output.rank_by
+def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str):
+    """Per model `<split>_<metric>_low/_high` over seeds and images for every metric of the split
+    with a per-image basis (and the ranking column, over seeds alone, where it has none)."""
+    rank = config.ranking_column()
     ok = member_summary[member_summary["status"] == "ok"]
-    scored = {name: s for name, s in last_evaluations(val_scores, config.data.classes).items() if name in set(ok["model"])}
-    columns = [f"val_{m}" for m in BOOTSTRAPPED if f"val_{m}" in ok]
-    if rank_by in ok and rank_by not in columns:
-        columns.append(rank_by)
+    scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(ok["model"])}
+    columns = [f"{split}_{m}" for m in BOOTSTRAPPED if f"{split}_{m}" in ok]
+    if split == "val" and rank in ok and not rank.startswith(("val_", "test_")):
+        columns.append(rank)
     intervals, pair_stats = [], None
     for column in columns:
-        metric = column.removeprefix("val_")
-        draws = image_draws(scored, metric) if column.startswith("val_") and metric in BOOTSTRAPPED else None
+        metric = column.removeprefix(f"{split}_")
+        draws = image_draws(scored, metric) if column.startswith(f"{split}_") and metric in BOOTSTRAPPED else None
         per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[column]}).dropna()
-        per_model, per_pair = across_seeds(per_seed, column, draws)
+        per_model, per_pair = across_seeds(per_seed, column, draws, split)
         if per_model.empty:
             continue
         intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{column}_low", "high": f"{column}_high"}))
-        if column == rank_by:
+        if column == rank:
             pair_stats = per_pair
-    merged = pd.concat(intervals, axis=1).reset_index() if intervals else None
-    return merged, pair_stats
+    return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
 
 
-def last_evaluations(path: Path, classes: int) -> dict[str, Scored]:
+def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFrame:
+    """Per member: the step whose weights were scored on the test split, their test metrics and
+    their validation metrics at that step (`selected_val_*`: what choosing saw; the gap to test
+    is what choosing added)."""
+    if not test_scores.exists():
+        return pd.DataFrame()
+    steps = pd.read_csv(test_scores, dtype={"model": str}).groupby("model", sort=False)["step"].max().astype(int).to_dict()
+    test = _totals(last_evaluations(test_scores, classes))
+    val = _totals(last_evaluations(val_scores, classes, at_steps=steps))
+    rows = [{"model": name, "selected_step": steps[name], **{f"test_{k}": v for k, v in scores.items()},
+             **{f"selected_val_{k}": v for k, v in val.get(name, {}).items()}} for name, scores in test.items()]
+    return pd.DataFrame(rows)
+
+
+def _totals(scored: dict[str, Scored]) -> dict[str, dict[str, float]]:
+    """Each member's set-level scores (iou, f1, loss) from its per-image quantities."""
+    out = {}
+    for name, s in scored.items():
+        scores = s.scores({k: v.sum(axis=0) for k, v in s.quantities.items()}, len(s.quantities["loss"]))
+        out[name] = {k: float(v) for k, v in scores.items() if k in BOOTSTRAPPED}
+    return out
+
+
+def last_evaluations(path: Path, classes: int, at_steps: dict[str, int] | None = None) -> dict[str, Scored]:
     """Each member's per-image quantities at its last evaluation (a diverged member's last one
-    before it diverged), for the members scored on the same images as the first."""
+    before it diverged), or at the step `at_steps` names for it, for the members scored on the
+    same images as the first."""
     if not path.exists():
         return {}
     frame = pd.read_csv(path, dtype={"model": str})
     scored: dict[str, Scored] = {}
     for model, rows in frame.groupby("model", sort=False):
-        last = rows[rows["step"] == rows["step"].max()].sort_values("image")
+        step = rows["step"].max() if at_steps is None else at_steps.get(model)
+        last = rows[rows["step"] == step].sort_values("image")
+        if last.empty:
+            continue
         counts = counts_of(last, classes)
         if np.isnan(counts["intersection"]).any():  # no counts: a reconstruction member
             scored[model] = Scored({"loss": counts["loss"]}, _mean_loss)

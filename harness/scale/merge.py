@@ -21,12 +21,13 @@ def group_dir(run: RunDir, name: str) -> RunDir:
 
 
 def merge_groups(run: RunDir, groups: list[dict[str, Any]]) -> dict[str, Any]:
-    """Write the run's losses.csv and val_scores.csv from its completed groups, move their models
+    """Write the run's losses.csv, val_scores.csv and test_scores.csv from its completed groups, move their models
     and TensorBoard folders up, and return run.json `models` for every member (those that did
     not fit even alone as `oom`)."""
     completed = [group_dir(run, g["name"]) for g in groups if g["status"] == "completed"]
     _concat([g.losses_csv for g in completed], run.losses_csv, load_losses)
     _concat([g.val_scores_csv for g in completed], run.val_scores_csv, pd.read_csv)
+    _concat([g.test_scores_csv for g in completed], run.test_scores_csv, pd.read_csv)
     models: dict[str, Any] = {}
     for group in completed:
         info = json.loads(group.run_json.read_text(encoding="utf-8"))

@@ -126,6 +126,18 @@ def probe_serving(done: FinishedRun) -> None:
     done.update_info(models=models_info(done.records))
 
 
+def score_test(done: FinishedRun) -> None:
+    """The held-out test split, scored once with each member's weights chosen on validation."""
+    if done.datasets.test is None:
+        return
+    from harness.training.held_out import score_test_split
+
+    steps_per_epoch = done.datasets.steps_per_epoch
+    record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
+                              lambda step: (step - 1) // steps_per_epoch + 1)
+    done.update_info(test=record)
+
+
 def write_tables(done: FinishedRun) -> None:
     from harness.outputs.derived import samples_from_models, write_outputs
 
@@ -163,10 +175,10 @@ def log_mlflow(done: FinishedRun) -> None:
     done.update_info(mlflow=record)
 
 
-END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, write_tables, mark_completed, write_final_report, log_mlflow)
+END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, score_test, write_tables, mark_completed, write_final_report, log_mlflow)
 # A group of a larger run measures and exports its members; the run's driver merges the groups
 # and writes the one comparison (tables, report, MLflow) for all of them.
-GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, mark_completed)
+GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, score_test, mark_completed)
 # What the terminal says while an action runs, when it has something to do (quick ones say nothing).
 PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     probe_input_share: lambda d: "probing the input pipeline's share of the step" if d.config.output.probe_steps else None,
@@ -174,6 +186,7 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     count_flops: lambda d: "counting FLOPs",
     export_models: lambda d: "exporting the models" if d.config.output.export else None,
     probe_serving: lambda d: f"measuring each model's serving cost (latency at batch 1, images/s at batch {d.config.output.serve_batch})" if d.config.output.serve_probe else None,
+    score_test: lambda d: f"scoring the held-out test split ({d.config.data.test_size} images) with the weights chosen on validation" if d.datasets.test is not None else None,
     write_tables: lambda d: "writing tables, statistics, plots and the report",
     log_mlflow: lambda d: "logging to MLflow" if d.config.output.mlflow is not None else None,
 }

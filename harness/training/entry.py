@@ -87,7 +87,8 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None
     if scan is not None and config.output.progress != "none":
         facts = scan.facts
         print(
-            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val) of "
+            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val"
+            f"{f', {scan.test_size} test' if scan.test_size else ''}) of "
             f"{facts['listed']} listed, {facts['skipped']} skipped, at {scan.image_size[0]}x{scan.image_size[1]} "
             f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
             file=sys.stderr,

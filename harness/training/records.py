@@ -115,7 +115,7 @@ class RunResult:
         return pd.read_csv(path) if path.exists() else pd.DataFrame()
 
     def __repr__(self) -> str:
-        rank_by = self.config.output.rank_by
+        rank_by = self.config.ranking_column()
         best = ""
         if len(self.summary) and rank_by in self.summary:
             top = self.summary.iloc[0]

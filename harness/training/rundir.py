@@ -73,6 +73,10 @@ class RunDir:
         return self.path / "val_scores.csv"
 
     @property
+    def test_scores_csv(self) -> Path:
+        return self.path / "test_scores.csv"
+
+    @property
     def summary_csv(self) -> Path:
         return self.path / "summary.csv"
 
@@ -130,8 +134,10 @@ class RunDir:
             )
         for override in overrides or []:
             apply_override(raw, override)
-        if isinstance(raw, dict) and isinstance(raw.get("data"), dict) and "seed" not in raw["data"]:
-            raw["data"]["seed"] = raw.get("seed", 0)  # a run from before data.seed drew its data from the seed
+        if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
+            # Runs from before these settings: their data came from the seed, with no test split.
+            raw["data"].setdefault("seed", raw.get("seed", 0))
+            raw["data"].setdefault("test_size", 0)
         return validate_config(raw, source=str(self.config_file))
 
     def write_run_info(self, info: dict[str, Any]) -> None:

@@ -1,0 +1,71 @@
+"""The held-out test split, scored once at the end of a run with the weights chosen on
+validation: nothing that chooses (best weights, early stopping, a race's cuts, a grid's winner)
+ever sees it, so its scores are free of the winner's curse that validation scores carry.
+
+Which weights (`output.select_by`): `best_val_loss` (default) loads each member's
+models/<name>/best.keras, its state at its best validation score (by the early-stopping metric
+when that is on); `final` takes the weights at the end. Without exports (`output.export: false`)
+there is no best state on disk, and the final weights are scored (run.json `test` says so).
+Every member's weights are put back afterwards: the exported and in-memory models are unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.core.backend import import_keras, import_tf
+from harness.core.evaluation import make_eval_fn
+from harness.members.base import preserved_state
+from harness.outputs.writers import ValScoresWriter
+from harness.training.rundir import RunDir
+
+tf = import_tf()
+
+
+def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of) -> dict[str, Any]:
+    """Write test_scores.csv (per member and test image, like val_scores.csv; `step` is the step
+    whose weights were scored) and return what run.json records under `test`."""
+    path = RunDir(run_path).test_scores_csv
+    path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
+    selected = {m.name: _selected(m.name, config, run_path, final_step) for m in members}
+    with contextlib.ExitStack() as stack:
+        for member in members:
+            stack.enter_context(preserved_state(member))
+            if selected[member.name]["weights"] == "best":
+                _load_best(member, run_path)
+        per_image = tf.nest.map_structure(lambda t: t.numpy(), make_eval_fn(members, config.data.classes)(test_dataset))
+    writer = ValScoresWriter(path, config.data.classes)
+    try:
+        for member in members:
+            mine = per_image[member.name]
+            step = selected[member.name]["step"]
+            writer.write(step, epoch_of(step), member.name, mine, member.eval_scores(mine, 1))
+    finally:
+        writer.close()
+    return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}
+
+
+def _selected(name: str, config, run_path: Path, final_step: int) -> dict[str, Any]:
+    if config.output.select_by == "final":
+        return {"weights": "final", "step": final_step}
+    record = _best_record(run_path / "models" / name)
+    if record is None:
+        why = "output.export is off: no best state on disk" if not config.output.export else "no finite validation score"
+        return {"weights": "final", "step": final_step, "note": why}
+    return {"weights": "best", "step": int(record["step"])}
+
+
+def _best_record(folder: Path) -> dict | None:
+    try:
+        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if (folder / "best.keras").is_file() and "step" in record else None
+
+
+def _load_best(member, run_path: Path) -> None:
+    best = import_keras().models.load_model(run_path / "models" / member.name / "best.keras", compile=False)
+    member.model.set_weights(best.get_weights())

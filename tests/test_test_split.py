@@ -1,0 +1,134 @@
+"""A held-out test split: every source can have one, nothing that chooses ever sees it, and a run
+scores each member's chosen weights on it once, at the end, and ranks by it."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_config
+from pictures import data_config, picture, write_folder
+
+from harness.api import run
+from harness.config.loading import validate_config
+from harness.data.resolve import resolve_data
+from harness.data.scan import split_of
+from harness.data.sources import Item
+from harness.errors import ConfigError, DataError
+
+
+@pytest.fixture(scope="module")
+def tested_run(tmp_path_factory):
+    raw = tiny_config(train={"epochs": 3}, data={"test_size": 8})
+    return run(validate_config(raw), results_dir=tmp_path_factory.mktemp("tested"))
+
+
+def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(tested_run):
+    run_dir, summary = tested_run.run_dir, tested_run.summary
+    scores = pd.read_csv(run_dir / "test_scores.csv")
+    assert len(scores) == 3 * 8 and set(scores["model"]) == {"fcn", "unet", "deconv"}
+    selected = json.loads((run_dir / "run.json").read_text())["test"]["members"]
+    for name in ("fcn", "unet", "deconv"):
+        best = json.loads((run_dir / "models" / name / "best.json").read_text())
+        assert selected[name] == {"weights": "best", "step": best["step"]}
+        assert (scores[scores["model"] == name]["step"] == best["step"]).all()
+    assert summary["rank"].tolist() == [1, 2, 3] and summary["test_iou"].is_monotonic_decreasing
+    assert ((summary["test_iou_low"] <= summary["test_iou"] + 1e-9) & (summary["test_iou"] <= summary["test_iou_high"] + 1e-9)).all()
+    assert {"selected_val_iou", "selected_step", "val_iou"} <= set(summary.columns)
+    pairs = pd.read_csv(run_dir / "pairs.csv")
+    assert set(pairs["metric"]) == {"test_iou"} and pairs["covers"].str.startswith("test images only").all()
+    report = (run_dir / "report.html").read_text()
+    assert "held-out test split" in report and "What choosing added" in report
+
+
+def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw(tested_run):
+    from harness.core.backend import import_keras
+    from harness.data.pipeline import build_datasets
+
+    config = tested_run.config
+    datasets = build_datasets(config.data, config.training_seeds(), 0, 1)
+    images, masks = zip(*[(i.numpy(), m.numpy()) for i, m in datasets.test])
+    images, masks = np.concatenate(images), np.concatenate(masks)
+    val_images = np.concatenate([i.numpy() for i, _ in datasets.val])
+    assert not any(np.array_equal(t, v) for t in images for v in val_images)  # a split of its own
+    best = import_keras().models.load_model(tested_run.run_dir / "models" / "unet" / "best.keras", compile=False)
+    predicted = best.predict(images, verbose=0) > 0.5
+    truth = masks > 0.5
+    iou = (predicted & truth).sum() / max((predicted | truth).sum(), 1)
+    row = tested_run.summary.set_index("model").loc["unet"]
+    assert row["test_iou"] == pytest.approx(float(iou), abs=1e-6)
+
+
+def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choosing_images(tmp_path):
+    final = run(validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}, output={"select_by": "final"})), results_dir=tmp_path / "f")
+    members = final.info["test"]["members"]
+    assert all(m == {"weights": "final", "step": 8} for m in members.values())
+    plain = run(validate_config(tiny_config(train={"epochs": 1})), results_dir=tmp_path / "p")
+    assert not (plain.run_dir / "test_scores.csv").exists() and "test_iou" not in plain.summary
+    assert "No test split" in (plain.run_dir / "report.html").read_text()
+
+
+def test_the_test_split_by_hash_never_moves_files_between_splits():
+    items = [Item(f"images/ex{i:03d}.png", None, None) for i in range(400)]
+    before = {i.name: split_of(i, 0.2) for i in items}
+    after = {i.name: split_of(i, 0.2, 0.1) for i in items}
+    moved = {n for n in before if before[n] != after[n]}
+    assert all(after[n] == "test" for n in moved), "only moves into test"
+    assert 20 < sum(v == "test" for v in after.values()) < 60
+    more = items + [Item(f"images/new{i:03d}.png", None, None) for i in range(100)]
+    assert all(split_of(i, 0.2, 0.1) == after[i.name] for i in more[:400]), "adding files moves none"
+
+
+def test_every_real_source_gives_a_test_split(tmp_path):
+    images, masks = write_folder(tmp_path / "a", 30)
+    by_fraction, scan = resolve_data(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.2, "test_fraction": 0.25}))
+    assert scan.test_size > 0 and by_fraction.data.test_size == scan.test_size
+    assert scan.train_size + scan.val_size + scan.test_size == 30 and len(scan.images) == 30
+
+    test_images, test_masks = write_folder(tmp_path / "t", 4)
+    folders, scan = resolve_data(data_config({"source": "folder", "images": str(images), "masks": str(masks), "test_images": str(test_images), "test_masks": str(test_masks)}))
+    assert scan.test_size == 4
+
+    manifest = tmp_path / "m.csv"
+    with manifest.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["image", "mask", "split"])
+        for i in range(12):
+            writer.writerow([f"a/images/ex{i:02d}.png", f"a/masks/ex{i:02d}.png", ("train", "train", "val", "test")[i % 4]])
+    _, scan = resolve_data(data_config({"source": "csv", "manifest": str(manifest)}))
+    assert (scan.train_size, scan.val_size, scan.test_size) == (6, 3, 3)
+
+    pictures = [picture(i, (16, 16)) for i in range(10)]
+    arrays = tmp_path / "d.npz"
+    np.savez(arrays, images=np.stack([p[0] for p in pictures[:6]]), masks=np.stack([p[1] for p in pictures[:6]]),
+             val_images=np.stack([p[0] for p in pictures[6:8]]), val_masks=np.stack([p[1] for p in pictures[6:8]]),
+             test_images=np.stack([p[0] for p in pictures[8:]]), test_masks=np.stack([p[1] for p in pictures[8:]]))
+    _, scan = resolve_data(data_config({"source": "arrays", "arrays": str(arrays)}))
+    assert (scan.train_size, scan.val_size, scan.test_size) == (6, 2, 2)
+
+
+def test_a_bad_test_file_is_named_like_any_other(tmp_path):
+    images, masks = write_folder(tmp_path / "a", 10)
+    test_images, test_masks = write_folder(tmp_path / "t", 3)
+    (test_images / "ex01.png").write_bytes(b"not a picture")
+    with pytest.raises(DataError) as caught:
+        resolve_data(data_config({"source": "folder", "images": str(images), "masks": str(masks), "test_images": str(test_images), "test_masks": str(test_masks)}))
+    assert str(test_images / "ex01.png") in caught.value.render()
+    with pytest.raises(ConfigError):
+        validate_config(tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "test_images": str(test_images)}))
+
+
+def test_streamed_from_disk_the_test_split_is_the_same(tmp_path):
+    images, masks = write_folder(tmp_path / "a", 24)
+    spec = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.25, "test_fraction": 0.25}
+    held, in_memory = resolve_data(data_config(spec))
+    streamed_config, streamed = resolve_data(data_config({**spec, "cache": "disk"}), cache_dir=tmp_path / "cache")
+    assert streamed.test_size == in_memory.test_size > 0
+    total = in_memory.train_size + in_memory.val_size + in_memory.test_size
+    for index in range(total):
+        image, labels = streamed.store.read(index)
+        np.testing.assert_array_equal(image, in_memory.images[index])
+        np.testing.assert_array_equal(labels, in_memory.labels[index])
