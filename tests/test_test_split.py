@@ -132,3 +132,33 @@ def test_streamed_from_disk_the_test_split_is_the_same(tmp_path):
         image, labels = streamed.store.read(index)
         np.testing.assert_array_equal(image, in_memory.images[index])
         np.testing.assert_array_equal(labels, in_memory.labels[index])
+
+
+def grid_models():
+    return [
+        {"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.001, 0.01]}},
+        {"name": "unet", "arch": "tiny_unet", "grid": {"optimizer.learning_rate": [0.001, 0.01]}},
+    ]
+
+
+@pytest.mark.parametrize("repeats", [1, 2])
+def test_compare_by_chooses_each_groups_best_on_validation_and_compares_the_chosen(tmp_path, repeats):
+    raw = tiny_config(models=grid_models(), train={"epochs": 2, "repeats": repeats}, data={"test_size": 8}, output={"compare_by": ["arch"]})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    summary = result.summary
+    assert set(summary["compare_group"]) == {"arch=tiny_fcn", "arch=tiny_unet"}
+    for group, members in summary.groupby("compare_group"):
+        chosen = members[members["chosen_in_group"]]
+        assert len(chosen) == 1 and chosen["selected_val_iou"].iloc[0] == members["selected_val_iou"].max()
+    table = result.compare_by
+    assert len(table) == 1 and {table["group_a"][0], table["group_b"][0]} == {"arch=tiny_fcn", "arch=tiny_unet"}
+    assert table["metric"][0] == "test_iou" and set(table[["model_a", "model_b"]].iloc[0]) == set(summary.loc[summary["chosen_in_group"], "model"])
+    if repeats > 1:
+        assert table["seeds"][0] == 2 and table["covers"][0] == "training seeds and test images"
+    assert "each at its best on validation" in (result.run_dir / "report.html").read_text()
+
+
+def test_compare_by_names_a_setting_of_a_model_entry():
+    with pytest.raises(ConfigError) as caught:
+        validate_config(tiny_config(output={"compare_by": ["architecture"]}))
+    assert "output.compare_by" in caught.value.render() and "arch" in caught.value.render()

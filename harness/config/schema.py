@@ -355,6 +355,10 @@ class OutputSpec(Strict):
     # The weights scored on the test split: best (each member's state at its best validation loss,
     # or by the early-stopping metric when that is on: models/<name>/best.keras) or final.
     select_by: Literal["best", "final"] = "best"
+    # Per-group verdicts: group the models by these settings (any key of a model entry, dotted for
+    # nested ones, e.g. [arch] or [arch, backbone]), choose each group's best on validation (its
+    # best learning rate, say), and compare the chosen ones, on test when there is a test split.
+    compare_by: list[str] = Field(default_factory=list)
     log_scale: bool = False  # loss curves on a log axis
     sample_images: Annotated[int, Field(ge=0, le=16)] = 4  # validation images in samples.png
     tensorboard: bool = True
@@ -401,6 +405,15 @@ class ExperimentConfig(Strict):
         if dupes:
             raise ValueError(f"model names must be unique; repeated: {', '.join(sorted(set(dupes)))}")
         return models
+
+    @model_validator(mode="after")
+    def _compare_by_keys(self) -> "ExperimentConfig":
+        fields = set(ModelSpec.model_fields) - {"grid", "grid_values", "name"}
+        grid_keys = {k for m in self.models for k in m.grid_values}
+        unknown = [k for k in self.output.compare_by if k.split(".")[0] not in fields and k not in grid_keys]
+        if unknown:
+            raise ValueError(f"output.compare_by: {', '.join(map(repr, unknown))} is not a setting of a model entry; choose from {', '.join(sorted(fields | grid_keys))}")
+        return self
 
     @model_validator(mode="after")
     def _resolve(self) -> "ExperimentConfig":

@@ -16,10 +16,12 @@ import pandas as pd
 from harness.config.schema import ExperimentConfig
 from harness.outputs.html_charts import report_charts
 from harness.outputs.plots import plot_samples, save_figure, save_plots
-from harness.outputs.report import render_departures_section, render_groups_section, render_nightly_section, render_race_section, render_report
+from harness.outputs.report import render_departures_section, render_group_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
+from harness.outputs.columns import flat_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
+from harness.outputs.verdicts import choose_per_group, group_label, group_pairs
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -40,6 +42,8 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     member_summary = with_settings(member_summary, config.member_specs())
     on_common = scored_on_common_loss(config)
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)
+    if config.output.compare_by:
+        summary = write_group_verdicts(run, config, summary, member_summary)
     save_table(summary, run.summary_csv)
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
@@ -48,6 +52,27 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     if samples is not None:
         save_figure(plot_samples(*samples), run.plots, "samples")
     write_report_page(run, config, info)
+    return summary
+
+
+def _read_or_empty(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        return pd.DataFrame()
+
+
+def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame, member_summary: pd.DataFrame) -> pd.DataFrame:
+    """compare_by.csv: the model chosen on validation in each group, compared pairwise; summary
+    gains `compare_group` and `chosen_in_group`."""
+    keys, rank = config.output.compare_by, config.ranking_column()
+    chosen = choose_per_group(summary, config.models, keys, rank)
+    _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
+    save_table(group_pairs(chosen, stats), run.path / "compare_by.csv")
+    settings = {s.name: {**flat_settings(s.model_dump(mode="json")), **s.grid_values} for s in config.models}
+    summary = summary.copy()
+    summary["compare_group"] = [group_label(settings.get(m, {}), keys) for m in summary["model"]]
+    summary["chosen_in_group"] = summary["model"].isin(set(chosen["model"]) if len(chosen) else set())
     return summary
 
 
@@ -72,6 +97,10 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
         extra.append(("Race", render_race_section(info["race"])))
     if departures := render_departures_section(info.get("models") or {}, info.get("race")):
         extra.append(("Members that left the run", departures))
+    group_file = run.path / "compare_by.csv"
+    if config.output.compare_by and group_file.exists():
+        extra.insert(0, (f"Per group: {', '.join(config.output.compare_by)}, each at its best on validation",
+                         render_group_section(summary, _read_or_empty(group_file), config.ranking_column())))
     nightly_file = run.path / "nightly.json"
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))

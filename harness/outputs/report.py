@@ -229,6 +229,20 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     return " ".join(parts)
 
 
+def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: str) -> str:
+    """The model each group chose on validation, its validation and test scores, and the verdict
+    between the chosen ones."""
+    if "chosen_in_group" not in summary:
+        return "<p>No group verdicts were written.</p>"
+    metric = rank_by.removeprefix("test_").removeprefix("val_")
+    columns = ["compare_group", "model", f"selected_val_{metric}", rank_by, f"{rank_by}_low", f"{rank_by}_high"]
+    chosen = summary[summary["chosen_in_group"].astype(bool)][[c for c in dict.fromkeys(columns) if c in summary]]
+    parts = [html_table(chosen)]
+    if len(pairs):
+        parts.append(f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>")
+    return "\n".join(parts)
+
+
 def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
     inflated the chosen weights' validation score (their validation score minus their test score)."""

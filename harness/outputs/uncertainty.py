@@ -26,11 +26,14 @@ from harness.outputs.writers import counts_of
 BOOTSTRAPPED = ("iou", "f1", "loss")
 
 
-def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, test_scores: Path | None = None):
+def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, test_scores: Path | None = None, models: set[str] | None = None):
     """(intervals per model or None, pair statistics of the ranking column or None): for the
     validation metrics from val_scores.csv and, with a test split, the test metrics from
-    test_scores.csv (the ranking column is then a test metric)."""
+    test_scores.csv (the ranking column is then a test metric). `models`: only these models'
+    members (Holm's adjustment then runs over their pairs alone)."""
     splits = [("val", val_scores)] + ([("test", test_scores)] if test_scores is not None and test_scores.exists() else [])
+    if models is not None:
+        member_summary = member_summary[member_summary["model"].map(model_of).isin(models)]
     intervals, pair_stats = [], None
     for split, path in splits:
         found, pairs = _split_statistics(path, config, member_summary, split)
@@ -46,7 +49,7 @@ def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.D
     """(per-model intervals indexed by model, or None; pairs of the ranking column if it is of this split)."""
     if config.train.repeats > 1:
         return _across_repeats(path, config, member_summary, split)
-    scored = last_evaluations(path, config.data.classes)
+    scored = {n: s for n, s in last_evaluations(path, config.data.classes).items() if n in set(member_summary["model"])}
     if len(scored) == 0:
         return None, None
     rank = config.ranking_column()

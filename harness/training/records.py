@@ -107,6 +107,15 @@ class RunResult:
         return pd.read_csv(path) if path.exists() else pd.DataFrame()
 
     @property
+    def compare_by(self) -> "pd.DataFrame":
+        """compare_by.csv (with `output.compare_by`): each group's model chosen on validation,
+        compared pairwise with the other groups' (on test when there is a test split)."""
+        import pandas as pd
+
+        path = self.run_dir / "compare_by.csv"
+        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+
+    @property
     def val_scores(self) -> "pd.DataFrame":
         """val_scores.csv: every validation image's scores, per evaluation and member."""
         import pandas as pd

@@ -1,0 +1,55 @@
+"""Per-group verdicts (`output.compare_by`): "Unet vs FPN, each at its best learning rate".
+
+The models are grouped by the settings `compare_by` names (`arch`, or `arch` and `backbone`, or a
+grid key). Within each group the model chosen is the one best on validation: the validation score
+of its chosen weights (`selected_val_<metric>`) when there is a test split, else its validation
+score (a model with repeats by its mean over seeds: its seeds are chosen together). The chosen
+models are then compared with the run's own statistics (paired, on the test split when there is
+one; Holm across the chosen pairs only). What choosing added shows as the gap between each chosen
+model's validation and test scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from harness.outputs.columns import flat_settings, higher_is_better
+
+
+def group_label(settings: dict[str, Any], keys: list[str]) -> str:
+    return ", ".join(f"{k}={settings.get(k, '')}" for k in keys)
+
+
+def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column: str) -> pd.DataFrame:
+    """One row per group: group, model (the chosen one), the validation score it was chosen by,
+    its ranking score, how many models the group held."""
+    metric = rank_column.removeprefix("test_").removeprefix("val_")
+    by = f"selected_val_{metric}" if rank_column.startswith("test_") and f"selected_val_{metric}" in summary else f"val_{metric}"
+    if by not in summary:
+        by = rank_column
+    settings = {s.name: {**flat_settings(s.model_dump(mode="json")), **s.grid_values} for s in specs}
+    frame = summary[summary["status"].astype(str).str.startswith("ok")].copy()
+    frame["group"] = [group_label(settings.get(m, {}), keys) for m in frame["model"]]
+    rows = []
+    for group, members in frame.groupby("group", sort=False):
+        members = members.dropna(subset=[by])
+        if members.empty:
+            continue
+        best = members.sort_values(by, ascending=not higher_is_better(by), kind="stable").iloc[0]
+        rows.append({"group": group, "model": best["model"], "chosen_by": by, "chosen_value": float(best[by]),
+                     rank_column: float(best[rank_column]) if rank_column in best and pd.notna(best[rank_column]) else float("nan"),
+                     "candidates": len(members)})
+    return pd.DataFrame(rows)
+
+
+def group_pairs(chosen: pd.DataFrame, pair_stats: pd.DataFrame | None) -> pd.DataFrame:
+    """The chosen models' pairs, each labelled with its groups."""
+    if pair_stats is None or pair_stats.empty or chosen.empty:
+        return pd.DataFrame()
+    groups = dict(zip(chosen["model"], chosen["group"]))
+    pairs = pair_stats[pair_stats["model_a"].isin(groups) & pair_stats["model_b"].isin(groups)].copy()
+    pairs.insert(0, "group_a", pairs["model_a"].map(groups))
+    pairs.insert(1, "group_b", pairs["model_b"].map(groups))
+    return pairs.reset_index(drop=True)
