@@ -96,6 +96,7 @@ def test_across_seeds_the_interval_covers_seed_variation_and_image_noise():
     seeds_alone = seed_interval(per_seed.query("model == 'b'")["value"].to_numpy() - per_seed.query("model == 'c'")["value"].to_numpy())
     assert pair.loc[("b", "c"), "diff_high"] - pair.loc[("b", "c"), "diff_low"] > seeds_alone.high - seeds_alone.low
     assert (per_model["low"] < per_model["mean"]).all() and (per_model["std"] > 0).all()
+    assert indistinguishable(["a", "b", "c"], pairs) == ["", "c", "b"]
 
 
 def test_a_large_seed_spread_is_not_supported_where_one_seed_would_look_sure():

@@ -18,12 +18,13 @@ from pydantic import Field, field_validator, model_validator
 
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
+from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import REPEAT_SEPARATOR, member_name, training_seed
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-__all__ = ["REPEAT_SEPARATOR", "ExperimentConfig"]
+__all__ = ["REPEAT_SEPARATOR", "SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
 
 
 class OptimizerSpec(Strict):
@@ -94,141 +95,6 @@ class ModelSpec(Strict):
             raise ValueError("; ".join(problems))
         return self
 
-
-class AugmentSpec(Strict):
-    """Training-time augmentation, native TensorFlow ops with stateless seeds drawn from
-    (seed, step, position in the batch): every model sees the same augmented batch, a run is
-    repeatable, and a resumed run sees the batches it would have seen."""
-
-    flip_left_right: bool = False
-    flip_up_down: bool = False
-    rotate90: bool = False  # a random multiple of 90 degrees (square images only)
-    # random crop of this fraction range of each side, resized back (e.g. [0.6, 1.0]); None: off
-    crop_scale: tuple[Annotated[float, Field(gt=0, le=1)], Annotated[float, Field(gt=0, le=1)]] | None = None
-    brightness: Annotated[float, Field(ge=0, le=1)] = 0.0  # max shift, images are in [0, 1]
-    contrast: Annotated[float, Field(ge=0, lt=1)] = 0.0  # contrast factor in [1 - c, 1 + c]
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "AugmentSpec":
-        if self.crop_scale is not None and self.crop_scale[0] > self.crop_scale[1]:
-            raise ValueError(f"crop_scale: [low, high] with low <= high, got {list(self.crop_scale)}")
-        return self
-
-    @property
-    def active(self) -> bool:
-        return any((self.flip_left_right, self.flip_up_down, self.rotate90, self.crop_scale, self.brightness, self.contrast))
-
-
-class TfdsSpec(Strict):
-    """A TensorFlow Datasets dataset already prepared on disk; nothing is ever downloaded."""
-
-    name: str  # e.g. "oxford_iiit_pet" or "oxford_iiit_pet/4.0.0" (default: the newest on disk)
-    data_dir: Path
-    train_split: str = "train"
-    val_split: str | None = "test"  # None: a val_fraction of the train split
-    test_split: str | None = None  # a held-out test split (e.g. "test", with val_split: null or another split)
-    image_key: str = "image"
-    mask_key: str = "segmentation_mask"
-
-    @model_validator(mode="after")
-    def _distinct_splits(self) -> "TfdsSpec":
-        if self.test_split is not None and self.test_split in (self.train_split, self.val_split):
-            raise ValueError(f"test_split {self.test_split!r} is also the train or val split: the test split must be held out (set val_split: null to take validation from the train split)")
-        return self
-
-
-SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
-SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
-Side = Annotated[int, Field(ge=8, le=4096)]
-
-
-class DataSpec(Strict):
-    # synthetic: generated shapes. folder: images/ and masks/ matched by file stem. csv: a
-    # manifest of image,mask[,split] paths. arrays: one .npz (images, masks[, val_images,
-    # val_masks]) or images/masks .npy files. tfds: a TFDS dataset on disk.
-    source: Literal[SOURCES] = "synthetic"  # type: ignore[valid-type]
-    # The data's own seed: the synthetic images and masks. Apart from the top-level (training)
-    # seed, so changing `seed:` or adding repeats varies training, never the images compared on.
-    seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
-    images: Path | None = None
-    masks: Path | None = None
-    val_images: Path | None = None  # folder source: a separate validation folder pair
-    val_masks: Path | None = None
-    test_images: Path | None = None  # folder source: a separate test folder pair
-    test_masks: Path | None = None
-    manifest: Path | None = None
-    arrays: Path | None = None
-    tfds: TfdsSpec | None = None
-    # Real sources without a given split: this share, chosen by a hash of each file's stem, so
-    # adding files never moves existing ones between train and val.
-    val_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.2
-    # A held-out test split, never trained on and never chosen with: this share of the files
-    # without a given split, chosen by a second hash of the stem (so val and train keep theirs).
-    test_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    on_bad_data: Literal["fail", "skip"] = "fail"  # skip: leave bad files out, and count them
-    palette: list[tuple[int, int, int]] | None = None  # RGB masks: the colour of class 0, 1, ...
-    fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
-    cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
-    augment: AugmentSpec = AugmentSpec()
-    # "auto" (real sources): the median source size, rounded down to suit every model.
-    image_size: tuple[Side, Side] | Literal["auto"] = (96, 96)
-    channels: Annotated[int, Field(ge=1, le=4)] = 3
-    classes: Annotated[int, Field(ge=1, le=255)] = 1
-    # synthetic: how many examples to make (default 512 / 64). Real sources: filled in from the
-    # scan (a given number caps how many are used).
-    train_size: Annotated[int, Field(ge=1)] | None = None
-    val_size: Annotated[int, Field(ge=1)] | None = None
-    # synthetic: test examples to make (none by default). Real sources: filled in from the scan
-    # (0: no test split), a given number caps how many are used.
-    test_size: Annotated[int, Field(ge=0)] | None = None
-    batch_size: Annotated[int, Field(ge=1)] = 8
-    max_shapes: Annotated[int, Field(ge=1, le=8)] = 4
-
-    @field_validator("image_size", mode="before")
-    @classmethod
-    def _square_from_int(cls, value: Any) -> Any:
-        return (value, value) if isinstance(value, int) else value
-
-    @model_validator(mode="after")
-    def _source_complete(self) -> "DataSpec":
-        problems = []
-        for source, fields in SOURCE_FIELDS.items():
-            given = [f for f in fields if getattr(self, f) is not None]
-            if self.source == source:
-                problems += [f"source: {source} needs data.{f}" for f in fields if f not in given]
-        if self.source == "arrays" and self.arrays is None and self.images is not None and self.masks is not None:
-            problems = []  # arrays given as two .npy files
-        if self.source == "synthetic":
-            if self.image_size == "auto":
-                problems.append("image_size: auto needs a real source (folder, csv, arrays, tfds)")
-            object.__setattr__(self, "train_size", self.train_size or 512)
-            object.__setattr__(self, "val_size", self.val_size or 64)
-            object.__setattr__(self, "test_size", self.test_size or 0)
-        if (self.test_images is None) != (self.test_masks is None):
-            problems.append("test_images and test_masks go together (a separate test folder pair)")
-        if self.palette is not None and len(self.palette) != max(self.classes, 2):
-            problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
-        if problems:
-            raise ValueError("; ".join(problems))
-        if self.resolved and self.batch_size > self.train_size:
-            raise ValueError(f"batch_size {self.batch_size} is larger than train_size {self.train_size}")
-        return self
-
-    @property
-    def resolved(self) -> bool:
-        """Sizes known: always for synthetic; for real sources once the pre-flight scan ran."""
-        return self.image_size != "auto" and self.train_size is not None and self.val_size is not None
-
-    @property
-    def has_test(self) -> bool:
-        """A held-out test split exists (known once the data are resolved)."""
-        return bool(self.test_size)
-
-    @property
-    def steps_per_epoch(self) -> int:
-        if not self.resolved:
-            raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
-        return self.train_size // self.batch_size
 
 class TrainSpec(Strict):
     epochs: Annotated[int, Field(ge=1)] = 1

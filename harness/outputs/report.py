@@ -252,8 +252,8 @@ def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
                 "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
     metric = rank_by.removeprefix("test_")
     chosen = f"selected_val_{metric}"
-    text = (f"Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
-            f"and scored once on test.")
+    text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
+            "and scored once on test.")
     if chosen in summary and summary[chosen].notna().any():
         gaps = [f"{m} {v - t:+.4f}" for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)]
         text += f" What choosing added (validation {metric} of the chosen weights minus their test {metric}): {', '.join(gaps)}."
