@@ -162,3 +162,14 @@ def test_compare_by_names_a_setting_of_a_model_entry():
     with pytest.raises(ConfigError) as caught:
         validate_config(tiny_config(output={"compare_by": ["architecture"]}))
     assert "output.compare_by" in caught.value.render() and "arch" in caught.value.render()
+
+
+def test_tfds_test_split_is_held_out(tmp_path):
+    from pictures import write_tfds
+
+    root = write_tfds(tmp_path)
+    spec = {"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root), "val_split": None, "test_split": "test"}, "val_fraction": 0.34}
+    resolved, scan = resolve_data(data_config(spec))
+    assert scan.test_size == 2 and scan.train_size + scan.val_size == 6 and resolved.data.has_test
+    with pytest.raises(ConfigError):
+        data_config({**spec, "tfds": {**spec["tfds"], "val_split": "test"}})

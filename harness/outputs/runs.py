@@ -45,6 +45,8 @@ def _row(run: Path) -> dict | None:
         except (OSError, ValueError, pd.errors.ParserError):
             table = pd.DataFrame()
         ranked_by = ((info.get("config") or {}).get("output") or {}).get("rank_by")
+        if isinstance(ranked_by, str) and ranked_by.startswith("val_") and f"test_{ranked_by[4:]}" in table:
+            ranked_by = f"test_{ranked_by[4:]}"  # a run with a test split is ranked on test
         if len(table) and ranked_by in table:
             best = table.iloc[0]
             row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))
