@@ -88,6 +88,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     tf.get_logger().setLevel("ERROR")
     base = SUITES[suite]
     tiny = suite == "tiny"
+    asked_rounds = rounds
     rounds = rounds or (2 if tiny else 15)  # run-to-run spread here is ~3%: many rounds
     steps = steps or (2 if tiny else 10)
     max_n = 2 if tiny else 6
@@ -114,7 +115,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     # full size: run when named (--section), like the GPU section when asked for.
     on_request = {
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
-        "repeats": lambda: bench_repeats(base, 4 if tiny else 100, 1 if tiny else 2, folder),
+        "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
     }
     chosen = sections or list(work)
     work.update(on_request)
