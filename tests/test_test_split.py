@@ -173,3 +173,18 @@ def test_tfds_test_split_is_held_out(tmp_path):
     assert scan.test_size == 2 and scan.train_size + scan.val_size == 6 and resolved.data.has_test
     with pytest.raises(ConfigError):
         data_config({**spec, "tfds": {**spec["tfds"], "val_split": "test"}})
+
+
+def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_across_them(tmp_path):
+    from conftest import only_run_dir, run_cli, write_yaml
+
+    config = tiny_config(models=grid_models(), data={"test_size": 4}, placement={"max_members_per_group": 2},
+                         output={"progress": "lines", "compare_by": ["arch"]})
+    done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "r")
+    assert done.returncode == 0, done.stderr
+    run_dir = only_run_dir(tmp_path / "r")
+    assert len(json.loads((run_dir / "run.json").read_text())["groups"]) == 2
+    scores = pd.read_csv(run_dir / "test_scores.csv")
+    assert scores.groupby("model").size().to_dict() == {m: 4 for m in ("fcn-lr0.01", "fcn-lr1e-3", "unet-lr0.01", "unet-lr1e-3")}
+    table = pd.read_csv(run_dir / "compare_by.csv")
+    assert len(table) == 1 and table["group_a"][0] != table["group_b"][0]
