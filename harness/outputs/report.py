@@ -198,6 +198,9 @@ def render_report(
     return "\n".join(parts)
 
 
+MAX_LISTED = 6  # differences named in a sentence; the rest are counted (every pair is in pairs.csv)
+
+
 def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None) -> str:
     """What the comparison supports, in words, and what its intervals cover: with one training
     seed no difference between models is called supported (training randomness was not measured);
@@ -214,10 +217,13 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
                 "image noise does, so no difference between these models is called supported. To measure it, set "
                 "train.repeats: 3 or more.")
         if beyond:
-            text += f" Only these particular trained networks differ beyond image noise: {'; '.join(beyond)}."
+            shown = "; ".join(beyond[:MAX_LISTED]) + (f"; and {len(beyond) - MAX_LISTED} more (pairs.csv, beyond_image_noise)" if len(beyond) > MAX_LISTED else "")
+            text += f" Only these particular trained networks differ beyond image noise: {shown}."
         return text
     supported = [_difference(row, rank_by) for row in rows if row.supported]
     unsupported = [_difference(row, rank_by) + _to_resolve(row) for row in rows if not row.supported]
+    if len(unsupported) > MAX_LISTED:
+        unsupported = unsupported[:MAX_LISTED] + [f"and {len(unsupported) - MAX_LISTED} more (pairs.csv)"]
     seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
     parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
     parts.append(f"supported differences in {rank_by}: {'; '.join(supported)}." if supported else f"no difference in {rank_by} is supported at 95%.")
