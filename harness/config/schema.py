@@ -20,11 +20,11 @@ from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
-from harness.config.naming import REPEAT_SEPARATOR, member_name, training_seed
+from harness.config.naming import member_name, training_seed
 from harness.core.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-__all__ = ["REPEAT_SEPARATOR", "SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
+__all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
 
 
 class OptimizerSpec(Strict):

@@ -100,17 +100,19 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
 
 
 def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
-    """The ranking metric per model, best first, with its 95% interval: across seeds with
-    repeats, a paired bootstrap over validation images with one seed."""
+    """The ranking metric per model, best first, with its 95% interval, titled with what the
+    interval covers (summary.csv `interval_covers`; runs written before it: `_ci95` across seeds)."""
     colours = _colours(list(summary["model"]))
     values = summary[metric].astype(float)
     errors, label = None, ""
-    if f"{metric}_ci95" in summary:
+    if f"{metric}_low" in summary:
+        low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
+        errors = np.vstack([(values - low).clip(lower=0).fillna(0), (high - values).clip(lower=0).fillna(0)])
+        covers = summary["interval_covers"].dropna().iloc[0] if "interval_covers" in summary and summary["interval_covers"].notna().any() else "validation images"
+        label = f"\n95% interval of {covers}"
+    elif f"{metric}_ci95" in summary:
         half = summary[f"{metric}_ci95"].astype(float).fillna(0)
         errors, label = np.vstack([half, half]), " (95% interval across seeds)"
-    elif f"{metric}_low" in summary:
-        low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
-        errors, label = np.vstack([(values - low).clip(lower=0).fillna(0), (high - values).clip(lower=0).fillna(0)]), " (95% bootstrap interval over validation images)"
     ax.bar(summary["model"], values, color=[colours[m] for m in summary["model"]], yerr=errors, capsize=6)
     for i, value in enumerate(values):
         ax.annotate(f"{value:.3f}", (i, value), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
