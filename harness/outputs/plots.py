@@ -109,7 +109,7 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
         low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
         errors = np.vstack([(values - low).clip(lower=0).fillna(0), (high - values).clip(lower=0).fillna(0)])
         covers = summary["interval_covers"].dropna().iloc[0] if "interval_covers" in summary and summary["interval_covers"].notna().any() else "validation images"
-        label = f"\n95% interval of {covers}"
+        label = "\n95% interval of " + covers.replace(" (", "\n(")  # the parenthesis on a line of its own
     elif f"{metric}_ci95" in summary:
         half = summary[f"{metric}_ci95"].astype(float).fillna(0)
         errors, label = np.vstack([half, half]), " (95% interval across seeds)"
