@@ -279,7 +279,8 @@ def _to_resolve(row) -> str:
     if needed is None or pd.isna(needed):
         return ""
     if math.isinf(needed):
-        return ", not resolvable by repeats on these validation images"
+        images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
+        return f", not resolvable by up to 1,000 repeats on these {images} images"
     return f", about {int(needed)} repeats to resolve a difference this size"
 
 

@@ -188,17 +188,19 @@ def seed_interval(values, image_se: float = 0.0) -> SeedInterval:
     return SeedInterval(mean, sd, image_se, mean - half, mean + half, df, p)
 
 
-def repeats_to_resolve(diff: float, seed_std: float, image_se: float) -> float:
-    """Roughly how many repeats would find a difference of this size with 80% power at 95% (normal
-    approximation, before Holm): inf when image noise alone is too large (more validation images
-    would help, more repeats would not)."""
+def repeats_to_resolve(diff: float, seed_std: float, image_se: float, pairs: int = 1) -> float:
+    """Roughly how many repeats would find a difference of this size with 80% power: the fewest R
+    whose t-test (R - 1 degrees of freedom, at 0.05 / pairs: Holm's strictest step) would; inf when
+    image noise alone is too large (more images would help, more repeats would not) or past 1,000."""
     if not all(math.isfinite(x) for x in (diff, seed_std)) or diff == 0:
         return math.inf
-    z = stats.norm.ppf(0.5 + CONFIDENCE / 2) + stats.norm.ppf(POWER)
-    room = (abs(diff) / z) ** 2 - (image_se if math.isfinite(image_se) else 0.0) ** 2
-    if room <= 0:
-        return math.inf
-    return float(max(2, math.ceil(seed_std**2 / room)))
+    alpha = (1 - CONFIDENCE) / max(pairs, 1)
+    image_var = (image_se if math.isfinite(image_se) else 0.0) ** 2
+    for r in range(2, 1001):
+        z = stats.t.ppf(1 - alpha / 2, r - 1) + stats.t.ppf(POWER, r - 1)
+        if z * math.sqrt(seed_std**2 / r + image_var) <= abs(diff):
+            return float(r)
+    return math.inf
 
 
 def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val"):
@@ -233,7 +235,7 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
             "model_a": a, "model_b": b, "metric": metric, "seeds": len(d), "diff": interval.mean,
             "diff_low": interval.low, "diff_high": interval.high, "covers": covers,
             "seed_std": interval.seed_std, "image_se": se, "df": interval.df, "p_t": interval.p,
-            "repeats_to_resolve": repeats_to_resolve(interval.mean, interval.seed_std, se),
+            "repeats_to_resolve": repeats_to_resolve(interval.mean, interval.seed_std, se, len(models) * (len(models) - 1) // 2),
         })
     pairs = pd.DataFrame(pair_rows)
     if len(pairs):
