@@ -19,9 +19,8 @@ from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_departures_section, render_group_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
-from harness.outputs.columns import flat_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
-from harness.outputs.verdicts import choose_per_group, group_label, group_pairs
+from harness.outputs.verdicts import choose_per_group, group_label, group_pairs, model_settings
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -69,7 +68,7 @@ def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.Data
     chosen = choose_per_group(summary, config.models, keys, rank)
     _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
     save_table(group_pairs(chosen, stats), run.path / "compare_by.csv")
-    settings = {s.name: {**flat_settings(s.model_dump(mode="json")), **s.grid_values} for s in config.models}
+    settings = model_settings(config.models)
     summary = summary.copy()
     summary["compare_group"] = [group_label(settings.get(m, {}), keys) for m in summary["model"]]
     summary["chosen_in_group"] = summary["model"].isin(set(chosen["model"]) if len(chosen) else set())

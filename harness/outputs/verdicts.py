@@ -18,6 +18,11 @@ import pandas as pd
 from harness.outputs.columns import flat_settings, higher_is_better
 
 
+def model_settings(specs) -> dict[str, dict[str, Any]]:
+    """Each model's settings by dotted name, its grid values included: what compare_by groups on."""
+    return {s.name: {**flat_settings(s.model_dump(mode="json")), **s.grid_values} for s in specs}
+
+
 def group_label(settings: dict[str, Any], keys: list[str]) -> str:
     return ", ".join(f"{k}={settings.get(k, '')}" for k in keys)
 
@@ -29,7 +34,7 @@ def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column:
     by = f"selected_val_{metric}" if rank_column.startswith("test_") and f"selected_val_{metric}" in summary else f"val_{metric}"
     if by not in summary:
         by = rank_column
-    settings = {s.name: {**flat_settings(s.model_dump(mode="json")), **s.grid_values} for s in specs}
+    settings = model_settings(specs)
     frame = summary[summary["status"].astype(str).str.startswith("ok")].copy()
     frame["group"] = [group_label(settings.get(m, {}), keys) for m in frame["model"]]
     rows = []
