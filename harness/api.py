@@ -44,7 +44,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None):
 
 def load_run(run_dir: str | Path):
     """Read a finished (or interrupted) run directory back as a `RunResult`."""
-    from harness.training.rundir import RunDir
+    from harness.rundir import RunDir
     from harness.training.entry import load_result
 
     run = RunDir(Path(run_dir))

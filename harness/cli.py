@@ -280,7 +280,7 @@ def cmd_compare(args) -> int:
 def cmd_report(args) -> int:
     from harness.outputs.derived import rebuild
 
-    from harness.training.rundir import RunDir
+    from harness.rundir import RunDir
 
     summary = rebuild(args.run_dir)
     _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)

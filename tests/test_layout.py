@@ -86,6 +86,55 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
     assert find_cycle(graph) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
 
 
+# The floors of the house, lowest first: a layer may import its own modules and any lower floor,
+# never a higher one nor a neighbour on its own floor (members and data know nothing of each other).
+# rundir/ is the ground floor of everything that reads or writes a run; api sits under bench,
+# whose calibration section runs experiments through it.
+FLOORS = (
+    ("errors",), ("config",), ("core",), ("members", "data"), ("rundir",), ("outputs",), ("training",),
+    ("scale",), ("nights",), ("api",), ("bench",), ("cli",), ("__main__",),
+)
+# The package's own __init__ runs before any of its modules: it may only select the Keras backend
+# (core.backend) and hand attribute lookups to the API, lazily.
+ROOT_MAY_IMPORT = {"harness.core", "harness.core.backend", "harness.api"}
+
+
+def layer_of(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else "harness"
+
+
+def floor_violations(graph: dict[str, set[str]]) -> list[str]:
+    floor = {layer: level for level, layers in enumerate(FLOORS) for layer in layers}
+    found = []
+    for module, imported in sorted(graph.items()):
+        here = layer_of(module)
+        for target in sorted(imported):
+            there = layer_of(target)
+            if here == "harness":
+                if target not in ROOT_MAY_IMPORT:
+                    found.append(f"{module} -> {target} (the package root imports only the backend)")
+            elif there != here and there != "harness" and floor[there] >= floor[here]:
+                found.append(f"{module} -> {target} ({there} is not below {here})")
+    return found
+
+
+def test_every_import_goes_down_the_floors_function_level_imports_included():
+    known = module_names()
+    placed = {layer for layers in FLOORS for layer in layers}
+    assert {layer_of(m) for m in known} - {"harness"} <= placed, "a new subpackage needs a floor in FLOORS"
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert floor_violations(graph) == []
+
+
+def test_the_floor_check_finds_an_upward_import_inside_a_function(tmp_path):
+    low = tmp_path / "low.py"
+    low.write_text("def f():\n    from harness.training import runner\n")
+    known = {"harness.outputs.low": low, "harness.training.runner": tmp_path / "runner.py"}
+    (tmp_path / "runner.py").write_text("")
+    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    assert floor_violations(graph) == ["harness.outputs.low -> harness.training.runner (training is not below outputs)"]
+
+
 def test_test_modules_do_not_import_each_other():
     for path in (REPO / "tests").glob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):

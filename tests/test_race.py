@@ -147,7 +147,7 @@ def test_a_race_over_several_groups_is_refused_with_the_reason(tmp_path):
 def test_the_nightly_history_keeps_each_rungs_correlation(full_and_race, tmp_path):
     from harness.nights.history import HistoryStore
     from harness.nights.tonight import history_table, measurements
-    from harness.training.rundir import RunDir
+    from harness.rundir import RunDir
 
     _, race = full_and_race
     store = HistoryStore(tmp_path / "history.sqlite")

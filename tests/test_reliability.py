@@ -292,7 +292,7 @@ def test_a_model_file_refused_by_safe_mode_is_exit_2_naming_it(clean, tmp_path, 
 
 def test_report_of_a_run_that_is_still_writing_is_refused(clean, tmp_path):
     from harness.outputs.derived import rebuild
-    from harness.training.lock import FolderLock
+    from harness.rundir import FolderLock
 
     run_dir = tmp_path / "run"
     shutil.copytree(clean, run_dir)

@@ -20,7 +20,7 @@ import pytest
 from conftest import KILL_CONFIG, TOTAL_STEPS, only_run_dir, run_cli, run_main, start_cli, wait_for_rows, wait_for_run_dir, write_yaml
 
 from harness.core.backend import import_keras, import_tf
-from harness.training.lock import FolderLock
+from harness.rundir import FolderLock
 
 tf = import_tf()
 keras = import_keras()
@@ -182,7 +182,7 @@ def test_locked_run_exits_5_naming_the_holder(uninterrupted, tmp_path):
 def test_lock_of_a_killed_process_is_taken_over(uninterrupted, tmp_path):
     run_dir = copy_run(uninterrupted, tmp_path / "run", 20)
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from harness.training.lock import FolderLock; import time; FolderLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
+        [sys.executable, "-c", f"from harness.rundir import FolderLock; import time; FolderLock({str(run_dir)!r}).acquire(); print('locked', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True,
     )
     assert holder.stdout.readline().strip() == "locked"

@@ -8,7 +8,7 @@ import re
 import pytest
 from conftest import run_main, tiny_config, write_yaml
 
-from harness.training.lock import FolderLock
+from harness.rundir import FolderLock
 
 
 @pytest.fixture(scope="module")

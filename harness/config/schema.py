@@ -21,7 +21,7 @@ from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
-from harness.core.losses import parse_loss
+from harness.config.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 __all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]

@@ -1,37 +1,21 @@
 """Segmentation losses, per example, so a step can divide by the GLOBAL batch under any strategy.
 
 A loss is named in the config as a weighted sum of terms: `bce`, `dice`, `bce+dice`,
-`bce + 0.5*dice`, `focal+dice`. Parsing needs no TensorFlow (config-time check); building does.
+`bce + 0.5*dice`, `focal+dice`. The grammar is config/losses.py (no TensorFlow); building is here.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
-TERMS = ("bce", "cce", "dice", "focal")
-_TERM = re.compile(r"^\s*(?:(?P<weight>\d+(?:\.\d*)?(?:e-?\d+)?)\s*\*\s*)?(?P<name>[a-z]+)\s*$")
+from harness.config.losses import parse_loss
+from harness.core.backend import import_tf
+
 _EPS = 1e-7
-
-
-def parse_loss(text: str) -> list[tuple[float, str]]:
-    """`"bce + 0.5*dice"` -> [(1.0, "bce"), (0.5, "dice")]; ValueError naming the bad term."""
-    terms = []
-    for part in text.split("+"):
-        match = _TERM.match(part)
-        if not match or match["name"] not in TERMS:
-            raise ValueError(
-                f"bad loss term {part.strip()!r} in {text!r}; terms are {', '.join(TERMS)}, "
-                "combined like 'bce+dice' or 'bce + 0.5*dice'"
-            )
-        terms.append((float(match["weight"] or 1.0), match["name"]))
-    return terms
 
 
 def make_loss(text: str) -> Callable:
     """Return f(y_true, y_pred) -> per-example loss of shape [batch]."""
-    from harness.core.backend import import_tf
-
     tf = import_tf()
     functions = {"bce": _bce, "cce": _cce, "dice": _dice, "focal": _focal}
     terms = [(w, functions[name]) for w, name in parse_loss(text)]

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
-from harness.training.rundir import utc_now
+from harness.rundir import utc_now
 
 HISTORY_FILE = "history.sqlite"
 SCHEMA_VERSION = 1

@@ -24,11 +24,11 @@ from typing import Any
 
 import pandas as pd
 
-from harness.training import rundir as rd
+from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
 from harness.errors import EXIT_OK, ConfigError, EXIT_REGRESSION, HarnessError, Interrupted
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
-from harness.training.lock import FolderLock
+from harness.rundir import FolderLock
 from harness.nights.regressions import Change, compare, models_added_or_removed
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 

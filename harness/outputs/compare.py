@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.training.rundir import RunDir
+from harness.rundir import RunDir
 from rich.markup import escape
 
 from harness.outputs.columns import fit_to_width, format_column, has_direction, higher_is_better, plain_text

@@ -14,13 +14,14 @@ import numpy as np
 import pandas as pd
 
 from harness.config.schema import ExperimentConfig
+from harness.errors import ConfigError, HarnessError
 from harness.outputs.html_charts import report_charts
 from harness.outputs.plots import plot_samples, save_figure, save_plots
 from harness.outputs.report import render_departures_section, render_group_section, render_groups_section, render_nightly_section, render_race_section, render_report
-from harness.training.rundir import RunDir, atomic_write_text
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
 from harness.outputs.verdicts import choose_per_group, group_label, group_pairs, model_settings
+from harness.rundir import FolderLock, RunDir, atomic_write_text
 
 
 def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
@@ -147,8 +148,6 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     import sys
 
     from harness.data.resolve import resolve_data
-    from harness.errors import HarnessError
-
     exported = {}
     for spec in config.member_specs():
         path = run.path / "models" / spec.name / "model.keras"
@@ -168,8 +167,6 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
 def load_exported_model(path: Path):
     """A model.keras loaded in safe mode; ConfigError (exit 2) naming the file if it is refused."""
     from harness.core.backend import import_keras
-    from harness.errors import ConfigError
-
     keras = import_keras()
     try:
         return keras.models.load_model(path, compile=False, safe_mode=True)
@@ -182,8 +179,6 @@ def load_exported_model(path: Path):
 
 def rebuild(run_dir: Path) -> pd.DataFrame:
     """`harness report RUN_DIR`: everything derived, again, from what the run directory holds."""
-    from harness.training.lock import FolderLock
-
     run = RunDir(Path(run_dir))
     info = run.read_info()
     config = run.read_config()

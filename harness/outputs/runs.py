@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.training.lock import holder_of
+from harness.rundir import holder_of
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "members", "best", "ranked_by", "best_value"]
 

@@ -19,6 +19,7 @@ from harness.outputs.statistics import covers_training, indistinguishable, seed_
 from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
+from harness.rundir import atomic_write_text
 
 SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb")
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
@@ -233,6 +234,4 @@ def with_settings(table: pd.DataFrame, specs) -> pd.DataFrame:
 
 
 def save_table(table: pd.DataFrame, path: Path) -> None:
-    from harness.training.rundir import atomic_write_text
-
     atomic_write_text(path, table.to_csv(index=False))

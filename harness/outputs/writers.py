@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
+from harness.rundir import atomic_write_text
 
 COLUMNS = ("step", "epoch", "model", "split", "metric", "value")
 
@@ -115,8 +116,6 @@ def truncate_rows_after(path: Path, step: int) -> int:
     """Drop rows measured after `step` (work a resume will redo), keeping every other byte as it was.
     Returns how many rows were dropped. This is what makes each (model, split, metric, step)
     appear exactly once however many times a run is resumed."""
-    from harness.training.rundir import atomic_write_text
-
     if not path.exists():
         return 0
     with path.open(encoding="utf-8", newline="") as handle:

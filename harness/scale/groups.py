@@ -37,7 +37,7 @@ from harness.scale.packing import split_in_two
 from harness.scale.worker import EXIT_OUT_OF_MEMORY
 from harness.training.controller import StopFlag
 from harness.training.failures import GROUP_PLANNED_MB
-from harness.training.rundir import RunDir, atomic_write_text, utc_now
+from harness.rundir import RunDir, atomic_write_text, utc_now
 
 EXIT_INTERRUPTED = 75
 UNFINISHED = ("pending", "running", "interrupted", "failed")

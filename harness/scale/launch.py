@@ -16,9 +16,9 @@ from harness.members.registry import check_code
 from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
 from harness.scale.plan import Plan, make_plan, save_plan, uses_groups
-from harness.training import rundir as rd
+from harness import rundir as rd
 from harness.training.entry import load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
-from harness.training.lock import FolderLock
+from harness.rundir import FolderLock
 from harness.training.records import RunResult
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from harness.outputs.tables import load_losses
-from harness.training.rundir import RunDir, atomic_write_text
+from harness.rundir import RunDir, atomic_write_text
 
 
 def group_dir(run: RunDir, name: str) -> RunDir:

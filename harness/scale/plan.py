@@ -16,6 +16,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.scale.packing import Group, Need, makespan_s, pack, spread
 from harness.scale.probe_member import measure, probe_config
+from harness.rundir import atomic_write_text
 
 GPU_SHARE = 0.9  # default budget: 90% of a GPU's memory (TensorFlow and CUDA keep some for themselves)
 
@@ -158,8 +159,6 @@ def uses_groups(config: ExperimentConfig) -> bool:
 
 
 def save_plan(plan: Plan, path: Path) -> None:
-    from harness.training.rundir import atomic_write_text
-
     atomic_write_text(path, json.dumps(plan.to_json(), indent=2) + "\n")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
+from harness.rundir import atomic_write_text, versions
 
 PROBE_STEPS = 3  # timed steps after the one that traces
 
@@ -45,8 +46,6 @@ def cache_key(raw: dict[str, Any], device: str) -> str:
     """What changes a member's cost: its network and options, kind, loss and optimizer (Adam keeps
     two more copies of the weights than SGD), input shape, batch, precision, the device and the
     versions; not its learning rate or its name."""
-    from harness.training.rundir import versions
-
     model = {k: v for k, v in raw["models"][0].items() if k not in ("name", "grid_values", "weights")}
     model["optimizer"] = (model.get("optimizer") or {}).get("name")
     key = {"model": model, "data": raw["data"], "precision": raw["placement"]["precision"], "device": device,
@@ -72,8 +71,6 @@ def measure(raw: dict[str, Any], cache: Path, device: str, say=print, timeout_s:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         raise ConfigError(f"the memory probe of model {raw['models'][0]['name']!r} failed (exit {done.returncode}):", [tail])
     figures = json.loads(lines[-1])
-    from harness.training.rundir import atomic_write_text
-
     atomic_write_text(path, json.dumps(figures, indent=1) + "\n")
     return {**figures, "cached": False}
 

@@ -26,7 +26,7 @@ def run_group(group_dir: Path) -> int:
     from harness.training.actions import GROUP_END_OF_RUN
     from harness.training.entry import resume_run, run_experiment
     from harness.scale.probe_member import peak_rss_mb, rss_mb
-    from harness.training.rundir import RunDir, atomic_write_text
+    from harness.rundir import RunDir, atomic_write_text
 
     run = RunDir(group_dir)
     baseline = rss_mb()

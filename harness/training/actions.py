@@ -18,7 +18,8 @@ from harness.errors import ConfigError
 from harness.outputs.columns import higher_is_better
 from harness.training.export import export_model, export_saved_model
 from harness.training.records import MemberRecord, StepTiming, models_info
-from harness.training.rundir import RunDir, utc_now
+from harness.rundir import RunDir, utc_now
+from harness.config.naming import model_of
 
 
 @dataclass
@@ -111,7 +112,6 @@ def probe_serving(done: FinishedRun) -> None:
     model at a time, in inference mode: the trained weights are only read."""
     if not done.config.output.serve_probe:
         return
-    from harness.config.naming import model_of
     from harness.training.serve import file_mb, measure_serving
 
     data, measured = done.config.data, {}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from harness.core.backend import import_tf
 from harness.errors import ConfigError
+from harness.rundir import atomic_write_text
 
 tf = import_tf()
 
@@ -104,8 +105,6 @@ def delete(directory: Path, steps: list[int]) -> None:
 def _write_pointer(directory: Path, step: int) -> None:
     # Keep TensorFlow's own pointer file current, for users who open the folder with TF tools.
     # harness itself never relies on it.
-    from harness.training.rundir import atomic_write_text
-
     atomic_write_text(
         directory / "checkpoint",
         f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n',

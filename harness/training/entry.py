@@ -17,9 +17,9 @@ from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
 from harness.outputs.tables import load_losses
-from harness.training import rundir as rd
+from harness import rundir as rd
 from harness.training.actions import END_OF_RUN
-from harness.training.lock import FolderLock
+from harness.rundir import FolderLock
 from harness.training.records import RunResult
 
 

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from harness.outputs.columns import higher_is_better, is_finite
-from harness.training.rundir import atomic_write_text
+from harness.rundir import atomic_write_text
 
 
 def export_saved_model(model, folder: Path) -> None:

@@ -11,7 +11,7 @@ import os
 
 from harness.errors import ConfigError, OutOfMemory, ResourceError
 from harness.members.base import preserved_state
-from harness.training.rundir import is_disk_full
+from harness.rundir import is_disk_full
 
 tf = import_tf()
 

@@ -20,7 +20,7 @@ from harness.core.backend import import_keras, import_tf
 from harness.core.evaluation import make_eval_fn
 from harness.members.base import preserved_state
 from harness.outputs.writers import ValScoresWriter
-from harness.training.rundir import RunDir
+from harness.rundir import RunDir
 
 tf = import_tf()
 

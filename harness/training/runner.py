@@ -36,7 +36,7 @@ from harness.members.registry import build_members
 from harness.outputs.tables import load_losses, load_summary
 from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter, ValScoresWriter, truncate_rows_after
 from harness.training import checkpoints as ckpt
-from harness.training import rundir as rd
+from harness import rundir as rd
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag

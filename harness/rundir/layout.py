@@ -1,13 +1,10 @@
-"""The run directory on disk: its layout, and writes that never leave a half-written file."""
+"""The run directory on disk: where each file lives, how a new one is made, how its config is read back."""
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import shutil
 import platform
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,41 +12,11 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, ResourceError
+from harness.rundir.files import atomic_write_text, is_disk_full
+from harness.config.loading import apply_override, validate_config
 
 # What `harness resume --set` may change: where it runs and how it reports, never what is trained.
 RESUME_OVERRIDABLE = ("placement.", "output.progress", "output.probe_steps")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temp file in the same folder, fsync, then rename: readers see old or new, never half.
-    The file gets the mode any other tool's output would (0644 under umask 022): mkstemp makes
-    it 0600, which teammates, a web server or a CI artifact step could not read."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def current_umask() -> int:
-    mask = os.umask(0o022)  # the only way to read it is to set it: put it straight back
-    os.umask(mask)
-    return mask
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True)
@@ -119,8 +86,6 @@ class RunDir:
         """config.yaml as the run resolved it; `overrides` may change only RESUME_OVERRIDABLE keys.
         Validating it imports none of the code it names."""
         import yaml
-
-        from harness.config.loading import apply_override, validate_config
 
         try:
             raw = yaml.safe_load(self.config_file.read_text(encoding="utf-8"))

@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 
 from harness.errors import LockedError
-from harness.training.rundir import utc_now
+from harness.rundir.files import utc_now
 
 
 class FolderLock:

@@ -1,0 +1,15 @@
+"""The ground floor every layer above data may import: the run directory's layout and files, writes
+that are atomic, the folder lock, and the typed run record (run.json).
+
+Nothing here trains or draws: outputs/, training/, scale/ and nights/ all read and write runs through
+these pieces, so they sit below all of them.
+"""
+
+from harness.rundir.files import atomic_write_text, current_umask, is_disk_full, utc_now
+from harness.rundir.layout import RESUME_OVERRIDABLE, RunDir, create_run_dir, new_run_id, versions
+from harness.rundir.lock import FolderLock, holder_of
+
+__all__ = [
+    "RESUME_OVERRIDABLE", "FolderLock", "RunDir", "atomic_write_text", "create_run_dir", "current_umask",
+    "holder_of", "is_disk_full", "new_run_id", "utc_now", "versions",
+]
