@@ -332,10 +332,7 @@ def _night(text: str | None) -> str | None:
 
 
 def cmd_runs(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from harness.outputs.columns import terminal_text
+    from harness.outputs.printed import print_runs
     from harness.outputs.runs import list_runs
 
     table = list_runs(args.results, args.name)
@@ -346,23 +343,13 @@ def cmd_runs(args) -> int:
         where = args.results / args.name if args.name else args.results
         print(f"no runs under {where}")
         return EXIT_OK
-    view = Table(title=f"runs under {args.results}, newest first")
-    for column in ("run", "status", "started", "steps", "members", "best"):
-        view.add_column(column, justify="right" if column in ("steps", "members") else "left")
-    for _, row in table.iterrows():
-        best = "-" if not isinstance(row["best"], str) else f"{row['best']} ({row['ranked_by']} {row['best_value']:.4f})"
-        started = str(row["started"] or "-")[:16].replace("T", " ")
-        view.add_row(*(terminal_text(v) for v in (f"{row['name']}/{row['run_id']}", row["status"], started, row["steps"], row["members"], best)))
-    Console().print(view)
+    print_runs(table, args.results)
     return EXIT_OK
 
 
 def cmd_history(args) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
     from harness.nights.tonight import find_history, history_table
-    from harness.outputs.columns import terminal_text
+    from harness.outputs.printed import print_history
 
     store = find_history(args.name, args.results)
     if args.pin:
@@ -376,16 +363,7 @@ def cmd_history(args) -> int:
     if args.json:
         print(table.assign(baseline=table["run_id"] == baseline).to_json(orient="records"))
         return EXIT_OK
-    view = Table(title=f"history of {store.path.parent.name} (baseline: {baseline or 'none'})")
-    for column in table.columns:
-        view.add_column(str(column), justify="left" if column in ("night", "run_id", "status", "commit") else "right")
-    for _, row in table.iterrows():
-        cells = [terminal_text(v) for v in row]
-        if row["run_id"] == baseline:
-            cells[1] += " (baseline)"
-        view.add_row(*cells)
-    needed = sum(max([len(str(c))] + [len(terminal_text(v)) for v in table[c]]) + 3 for c in table.columns) + 12
-    Console(width=max(needed, Console().width)).print(view)
+    print_history(table, store.path.parent.name, baseline)
     if args.csv:
         table.to_csv(args.csv, index=False)
         print(f"saved: {args.csv}")
@@ -422,69 +400,7 @@ def cmd_models(args) -> int:
     return EXIT_OK
 
 
-SUMMARY_COLUMNS = {
-    "rank": "rank",
-    "model": "model",
-    "test_iou": "test IoU",
-    "test_f1": "test F1",
-    "val_iou": "val IoU",
-    "val_f1": "val F1",
-    "val_loss": "val loss",
-    "best_val_loss": "best val loss",
-    "final_train_loss": "train loss",
-    "params": "params",
-    "ms_per_step": "ms/step",
-    "latency_ms": "latency ms",
-    "serve_images_per_s": "serve img/s",
-    "model_mb": "file MB",
-    "steps": "steps",
-    "status": "status",
-}
-
-
 def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:
-    """The ranking, best first: the ranking metric right after the model (with its 95% interval
-    when there is one), numbers formatted per column so they line up, and only as many columns,
-    most important first, as the terminal is wide (every column is in summary.csv); then what the
-    intervals cover and which differences are supported (the report's sentence)."""
-    from rich.console import Console
-    from rich.table import Table
+    from harness.outputs.printed import print_summary
 
-    from harness.outputs.columns import fit_to_width, format_column, terminal_text
-
-    console = Console()
-    priority = ["rank", "model", rank_by, "status", "params", "ms_per_step", "latency_ms"] + list(SUMMARY_COLUMNS)
-    cells: dict[str, list[str]] = {}
-    for column in dict.fromkeys(c for c in priority if c in summary.columns):
-        texts = [format_column(column, v) for v in summary[column]]
-        if column == rank_by:
-            texts = [t + _interval_text(summary, i, rank_by) for i, t in enumerate(texts)]
-        cells[column] = texts
-    shown = fit_to_width(cells, SUMMARY_COLUMNS, console.width)
-    table = Table(title=f"ranked by {rank_by}, best first ({len(shown)} of {len(summary.columns)} columns; all in summary.csv)")
-    for column in shown:
-        table.add_column(SUMMARY_COLUMNS.get(column, column), justify="left" if column in ("model", "status") else "right", no_wrap=True)
-    for i in range(len(summary)):
-        table.add_row(*(terminal_text(cells[c][i]) for c in shown))
-    console.print(table)
-    pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
-    if pairs_file is not None and pairs_file.is_file():
-        import pandas as pd
-
-        from harness.outputs.report import chosen_on, verdict
-
-        pairs = pd.read_csv(pairs_file)
-        if len(pairs):
-            console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
-            console.print(terminal_text(chosen_on(summary, rank_by)), soft_wrap=False)
-
-
-def _interval_text(summary, i: int, rank_by: str) -> str:
-    from harness.outputs.columns import format_column, is_missing
-
-    low, high, ci = f"{rank_by}_low", f"{rank_by}_high", f"{rank_by}_ci95"
-    if low in summary and not is_missing(summary[low].iloc[i]):
-        return f" [{format_column(rank_by, summary[low].iloc[i])}, {format_column(rank_by, summary[high].iloc[i])}]"
-    if ci in summary and not is_missing(summary[ci].iloc[i]):
-        return f" ± {format_column(rank_by, summary[ci].iloc[i])}"
-    return ""
+    print_summary(summary, rank_by, run_dir)

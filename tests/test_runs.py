@@ -30,7 +30,7 @@ def test_runs_lists_every_run_newest_first_with_its_best_member(results):
     assert [r["started"] for r in rows] == sorted((r["started"] for r in rows), reverse=True)
     for row in rows:
         summary = (results / row["name"] / row["run_id"] / "summary.csv").read_text().splitlines()
-        assert row["status"] == "completed" and row["steps"] == "4/4" and row["members"] == 3
+        assert row["status"] == "completed" and row["steps"] == 4 and row["total_steps"] == 4 and row["members"] == 3
         assert row["best"] == summary[1].split(",")[1] and row["ranked_by"] == "val_iou"
     only = json.loads(run_main("runs", "tiny", "--results", results, "--json").stdout)
     assert {r["name"] for r in only} == {"tiny"}

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from harness.config.naming import member_name, model_of, repeat_of
 from harness.core.evaluation import segmentation_scores
 from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws
 
@@ -33,8 +34,8 @@ def bench_statistics(rounds: int, members: int = 40, images: int = 500, resample
         began = time.perf_counter()
         per_member, per_pair = bootstrap_metric(scored, "iou", resamples=resamples)
         times.append(time.perf_counter() - began)
-    seeded = {f"m{m:02d}@{s}": scored for s in range(1, seeds + 1) for m, scored in enumerate(synthetic_members(members, images, seed=s).values())}
-    per_seed = pd.DataFrame([{"model": name.split("@")[0], "repeat": int(name.split("@")[1]), "member": name,
+    seeded = {member_name(f"m{m:02d}", s, seeds): scored for s in range(1, seeds + 1) for m, scored in enumerate(synthetic_members(members, images, seed=s).values())}
+    per_seed = pd.DataFrame([{"model": model_of(name), "repeat": repeat_of(name), "member": name,
                               "value": scored.scores({k: v.sum(0) for k, v in scored.quantities.items()}, images)["iou"]} for name, scored in seeded.items()])
     began = time.perf_counter()
     _, tests = across_seeds(per_seed, "val_iou", image_draws(seeded, "iou", resamples=resamples))

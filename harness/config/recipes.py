@@ -6,6 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.config.metrics import WATCHABLE
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -58,7 +60,7 @@ class EarlyStoppingSpec(Strict):
     """`train.early_stopping`: a member whose validation score stops improving is frozen (no more
     updates, no more rows) with status `stopped`; the others go on exactly as before."""
 
-    metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
+    metric: Literal[WATCHABLE] = "val_iou"  # type: ignore[valid-type]
     patience: Annotated[int, Field(ge=1, le=1000)] = 3  # evaluations without improvement
     min_delta: Annotated[float, Field(ge=0)] = 0.0  # an improvement must be larger than this
 
@@ -70,7 +72,7 @@ class RaceSpec(Strict):
 
     rungs: list[Annotated[int, Field(ge=1)]]  # epochs
     keep: Annotated[float, Field(gt=0, lt=1)] = 0.5  # the fraction of models kept at each rung
-    metric: Literal["val_iou", "val_f1", "val_loss"] = "val_iou"
+    metric: Literal[WATCHABLE] = "val_iou"  # type: ignore[valid-type]
 
     @model_validator(mode="after")
     def _increasing(self) -> "RaceSpec":

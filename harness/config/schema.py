@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
+from harness.config import metrics
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
@@ -59,6 +60,13 @@ class ModelSpec(Strict):
     backbone: str | None = None
     weights: Path | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def predicts_masks(self) -> bool:
+        """Whether the member is scored on masks (IoU, F1, a segmentation loss): every kind but an
+        autoencoder, which reconstructs images. The one place that asks a kind what it predicts
+        before any code is imported."""
+        return self.kind != "autoencoder"
     loss: str | None = None
     optimizer: OptimizerSpec | None = None
     jit_compile: bool | None = None
@@ -159,7 +167,6 @@ class PlacementSpec(Strict):
     ray: RaySpec = RaySpec()
 
 
-RANK_METRICS = ("val_iou", "val_f1", "val_loss", "best_val_loss", "final_train_loss")
 
 
 class MlflowSpec(Strict):
@@ -217,7 +224,7 @@ class OutputSpec(Strict):
     # serve_batch, the measurement's peak memory, the exported file's size.
     serve_probe: bool = True
     serve_batch: Annotated[int, Field(ge=1, le=4096)] = 8
-    rank_by: Literal[RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
+    rank_by: Literal[metrics.RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
     # The weights scored on the test split: best (each member's state at its best validation loss,
     # or by the early-stopping metric when that is on: models/<name>/best.keras) or final.
     select_by: Literal["best", "final"] = "best"
@@ -328,15 +335,15 @@ class ExperimentConfig(Strict):
         """The summary column models are ranked by: `output.rank_by`, but on the held-out test split
         when there is one (a validation metric becomes its test twin: val_iou -> test_iou)."""
         rank_by = self.output.rank_by
-        if self.data.has_test and rank_by.startswith("val_"):
-            return "test_" + rank_by.removeprefix("val_")
+        if self.data.has_test and metrics.split_column(rank_by)[0] == "val":
+            return metrics.on_split(rank_by, "test")
         return rank_by
 
     def compare_loss(self) -> str | None:
         """The common loss pairs compare members on (None: no member predicts masks)."""
         if self.output.compare_loss is not None:
             return self.output.compare_loss
-        losses = [m.loss for m in self.models if m.kind != "autoencoder"]
+        losses = [m.loss for m in self.models if m.predicts_masks]
         if not losses:
             return None
         counts = Counter(losses)
@@ -348,7 +355,7 @@ class ExperimentConfig(Strict):
         """Whether a member needs the common loss computed apart: its own training loss is another
         one (or its kind's `loss` is not a plain segmentation loss)."""
         common = self.compare_loss()
-        return common is not None and spec.kind != "autoencoder" and (spec.kind != "supervised" or spec.loss != common)
+        return common is not None and spec.predicts_masks and (spec.kind != "supervised" or spec.loss != common)
 
     def networks(self) -> list[tuple[str, str, dict]]:
         """(name, arch, options) of every network the models build, discriminators included."""

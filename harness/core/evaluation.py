@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness.config.metrics import per_class
 from harness.core.backend import import_tf
 from harness.core.member_step import on_device
 
@@ -80,6 +81,6 @@ def segmentation_scores(totals: dict, examples) -> dict:
     if intersection.shape[-1] > 1:  # multi-class: each class's own IoU and F1 too
         with np.errstate(invalid="ignore", divide="ignore"):
             for c in range(intersection.shape[-1]):
-                scores[f"iou_c{c + 1}"] = np.where(present[..., c], intersection[..., c] / np.where(present[..., c], union[..., c], 1.0), np.nan)
-                scores[f"f1_c{c + 1}"] = np.where(present[..., c], 2 * intersection[..., c] / np.where(present[..., c], predicted[..., c] + truth[..., c], 1.0), np.nan)
+                scores[per_class("iou", c + 1)] = np.where(present[..., c], intersection[..., c] / np.where(present[..., c], union[..., c], 1.0), np.nan)
+                scores[per_class("f1", c + 1)] = np.where(present[..., c], 2 * intersection[..., c] / np.where(present[..., c], predicted[..., c] + truth[..., c], 1.0), np.nan)
     return scores

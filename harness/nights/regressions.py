@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Mapping
 
 from harness.config.schema import ThresholdSpec
+from harness.config import metrics
 from harness.outputs import columns
 _ROUNDING = 1e-9
 
@@ -19,7 +20,7 @@ _ROUNDING = 1e-9
 def higher_is_better(metric: str, threshold: ThresholdSpec | None = None) -> bool:
     if threshold is not None and threshold.higher_is_better is not None:
         return threshold.higher_is_better
-    return columns.higher_is_better(metric)
+    return metrics.higher_is_better(metric)
 
 
 @dataclass(frozen=True)

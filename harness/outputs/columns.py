@@ -1,6 +1,6 @@
-"""What a table column means to people, in one place: which direction is better, whether a value
-counts as a number, and how a cell is written. Tables, compare, the report, plots and the nightly
-verdicts all ask here."""
+"""How a table cell is written for people: whether a value counts as a number, and its text for a
+terminal, a plain print or Markdown. Which way a column is better, its label and its number format
+are the metric vocabulary's (config/metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,29 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-HIGHER_IS_BETTER = frozenset({"val_iou", "val_f1", "images_per_s", "serve_images_per_s"})
-LOWER_IS_BETTER = frozenset(
-    {"val_loss", "best_val_loss", "final_train_loss", "params", "flops_per_example", "ms_per_step", "input_wait_share",
-     "latency_ms", "latency_p90_ms", "serve_peak_mb", "model_mb"}
-)
-
-
-def higher_is_better(column: str) -> bool:
-    """True for scores and throughput; False for losses, sizes and times (and unknown columns).
-    A test-split or chosen-weights column goes the way its validation column does."""
-    return _as_val(column) in HIGHER_IS_BETTER
-
-
-def _as_val(column: str) -> str:
-    for prefix in ("test_", "selected_val_"):
-        if column.startswith(prefix):
-            return "val_" + column.removeprefix(prefix)
-    return column
-
-
-def has_direction(column: str) -> bool:
-    return _as_val(column) in HIGHER_IS_BETTER or _as_val(column) in LOWER_IS_BETTER
-
+from harness.config import metrics
 
 def is_finite(value: Any) -> bool:
     """A real, finite number: not None, NaN, NA, +-Inf, nor a string."""
@@ -73,19 +51,6 @@ def format_cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def fit_to_width(cells: dict[str, list[str]], headers: dict[str, str], width: int, keep: int = 3) -> list[str]:
-    """The columns (given most important first) that fit a terminal `width` whole, never cut:
-    the first `keep` always, then each that still fits. Rich's borders take 3 characters a column."""
-    shown, used = [], 4
-    for column, texts in cells.items():
-        need = max([len(headers.get(column, column)), *(len(t) for t in texts)]) + 3
-        if used + need > width and len(shown) >= keep:
-            continue
-        shown.append(column)
-        used += need
-    return shown
-
-
 def flat_settings(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested settings as dotted names (`optimizer.learning_rate`), unset ones (None, {}, []) left
     out: how the report's settings table and MLflow's params name them."""
@@ -100,17 +65,16 @@ def flat_settings(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def format_column(column: str, value: Any) -> str:
-    """A cell formatted for its column, so a column's numbers line up: scores and losses to 4
-    decimals, sizes as 15.0 k / 8.8 M, times to 0.1 ms."""
+    """A cell formatted for its column (the vocabulary's format), so a column's numbers line up:
+    scores and losses to 4 decimals, sizes as 15.0 k / 8.8 M, times to 0.1 ms."""
     if is_missing(value) or isinstance(value, str):
         return format_cell(value)
-    if column in ("params", "flops_per_example"):
+    spec = metrics.value_format(column)
+    if spec == "count":
         return human_count(float(value))
-    if column in ("ms_per_step", "images_per_s", "serve_images_per_s", "serve_peak_mb"):
-        return f"{float(value):.1f}"
-    if column in ("latency_ms", "latency_p90_ms", "model_mb"):
-        return f"{float(value):.2f}"
-    if column.startswith(("val_", "test_", "selected_val_", "best_val", "final_train")) or column.endswith("_loss"):
+    if spec is not None:
+        return format(float(value), spec)
+    if column.startswith(metrics.SPLIT_PREFIXES) or column.endswith("_loss"):  # intervals, per-class scores
         return f"{float(value):.4f}"
     return format_cell(value)
 

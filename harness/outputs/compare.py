@@ -10,7 +10,8 @@ from harness.errors import ConfigError
 from harness.rundir import RunDir
 from rich.markup import escape
 
-from harness.outputs.columns import fit_to_width, format_column, has_direction, higher_is_better, plain_text
+from harness.config.metrics import has_direction, higher_is_better
+from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
 
@@ -43,31 +44,24 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
 PRIORITY = ["run", "model", "val_iou", "status", "params", "ms_per_step", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
 
 
-def print_comparison(table: pd.DataFrame) -> None:
-    """Side by side, as many columns as the terminal is wide (most important first), names never
-    cut; the best of each column in bold green."""
+def print_comparison(table: pd.DataFrame, console=None) -> None:
+    """Side by side, as many columns as the terminal is wide (most important first), run and model
+    never cut; the best of each column in bold green, a status other than ok in red."""
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console()
+    console = console or Console()
     order = [c for c in PRIORITY if c in table.columns] + [c for c in table.columns if c not in PRIORITY]
-    texts = {c: [plain_text(format_column(c, v)) for v in table[c]] for c in order}
-    shown = fit_to_width(texts, {}, console.width, keep=2)
-    best = {c: best_index(table, c) for c in shown}
-    view = Table(title=f"harness compare: best of each column in bold green ({len(shown)} of {len(order)} columns; --csv or --json for all)")
-    for column in shown:
-        view.add_column(column, justify="left" if column in ("run", "model", "status") else "right", no_wrap=True)
-    for i in range(len(table)):
-        cells = []
-        for column in shown:
-            text = escape(texts[column][i])
-            if best.get(column) == i:
-                text = f"[bold green]{text}[/]"
-            elif column == "status" and table[column].iloc[i] != "ok":
-                text = f"[red]{text}[/]"
-            cells.append(text)
-        view.add_row(*cells)
-    console.print(view)
+    best = {c: best_index(table, c) for c in order}
+
+    def style(column: str, row: int) -> str | None:
+        if best.get(column) == row:
+            return "bold green"
+        if column == "status" and table[column].iloc[row] != "ok":
+            return "red"
+        return None
+
+    view = TerminalTable(table, order, identifiers=("run", "model"), headers={c: c for c in order}, style=style)
+    print_table(view, lambda shown, total: f"harness compare: best of each column in bold green ({shown} of {total} columns; --csv or --json for all)", console)
     console.print(escape(comparison_note(table)))
 
 

@@ -82,7 +82,7 @@ AS_CHARTS = ("loss_curves", "val_metrics", "learning_rates")  # plots/ keeps the
 
 def scored_on_common_loss(config: ExperimentConfig) -> set[str] | None:
     """The members compared on the common loss (every one that predicts masks)."""
-    return {m.name for m in config.member_specs() if m.kind != "autoencoder"} if config.compare_loss() else None
+    return {m.name for m in config.member_specs() if m.predicts_masks} if config.compare_loss() else None
 
 
 def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:

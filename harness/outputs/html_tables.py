@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.outputs.columns import flat_settings, format_column, higher_is_better, is_finite
+from harness.config.metrics import higher_is_better
+from harness.outputs.columns import flat_settings, format_column, is_finite
 
 VAL_METRICS = ("val_iou", "val_f1", "val_loss")
 COSTS = ("params", "flops_per_example", "ms_per_step", "latency_ms", "serve_images_per_s", "model_mb")

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from harness.outputs.columns import higher_is_better  # noqa: E402
+from harness.config.metrics import higher_is_better  # noqa: E402
 from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves

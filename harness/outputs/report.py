@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.outputs.columns import higher_is_better
+from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
 
@@ -240,8 +240,7 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
     between the chosen ones."""
     if "chosen_in_group" not in summary:
         return "<p>No group verdicts were written.</p>"
-    metric = rank_by.removeprefix("test_").removeprefix("val_")
-    columns = ["compare_group", "model", f"selected_val_{metric}", rank_by, f"{rank_by}_low", f"{rank_by}_high"]
+    columns = ["compare_group", "model", on_split(rank_by, "selected_val"), rank_by, f"{rank_by}_low", f"{rank_by}_high"]
     chosen = summary[summary["chosen_in_group"].astype(bool)][[c for c in dict.fromkeys(columns) if c in summary]]
     parts = [html_table(chosen)]
     if len(pairs):
@@ -252,12 +251,12 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
 def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
     inflated the chosen weights' validation score (their validation score minus their test score)."""
-    if not rank_by.startswith("test_"):
+    if split_column(rank_by)[0] != "test":
         return ("No test split: these scores are on the validation images, the same images that chose each model's "
                 "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
                 "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
-    metric = rank_by.removeprefix("test_")
-    chosen = f"selected_val_{metric}"
+    metric = metric_of(rank_by)
+    chosen = on_split(rank_by, "selected_val")
     text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
             "and scored once on test.")
     if chosen in summary and summary[chosen].notna().any():

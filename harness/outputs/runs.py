@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.config.metrics import on_split, split_column
 from harness.rundir import holder_of
 
-COLUMNS = ["name", "run_id", "status", "started", "steps", "members", "best", "ranked_by", "best_value"]
+COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
 
 
 def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
@@ -19,6 +20,7 @@ def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
     experiments = [results / name] if name else sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
     rows = [_row(run) for folder in experiments if folder.is_dir() for run in folder.iterdir() if (run / "run.json").is_file()]
     table = pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
+    table = table.astype({"steps": "Int64", "total_steps": "Int64", "members": "Int64", "best_value": "Float64"})  # --json: numbers
     return table.sort_values(["started", "run_id"], ascending=False, na_position="last").reset_index(drop=True)
 
 
@@ -35,7 +37,8 @@ def _row(run: Path) -> dict | None:
         "run_id": run.name,
         "status": status,
         "started": info.get("started"),
-        "steps": f"{info.get('steps_done', 0)}/{info.get('total_steps', '?')}",
+        "steps": int(info.get("steps_done") or 0),
+        "total_steps": info.get("total_steps"),
         "members": len(info.get("models") or {}),
     }
     summary = run / "summary.csv"
@@ -45,8 +48,8 @@ def _row(run: Path) -> dict | None:
         except (OSError, ValueError, pd.errors.ParserError):
             table = pd.DataFrame()
         ranked_by = ((info.get("config") or {}).get("output") or {}).get("rank_by")
-        if isinstance(ranked_by, str) and ranked_by.startswith("val_") and f"test_{ranked_by[4:]}" in table:
-            ranked_by = f"test_{ranked_by[4:]}"  # a run with a test split is ranked on test
+        if isinstance(ranked_by, str) and split_column(ranked_by)[0] == "val" and on_split(ranked_by, "test") in table:
+            ranked_by = on_split(ranked_by, "test")  # a run with a test split is ranked on test
         if len(table) and ranked_by in table:
             best = table.iloc[0]
             row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from harness.outputs.columns import higher_is_better
+from harness.config.metrics import higher_is_better
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from harness.outputs.columns import higher_is_better, is_finite
+from harness.config.metrics import higher_is_better
+from harness.outputs.columns import is_finite
 from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
 from harness.outputs.writers import COLUMNS
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.outputs.columns import flat_settings, higher_is_better
+from harness.config.metrics import higher_is_better, on_split, split_column
+from harness.outputs.columns import flat_settings
 
 
 def model_settings(specs) -> dict[str, dict[str, Any]]:
@@ -30,8 +31,8 @@ def group_label(settings: dict[str, Any], keys: list[str]) -> str:
 def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column: str) -> pd.DataFrame:
     """One row per group: group, model (the chosen one), the validation score it was chosen by,
     its ranking score, how many models the group held."""
-    metric = rank_column.removeprefix("test_").removeprefix("val_")
-    by = f"selected_val_{metric}" if rank_column.startswith("test_") and f"selected_val_{metric}" in summary else f"val_{metric}"
+    chosen = on_split(rank_column, "selected_val")
+    by = chosen if split_column(rank_column)[0] == "test" and chosen in summary else on_split(rank_column, "val")
     if by not in summary:
         by = rank_column
     settings = model_settings(specs)

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
+from harness.config.metrics import per_class
 from harness.rundir import atomic_write_text
 
 COLUMNS = ("step", "epoch", "model", "split", "metric", "value")
@@ -200,8 +201,8 @@ def val_score_columns(classes: int) -> list[str]:
     come from (background excluded); multi-class tasks add each class's scores and counts."""
     if classes == 1:
         return [*VAL_SCORE_BASE, "loss", "iou", "f1", *COUNTS]
-    per_class = [f"{name}_c{c}" for name in ("iou", "f1", *COUNTS) for c in range(1, classes)]
-    return [*VAL_SCORE_BASE, "loss", "iou", "f1", *per_class]
+    classes_columns = [per_class(name, c) for name in ("iou", "f1", *COUNTS) for c in range(1, classes)]
+    return [*VAL_SCORE_BASE, "loss", "iou", "f1", *classes_columns]
 
 
 def counts_of(frame, classes: int) -> dict:
@@ -211,7 +212,7 @@ def counts_of(frame, classes: int) -> dict:
     if classes == 1:
         counts = {k: frame[[k]].to_numpy(np.float64) for k in COUNTS}
     else:
-        counts = {k: frame[[f"{k}_c{c}" for c in range(1, classes)]].to_numpy(np.float64) for k in COUNTS}
+        counts = {k: frame[[per_class(k, c) for c in range(1, classes)]].to_numpy(np.float64) for k in COUNTS}
     return {"loss": frame["loss"].to_numpy(np.float64), **counts}
 
 
@@ -235,7 +236,7 @@ class ValScoresWriter:
                 if self.classes == 1:
                     values[key] = per_image[key][:, 0]
                 else:
-                    values.update({f"{key}_c{c}": per_image[key][:, c - 1] for c in range(1, self.classes)})
+                    values.update({per_class(key, c): per_image[key][:, c - 1] for c in range(1, self.classes)})
         count = len(per_image["loss"])
         for i in range(count):
             row = [step, epoch, model, i]

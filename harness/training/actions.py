@@ -15,7 +15,7 @@ from typing import Any, Callable
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
-from harness.outputs.columns import higher_is_better
+from harness.config.metrics import higher_is_better
 from harness.training.export import export_model, export_saved_model
 from harness.training.records import MemberRecord, StepTiming, models_info
 from harness.rundir import RunDir, utc_now
@@ -197,7 +197,7 @@ def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
     and validation far worse than training (usually BatchNorm moving averages, momentum 0.99, that
     have not caught up with the weights in a short run)."""
     warnings = []
-    losses = sorted({m.loss for m in config.models if m.kind != "autoencoder"})
+    losses = sorted({m.loss for m in config.models if m.predicts_masks})
     if config.output.compare_loss is None and len(losses) > 1:
         warnings.append(
             f"members train on different losses ({', '.join(losses)}); pairs.csv and the loss plot compare them on "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.outputs.columns import higher_is_better
+from harness.config.metrics import column, higher_is_better, metric_of
 
 
 def should_stop(values: list[float], patience: int, min_delta: float, higher: bool) -> bool:
@@ -30,7 +30,7 @@ class EarlyStopping:
 
     @property
     def higher_is_better(self) -> bool:
-        return higher_is_better(f"val_{self.metric}")
+        return higher_is_better(column(self.metric))
 
     def observe(self, member: str, value: float) -> bool:
         """Record an evaluation; True if the member should stop now."""
@@ -39,7 +39,7 @@ class EarlyStopping:
         return should_stop(values, self.patience, self.min_delta, self.higher_is_better)
 
     def reason(self) -> str:
-        return f"val_{self.metric} has not improved by more than {self.min_delta} in {self.patience} evaluation(s)"
+        return f"{column(self.metric)} has not improved by more than {self.min_delta} in {self.patience} evaluation(s)"
 
 
 def from_rows(spec, losses) -> EarlyStopping | None:
@@ -47,7 +47,7 @@ def from_rows(spec, losses) -> EarlyStopping | None:
     already written (a resumed run's, cut back to its checkpoint)."""
     if spec is None:
         return None
-    metric = spec.metric.removeprefix("val_")
+    metric = metric_of(spec.metric)
     stopper = EarlyStopping(metric, spec.patience, spec.min_delta)
     rows = losses[(losses["split"] == "val") & (losses["metric"] == metric)].sort_values("step")
     for model, group in rows.groupby("model", sort=False):

@@ -13,7 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from harness.outputs.columns import higher_is_better, is_finite
+from harness.config.metrics import column, higher_is_better
+from harness.outputs.columns import is_finite
 from harness.rundir import atomic_write_text
 
 
@@ -58,14 +59,15 @@ class BestTracker:
     def __init__(self, folder: Path, names: list[str], restored_step: int, metric: str = "loss"):
         self.folder = folder
         self.metric = metric
-        self.sign = -1.0 if higher_is_better(f"val_{metric}") else 1.0  # compare as "lower is better"
+        self.column = column(metric)
+        self.sign = -1.0 if higher_is_better(self.column) else 1.0  # compare as "lower is better"
         self.best: dict[str, float] = {}
         for name in names:
             record = self._record(name)
             if record is None:
                 continue
-            if record["step"] <= restored_step and f"val_{metric}" in record:
-                self.best[name] = self.sign * record[f"val_{metric}"]
+            if record["step"] <= restored_step and self.column in record:
+                self.best[name] = self.sign * record[self.column]
             else:
                 for stale in (self._meta(name), self.folder / name / "best.keras"):
                     stale.unlink(missing_ok=True)
@@ -75,7 +77,7 @@ class BestTracker:
         if not is_finite(value) or self.sign * value >= self.best.get(name, float("inf")):
             return False
         export_model(model, self.folder / name / "best.keras")
-        atomic_write_text(self._meta(name), json.dumps({"step": step, f"val_{self.metric}": value}) + "\n")
+        atomic_write_text(self._meta(name), json.dumps({"step": step, self.column: value}) + "\n")
         self.best[name] = self.sign * value
         return True
 

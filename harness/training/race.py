@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.outputs.columns import higher_is_better
+from harness.config.metrics import higher_is_better, metric_of
 from harness.outputs.tables import base_model
 
 MIN_MODELS_FOR_CORRELATION = 3  # with two, a rank correlation is +1 or -1 whatever the scores
@@ -116,7 +116,7 @@ def make_race(spec, steps_per_epoch: int, total_steps: int, info: dict[str, Any]
 
 def final_scores(losses: pd.DataFrame, metric: str, finished: list[str]) -> dict[str, float]:
     """Each finished member's last validation score on `metric` (val_iou -> rows of `iou`)."""
-    name = metric.removeprefix("val_")
+    name = metric_of(metric)
     rows = losses[(losses["split"] == "val") & (losses["metric"] == name) & losses["model"].isin(finished)]
     last = rows.sort_values("step").groupby("model")["value"].last()
     return {model: float(value) for model, value in last.items()}

@@ -17,7 +17,6 @@ A fresh run and a resumed run are the same code path. The order matters:
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 
+from harness.config.metrics import column, is_per_class
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
 from harness.core.placement import Placement, describe_plan, device_names
@@ -47,7 +47,6 @@ from harness.training.race import make_race
 from harness.training.records import MemberRecord, RunResult, StepTiming, models_info
 
 tf = import_tf()
-_PER_CLASS = re.compile(r"_c\d+$")  # per-class scores go to val_scores.csv, not to losses.csv
 
 
 class Runner:
@@ -268,11 +267,11 @@ class Runner:
             mine = per_image[member.name]
             count = len(mine["loss"])
             metrics = member.eval_scores({k: v.sum(axis=0) for k, v in mine.items()}, count)
-            rows += [Row(step, epoch, member.name, "val", metric, float(value)) for metric, value in metrics.items() if not _PER_CLASS.search(metric)]
+            rows += [Row(step, epoch, member.name, "val", metric, float(value)) for metric, value in metrics.items() if not is_per_class(metric)]  # per class: val_scores.csv
             self.val_scores.write(step, epoch, member.name, mine, member.eval_scores(mine, 1))
             if self.config.output.export:
                 best.update(member.name, member.model, step, metrics)
-            scores[member.name] = {f"val_{k}": float(v) for k, v in metrics.items()}
+            scores[member.name] = {column(k): float(v) for k, v in metrics.items()}
             if self.stopper and self.stopper.observe(member.name, float(metrics[self.stopper.metric])):
                 self._stop_member(member, step)
                 stopped.append(member.name)

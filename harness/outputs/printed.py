@@ -1,0 +1,68 @@
+"""What `run`, `report`, `runs` and `history` print on a terminal, each through the one table
+printer (outputs/terminal.py): the ranking, the list of runs, a nightly history."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.outputs.columns import format_column, is_missing, terminal_text
+from harness.outputs.report import chosen_on, verdict
+from harness.outputs.terminal import TerminalTable, print_table
+
+# The ranking's columns after the ranking metric, most important first; every column is in
+# summary.csv, the terminal shows as many as fit.
+SUMMARY_PRIORITY = [
+    "status", "params", "ms_per_step", "latency_ms", "test_iou", "test_f1", "val_iou", "val_f1", "val_loss",
+    "best_val_loss", "final_train_loss", "serve_images_per_s", "model_mb", "steps",
+]
+
+
+def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path | None = None, console=None) -> None:
+    """The ranking, best first: the ranking metric right after the model (with its 95% interval
+    when there is one), then what the intervals cover and which differences are supported."""
+    from rich.console import Console
+
+    console = console or Console()
+    texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
+    table = TerminalTable(summary, ["rank", "model", rank_by, *SUMMARY_PRIORITY], identifiers=("model",), required=("rank", rank_by), texts=texts)
+    print_table(table, lambda shown, total: f"ranked by {rank_by}, best first ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
+    pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
+    if pairs_file is not None and pairs_file.is_file():
+        pairs = pd.read_csv(pairs_file)
+        if len(pairs):
+            console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
+            console.print(terminal_text(chosen_on(summary, rank_by)), soft_wrap=False)
+
+
+def _interval_text(summary: pd.DataFrame, i: int, rank_by: str) -> str:
+    low, high, ci = f"{rank_by}_low", f"{rank_by}_high", f"{rank_by}_ci95"
+    if low in summary and not is_missing(summary[low].iloc[i]):
+        return f" [{format_column(rank_by, summary[low].iloc[i])}, {format_column(rank_by, summary[high].iloc[i])}]"
+    if ci in summary and not is_missing(summary[ci].iloc[i]):
+        return f" ± {format_column(rank_by, summary[ci].iloc[i])}"
+    return ""
+
+
+def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
+    """`harness runs`: newest first; the run (`name/run_id`, what `resume` and `report` take) whole."""
+    frame = pd.DataFrame({
+        "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
+        "status": runs["status"],
+        "started": [str(s or "-")[:16].replace("T", " ") for s in runs["started"]],
+        "steps": [f"{s:.0f}/{t:.0f}" if pd.notna(t) else ("-" if pd.isna(s) else f"{s:.0f}") for s, t in zip(runs["steps"], runs["total_steps"])],
+        "members": runs["members"],
+        "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
+    })
+    print_table(TerminalTable(frame, list(frame.columns), identifiers=("run",), headers={c: c for c in frame.columns}),
+                f"runs under {results}, newest first", console)
+
+
+def print_history(history: pd.DataFrame, name: str, baseline: str | None, console=None) -> None:
+    """`harness history`: one row per night, as many metric columns as fit; night and run whole."""
+    frame = history.copy()
+    frame["run_id"] = [f"{r} (baseline)" if r == baseline else r for r in frame["run_id"]]
+    headers = {c: str(c) for c in frame.columns}
+    print_table(TerminalTable(frame, [str(c) for c in frame.columns], identifiers=("night", "run_id"), headers=headers),
+                f"history of {name} (baseline: {baseline or 'none'})", console)

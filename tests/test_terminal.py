@@ -1,0 +1,74 @@
+"""The one terminal table printer: identifiers whole at any width, the rest by priority."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from harness.outputs.compare import print_comparison
+from harness.outputs.printed import print_history, print_runs, print_summary
+from harness.outputs.terminal import TerminalTable
+
+LONG_MODEL = "unet-resnet34-lr0.001-bce_dice"
+RUN = "smoke/20261123-221500-2"
+
+
+def summary() -> pd.DataFrame:
+    return pd.DataFrame({
+        "rank": [1, 2], "model": [LONG_MODEL, "fpn"], "val_iou": [0.51234, 0.4], "val_iou_low": [0.45, 0.3],
+        "val_iou_high": [0.55, 0.5], "status": ["ok", "ok"], "params": [15000, 3_000_000], "ms_per_step": [12.3, 45.6],
+        "val_loss": [0.3, 0.4], "final_train_loss": [0.2, 0.3], "val_f1": [0.6, 0.5],
+    })
+
+
+def printed(width: int, draw) -> str:
+    console = Console(width=width, file=io.StringIO())
+    draw(console)
+    return console.file.getvalue()
+
+
+@pytest.mark.parametrize("width", [60, 80, 200])
+def test_the_ranking_keeps_model_names_and_the_ranking_score_whole_at_any_width(width):
+    out = printed(width, lambda c: print_summary(summary(), "val_iou", None, c))
+    assert LONG_MODEL in out and "fpn" in out and "0.5123" in out and "val IoU" in out
+    if width == 200:
+        assert "train loss" in out and "15.0 k" in out
+    else:
+        assert max(len(line) for line in out.splitlines()) <= width
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
+    runs = pd.DataFrame({"name": ["smoke"], "run_id": ["20261123-221500-2"], "status": ["completed"],
+                         "started": ["2026-11-23T22:15:00"], "steps": pd.array([40], dtype="Int64"),
+                         "total_steps": pd.array([40], dtype="Int64"), "members": [12], "best": [LONG_MODEL],
+                         "ranked_by": ["val_iou"], "best_value": [0.5]})
+    out = printed(width, lambda c: print_runs(runs, "results", c))
+    assert RUN in out and "completed" in out
+    assert max(len(line) for line in out.splitlines()) <= width  # the best column drops first
+
+
+def test_history_fits_the_width_with_night_and_run_whole():
+    history = pd.DataFrame({"night": ["2026-11-22", "2026-11-23"], "run_id": ["20261122-010000", "20261123-010000"],
+                            "status": ["ok", "ok"], **{f"metric_{i}": [0.5, 0.6] for i in range(12)}})
+    out = printed(80, lambda c: print_history(history, "smoke", "20261122-010000", c))
+    assert "20261122-010000 (baseline)" in out and "2026-11-23" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_compare_keeps_run_and_model_whole_even_when_they_alone_are_wider_than_the_terminal():
+    table = summary().assign(run=RUN)
+    out = printed(60, lambda c: print_comparison(table, c))
+    assert RUN in out and LONG_MODEL in out
+
+
+def test_columns_drop_last_first_and_identifiers_never():
+    frame = pd.DataFrame({"model": ["m"], "val_iou": [0.5], "params": [10.0], "ms_per_step": [1.0]})
+    table = TerminalTable(frame, ["model", "val_iou", "params", "ms_per_step"], identifiers=("model",))
+    assert table.fitting(200) == ["model", "val_iou", "params", "ms_per_step"]
+    narrow = table.fitting(30)
+    assert narrow[0] == "model" and narrow == ["model", "val_iou", "params", "ms_per_step"][: len(narrow)]
+    assert table.fitting(1) == ["model"]
