@@ -55,8 +55,70 @@ def write_yaml(path: Path, data) -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------------------------
+# Test tiers. A test that starts a process (the real CLI, a Python script, a browser) is marked
+# `subprocess` at collection, by what its code (and its fixtures' and helpers') calls: the fast
+# tier, `pytest -m "not subprocess and not slow"`, leaves it out. The CLI helpers check the marker
+# when called, so a test that reaches them some other way fails instead of slowing the fast tier.
+
+SPAWNING = frozenset({"run_cli", "start_cli", "subprocess"})
+_current_test: list = []
+
+
+def _calls(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _calls(const)
+    return names
+
+
+def spawns(function, seen: set | None = None) -> bool:
+    """Whether `function`, or a helper or fixture of the tests it calls, starts a process."""
+    seen = seen if seen is not None else set()
+    code = getattr(function, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    names = _calls(code)
+    if names & SPAWNING:
+        return True
+    helpers = (function.__globals__.get(n) for n in names)
+    return any(spawns(h, seen) for h in helpers if _is_test_helper(h))
+
+
+def _is_test_helper(thing) -> bool:
+    """A function of the tests' own modules (harness's code never starts a test's process)."""
+    module = getattr(thing, "__module__", None) or ""
+    return callable(thing) and module.startswith(("test_", "conftest", "factories", "pictures", "reference", "custom_kinds"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        functions = [getattr(item, "function", None)]
+        if fixtures is not None:
+            functions += [defs[-1].func for defs in fixtures.name2fixturedefs.values() if defs]
+        if any(spawns(f) for f in functions if f is not None):
+            item.add_marker(pytest.mark.subprocess)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request):
+    _current_test.append(request.node)
+    yield
+    _current_test.pop()
+
+
+def _check_tier(helper: str) -> None:
+    if _current_test and _current_test[-1].get_closest_marker("subprocess") is None:
+        raise AssertionError(f"{_current_test[-1].nodeid} calls {helper} but is not marked subprocess: "
+                             "call it from the test or a fixture, where collection can see it")
+
+
 def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user or a cron job runs it."""
+    _check_tier("run_cli")
     # A user's environment: without the variables `import harness` set in this test process.
     inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
     full_env = {**inherited, **(env or {})}
@@ -81,6 +143,7 @@ TOTAL_STEPS = 24
 
 
 def start_cli(*args, env=None) -> subprocess.Popen:
+    _check_tier("start_cli")
     inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *map(str, args)],

@@ -13,6 +13,7 @@ class FocalWithCoverage(Member):
     """A supervised member that also reports how much of each image it predicts as foreground."""
 
     metric_names = ("loss", "coverage")
+    higher_is_better = frozenset({"coverage"})  # its own metric, declared: more foreground is better here
 
     def train_step(self, batch):
         with tf.GradientTape() as tape:

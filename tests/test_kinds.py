@@ -68,6 +68,16 @@ def test_custom_member_kind_from_a_config(mixed):
     assert coverage.between(0, 1).all()
 
 
+def test_a_kind_declares_which_of_its_own_metrics_go_up_and_the_run_records_it(mixed):
+    from harness.config import metrics
+    from harness.rundir import RunDir
+
+    record = RunDir(mixed.run_dir).read_record()
+    assert record.models["custom"].higher_is_better == ["coverage"] and record.models["gan"].higher_is_better == []
+    assert metrics.higher_is_better("coverage") and metrics.higher_is_better("val_coverage")
+    assert not metrics.higher_is_better("adv") and not metrics.higher_is_better("val_loss")
+
+
 def test_every_kind_trains(mixed):
     first, last = (mixed.losses.query("split == 'train' and metric == 'loss'").groupby("model")["value"].agg(agg) for agg in ("first", "last"))
     assert (last < first).sum() >= 3, "most members learn something in 8 steps"

@@ -22,7 +22,7 @@ from harness.config.loading import validate_config
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError, LockedError
 from harness.training import checkpoints as ckpt
-from harness.training import rundir
+from harness.rundir import layout as rundir  # where the run directory and run.json are written
 
 # 8 steps, a checkpoint every 2, only the newest kept.
 RAW = tiny_config(train={"epochs": 2, "steps_per_call": 2, "checkpoint_every_steps": 2, "keep_checkpoints": 1, "deterministic": True})

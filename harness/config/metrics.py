@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Collection
+from typing import Iterable
 
 VAL, TEST, SELECTED_VAL = "val_", "test_", "selected_val_"
 SPLIT_PREFIXES = (SELECTED_VAL, TEST, VAL)  # longest first: selected_val_ also starts like val_
@@ -95,17 +95,26 @@ def describe(name: str) -> Metric | None:
     return SCORES.get(metric_of(name))
 
 
-def higher_is_better(name: str, declared: Collection[str] = ()) -> bool:
+# Metrics member kinds declared higher-is-better (Member.higher_is_better), in this process: the
+# run declares its members' when it builds them, and `harness report` those its run.json records.
+_DECLARED_HIGHER: set[str] = set()
+
+
+def declare_higher_is_better(names: Iterable[str]) -> None:
+    _DECLARED_HIGHER.update(names)
+
+
+def higher_is_better(name: str) -> bool:
     """True for scores and throughput; False for losses, sizes and times. A metric the vocabulary
-    does not know goes up only if its member kind declared it so (`declared`: metric names)."""
+    does not know goes up only if a member kind declared it so."""
     known = describe(name)
     if known is not None:
         return known.higher_is_better
-    return metric_of(name) in declared
+    return metric_of(name) in _DECLARED_HIGHER
 
 
 def has_direction(name: str) -> bool:
-    return describe(name) is not None
+    return describe(name) is not None or metric_of(name) in _DECLARED_HIGHER
 
 
 def label(name: str) -> str:

@@ -64,6 +64,7 @@ class Member:
       build(...)          classmethod: create every model, optimizer and variable, eagerly
       train_step(batch)   graph code, maths only: losses, `gradients(...)`, metrics -> StepOutput
       metric_names        the keys of StepOutput.metrics (each becomes a `train` row of losses.csv)
+      higher_is_better    which of its own metrics (not in config/metrics.py) go up when better
       predict(images)     what validation scores and samples.png shows
       eval_keys/eval_images/eval_scores   validation: per-image quantities, scores from their sums
       checkpoint_items()  every trackable object a checkpoint must hold
@@ -85,6 +86,9 @@ class Member:
     stream: int = 0  # which input stream feeds it: its repeat's (0-based), see data.pipeline
 
     metric_names = ("loss",)
+    # A kind's own metric the vocabulary does not know (a user's `coverage`) counts as lower-is-better
+    # unless named here; the run records it (run.json models.<name>.higher_is_better) for its outputs.
+    higher_is_better: frozenset[str] = frozenset()
     task = "segmentation"  # or "reconstruction": what predict returns and validation scores
 
     # -- building -------------------------------------------------------------------------------

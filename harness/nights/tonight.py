@@ -141,8 +141,8 @@ def _tonights_run(store: HistoryStore, folder: Path, night: str, config: Experim
     run = rd.RunDir(folder / run_id)
     if run.run_json.exists():
         try:
-            fingerprint = run.read_run_info().get("config_fingerprint")
-        except (OSError, ValueError):
+            fingerprint = run.read_record().config_fingerprint
+        except ConfigError:
             return None
         if fingerprint != config.fingerprint():
             print(
@@ -155,7 +155,7 @@ def _tonights_run(store: HistoryStore, folder: Path, night: str, config: Experim
 
 def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressions: int | None) -> RunMeasurements:
     """What the history keeps of a run: run.json's facts and every numeric summary.csv column."""
-    info = run.read_run_info()
+    info = run.read_record()
     metrics: dict[tuple[str, str], float] = {}
     status: dict[str, str] = {}
     if run.summary_csv.exists():
@@ -172,22 +172,22 @@ def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressi
     record = RunRecord(
         run_id=run.path.name,
         night=night,
-        status=info.get("status", "unknown"),
-        fingerprint=info.get("config_fingerprint"),
+        status=str(info.status),
+        fingerprint=info.config_fingerprint,
         git_commit=commit,
         run_dir=str(run.path.resolve()),
         regressions=regressions,
     )
     return RunMeasurements(
         record=record,
-        started=info.get("started"),
-        ended=info.get("ended"),
-        versions=info.get("versions", {}),
-        devices=info.get("devices", []),
-        placement=info.get("placement", {}),
+        started=info.started,
+        ended=info.ended,
+        versions=info.versions,
+        devices=info.devices or [],
+        placement=info.placement or {},
         model_status=status,
         metrics=metrics,
-        race=tuple((info.get("race") or {}).get("correlations") or ()),
+        race=tuple((info.race or {}).get("correlations") or ()),
     )
 
 
@@ -257,7 +257,7 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
     rd.atomic_write_text(run.path / NIGHTLY_MD, render_markdown(config.name, report, history))
     # The latest night also beside the runs, its image links pointing into the run's folder.
     rd.atomic_write_text(run.path.parent / NIGHTLY_MD, render_markdown(config.name, report, history, f"{run.path.name}/"))
-    write_report_page(run, config, run.read_info())
+    write_report_page(run, config, run.read_record())
     return report
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from harness.config.metrics import declare_higher_is_better
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, HarnessError
 from harness.outputs.html_charts import report_charts
@@ -21,17 +22,18 @@ from harness.outputs.report import render_departures_section, render_group_secti
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
 from harness.outputs.verdicts import choose_per_group, group_label, group_pairs, model_settings
-from harness.rundir import FolderLock, RunDir, atomic_write_text
+from harness.rundir import FolderLock, RunDir, RunRecord, atomic_write_text
 
 
-def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], samples=None) -> pd.DataFrame:
+def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samples=None) -> pd.DataFrame:
     """Write the tables, plots and report; return the per-model summary.
 
     `samples` is (images, masks, {model: predictions}) when the caller has the models at hand;
     otherwise a samples.png already in plots/ is kept.
     """
     losses = load_losses(run.losses_csv)
-    member_summary = build_member_summary(losses, info.get("models", {}))
+    declare_higher_is_better(name for m in record.models.values() for name in m.higher_is_better)
+    member_summary = build_member_summary(losses, {name: m.as_dict() for name, m in record.models.items()})
     tested = test_metrics(run.test_scores_csv, run.val_scores_csv, config.data.classes)
     if len(tested):
         member_summary = member_summary.merge(tested, on="model", how="left")
@@ -51,7 +53,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, info: dict[str, Any], s
     save_plots(run.plots, losses, summary, config.ranking_column(), config.output.log_scale, pairs, config.compare_loss(), on_common)
     if samples is not None:
         save_figure(plot_samples(*samples), run.plots, "samples")
-    write_report_page(run, config, info)
+    write_report_page(run, config, record)
     return summary
 
 
@@ -85,17 +87,17 @@ def scored_on_common_loss(config: ExperimentConfig) -> set[str] | None:
     return {m.name for m in config.member_specs() if m.predicts_masks} if config.compare_loss() else None
 
 
-def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any]) -> Path:
+def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) -> Path:
     """report.html from the tables and plots already on disk."""
     summary = pd.read_csv(run.summary_csv)
     pairs_file = run.path / "pairs.csv"
     pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
     plots = [p for p in run.plots.glob("*.png") if p.stem not in AS_CHARTS]  # the curves are interactive charts in the page
     plots = sorted(plots, key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
-    extra = [("Groups", render_groups_section(info["groups"]))] if info.get("groups") else []
-    if info.get("race"):
-        extra.append(("Race", render_race_section(info["race"])))
-    if departures := render_departures_section(info.get("models") or {}, info.get("race")):
+    extra = [("Groups", render_groups_section(record.groups))] if record.groups else []
+    if record.race:
+        extra.append(("Race", render_race_section(record.race)))
+    if departures := render_departures_section(record.models, record.race):
         extra.append(("Members that left the run", departures))
     group_file = run.path / "compare_by.csv"
     if config.output.compare_by and group_file.exists():
@@ -105,7 +107,7 @@ def write_report_page(run: RunDir, config: ExperimentConfig, info: dict[str, Any
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
     charts = report_charts(load_losses(run.losses_csv), config.compare_loss(), scored_on_common_loss(config))
-    page = render_report(info, config.to_yaml(), summary, pairs, plots, config.ranking_column(), extra, charts)
+    page = render_report(record, config.to_yaml(), summary, pairs, plots, config.ranking_column(), extra, charts)
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path
@@ -180,7 +182,7 @@ def load_exported_model(path: Path):
 def rebuild(run_dir: Path) -> pd.DataFrame:
     """`harness report RUN_DIR`: everything derived, again, from what the run directory holds."""
     run = RunDir(Path(run_dir))
-    info = run.read_info()
+    record = run.read_record()
     config = run.read_config()
     with FolderLock(run.path, purpose="report"):  # a run still writing its rows holds it: exit 5
-        return write_outputs(run, config, info, samples_from_exports(run, config))
+        return write_outputs(run, config, record, samples_from_exports(run, config))

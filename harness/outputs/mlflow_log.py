@@ -22,6 +22,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings
 from harness.outputs.tables import load_losses
+from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 ARTIFACTS = ("report.html", "config.yaml", "summary.csv", "pairs.csv", "plots")
@@ -39,16 +40,16 @@ def client_for(spec):
     return MlflowClient(tracking_uri=spec.tracking_uri)
 
 
-def open_runs(client, config: ExperimentConfig, info: dict[str, Any], run_path: Path) -> dict[str, Any]:
+def open_runs(client, config: ExperimentConfig, info: RunRecord, run_path: Path) -> dict[str, Any]:
     """The MLflow runs of this run: those run.json names (a resume), else new ones."""
-    record = info.get("mlflow") or {}
+    record = info.get("mlflow") or {}  # the MLflow run ids of an earlier process of this run
     if record.get("parent_run_id") and set(record.get("runs", {})) >= {m.name for m in config.member_specs()}:
         return record
     name = config.output.mlflow.experiment or config.name
     experiment = client.get_experiment_by_name(name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-    tags = {"harness.run_dir": str(run_path), "harness.run_id": info["run_id"], "harness.fingerprint": info["config_fingerprint"]}
-    parent_id = client.create_run(experiment_id, run_name=info["run_id"], tags=tags).info.run_id
+    tags = {"harness.run_dir": str(run_path), "harness.run_id": info.run_id, "harness.fingerprint": info.config_fingerprint}
+    parent_id = client.create_run(experiment_id, run_name=info.run_id, tags=tags).info.run_id
     children = {
         m.name: client.create_run(experiment_id, run_name=m.name, tags={**tags, "mlflow.parentRunId": parent_id, "harness.model": m.name}).info.run_id
         for m in config.member_specs()
@@ -77,7 +78,7 @@ class MlflowWriter:
     """A writer of the run's rows (beside losses.csv, TensorBoard, the terminal) into MLflow. Its
     first failure is a warning and switches it off; the run goes on."""
 
-    def __init__(self, config: ExperimentConfig, info: dict[str, Any], run_path: Path, save_record):
+    def __init__(self, config: ExperimentConfig, info: RunRecord, run_path: Path, save_record):
         self.record: dict[str, Any] | None = None
         self.save_record = save_record  # record -> None: into run.json
         try:
@@ -106,7 +107,7 @@ class MlflowWriter:
         self.record = None
 
 
-def finish_runs(run, config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
+def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any]:
     """At the end: rows not logged live (a run of several groups is logged here, after the merge),
     params by section, cost figures, artifacts, and each MLflow run's final status."""
     from mlflow.entities import Metric, Param
@@ -120,7 +121,7 @@ def finish_runs(run, config: ExperimentConfig, info: dict[str, Any]) -> dict[str
     specs = {m.name: m for m in config.member_specs()}
     now = int(time.time() * 1000)
     for member, child in record["runs"].items():
-        facts = info.get("models", {}).get(member, {})
+        facts = info.models[member].as_dict() if member in info.models else {}
         params = member_params(specs[member]) if member in specs else {}
         metrics = [Metric(k, float(facts[k]), now, 0) for k in ("ms_per_step", "images_per_s", "params", "flops_per_example") if facts.get(k) is not None]
         client.log_batch(child, metrics=metrics, params=[Param(k, _text(v)) for k, v in params.items()])
@@ -145,11 +146,11 @@ def member_params(spec) -> dict[str, Any]:
     return flat_settings(data)
 
 
-def experiment_params(config: ExperimentConfig, info: dict[str, Any]) -> dict[str, Any]:
+def experiment_params(config: ExperimentConfig, info: RunRecord) -> dict[str, Any]:
     data = config.to_dict()
     params = {"name": config.name, "seed": config.seed, "total_steps": config.total_steps}
     params.update(flat_settings({"data": data["data"], "train": {k: v for k, v in data["train"].items() if k != "optimizer"}}))
-    params["placement.strategy"] = (info.get("placement") or {}).get("strategy")
+    params["placement.strategy"] = (info.placement or {}).get("strategy")
     return {k: v for k, v in params.items() if v is not None}
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
+from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 1360px; padding: 0 1rem; color: #222; }
@@ -141,7 +142,7 @@ window.addEventListener('load', function () {
 
 
 def render_report(
-    info: dict[str, Any],
+    record: RunRecord,
     config_yaml: str,
     summary: pd.DataFrame,
     pairs: pd.DataFrame,
@@ -150,13 +151,13 @@ def render_report(
     extra_sections: list[tuple[str, str]] | None = None,
     charts: list[str] | None = None,
 ) -> str:
-    title = f"{info.get('name', 'run')} / {info.get('run_id', '')}"
+    title = f"{record.name or 'run'} / {record.run_id}"
     main, rest = summary_tables(summary, rank_by)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>status <b>{html.escape(str(info.get('status')))}</b> &middot; ranked by <b>{html.escape(rank_by)}</b> "
+        f"<p>status <b>{html.escape(str(record.status))}</b> &middot; ranked by <b>{html.escape(rank_by)}</b> "
         "&middot; click a column's header to sort by it</p>",
         "<p id='broken'>Some plots of this report failed to render.</p>",
         "<h2>Summary</h2>",
@@ -165,7 +166,7 @@ def render_report(
         f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by))}</p>",
         f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
-    for warning in info.get("warnings") or []:
+    for warning in record.warnings:
         parts.append(f"<p class='warning'>warning: {html.escape(warning)}</p>")
     if len(pairs):
         parts += [
@@ -188,13 +189,13 @@ def render_report(
     parts += [_image(plot) for plot in plots]
     for heading, body in extra_sections or []:
         parts += [f"<h2>{html.escape(heading)}</h2>", body]
-    settings, shared = settings_tables(info.get("config") or {})
+    settings, shared = settings_tables(record.config or {})
     parts += ["<h2>Settings</h2>"]
     if len(settings.columns) > 1:
         parts += ["<p>What differs between the models:</p>", html_table(settings)]
     parts += ["<p>Shared by every model (and the run's train and data settings):</p>", definition_list(shared),
               f"<details><summary>config.yaml, as run</summary><pre>{html.escape(config_yaml)}</pre></details>",
-              "<h2>Run</h2>", _facts(info), "</body></html>"]
+              "<h2>Run</h2>", _facts(record.to_dict()), "</body></html>"]
     return "\n".join(parts)
 
 
@@ -317,17 +318,17 @@ def render_groups_section(groups: list[dict[str, Any]]) -> str:
     return note + _table(frame)
 
 
-def render_departures_section(models: dict[str, dict[str, Any]], race: dict[str, Any] | None) -> str:
+def render_departures_section(models: dict[str, MemberRecord], race: dict[str, Any] | None) -> str:
     """Members that left before the end: where, and why."""
     rung_at = {r["step"]: r for r in (race or {}).get("rungs", [])}
     reasons = {"stopped": "early stopping", "diverged": "a loss or gradient that was not finite", "oom": "out of memory"}
     items = []
     for name, record in models.items():
-        status, step = record.get("status", "ok"), record.get("changed_at_step")
-        if status == "ok":
+        status, step = str(record.status), record.changed_at_step
+        if record.status == MemberStatus.OK:
             continue
         rung = rung_at.get(step)
-        why = f"race rung {rung['rung']} (epoch {rung['epoch']})" if status == "dropped" and rung else reasons.get(status, status)
+        why = f"race rung {rung['rung']} (epoch {rung['epoch']})" if record.status == MemberStatus.DROPPED and rung else reasons.get(status, status)
         items.append(f"<li><b>{html.escape(name)}</b> {html.escape(status)} at step {step}: {html.escape(why)}</li>")
     if not items:
         return ""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from harness.config.metrics import on_split, split_column
-from harness.rundir import holder_of
+from harness.errors import ConfigError
+from harness.rundir import RunDir, RunStatus, holder_of
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
 
@@ -26,20 +26,20 @@ def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
 
 def _row(run: Path) -> dict | None:
     try:
-        info = json.loads((run / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        info = RunDir(run).read_record()
+    except ConfigError:
         return {"name": run.parent.name, "run_id": run.name, "status": "unreadable run.json"}
-    status = info.get("status", "?")
-    if status == "running" and holder_of(run) is None:
+    status = str(info.status)
+    if info.status == RunStatus.RUNNING and holder_of(run) is None:
         status = "stopped (run.json says running)"
     row = {
-        "name": info.get("name", run.parent.name),
+        "name": info.name or run.parent.name,
         "run_id": run.name,
         "status": status,
-        "started": info.get("started"),
-        "steps": int(info.get("steps_done") or 0),
-        "total_steps": info.get("total_steps"),
-        "members": len(info.get("models") or {}),
+        "started": info.started,
+        "steps": int(info.steps_done or 0),
+        "total_steps": info.total_steps,
+        "members": len(info.models),
     }
     summary = run / "summary.csv"
     if summary.is_file():
@@ -47,7 +47,7 @@ def _row(run: Path) -> dict | None:
             table = pd.read_csv(summary)
         except (OSError, ValueError, pd.errors.ParserError):
             table = pd.DataFrame()
-        ranked_by = ((info.get("config") or {}).get("output") or {}).get("rank_by")
+        ranked_by = ((info.config or {}).get("output") or {}).get("rank_by")
         if isinstance(ranked_by, str) and split_column(ranked_by)[0] == "val" and on_split(ranked_by, "test") in table:
             ranked_by = on_split(ranked_by, "test")  # a run with a test split is ranked on test
         if len(table) and ranked_by in table:

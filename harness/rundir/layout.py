@@ -13,6 +13,7 @@ from typing import Any
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, ResourceError
 from harness.rundir.files import atomic_write_text, is_disk_full
+from harness.rundir.record import RunRecord
 from harness.config.loading import apply_override, validate_config
 
 # What `harness resume --set` may change: where it runs and how it reports, never what is trained.
@@ -107,6 +108,17 @@ class RunDir:
 
     def write_run_info(self, info: dict[str, Any]) -> None:
         atomic_write_text(self.run_json, json.dumps(info, indent=2, sort_keys=False) + "\n")
+
+    def read_record(self) -> RunRecord:
+        """run.json as a typed RunRecord, or a ConfigError saying why it cannot be read."""
+        info = self.read_info()
+        try:
+            return RunRecord.from_dict(info)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{self.run_json} is not a run record harness can read: {exc}") from None
+
+    def write_record(self, record: RunRecord) -> None:
+        self.write_run_info(record.to_dict())
 
 
 def new_run_id() -> str:

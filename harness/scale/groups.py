@@ -37,7 +37,7 @@ from harness.scale.packing import split_in_two
 from harness.scale.worker import EXIT_OUT_OF_MEMORY
 from harness.training.controller import StopFlag
 from harness.training.failures import GROUP_PLANNED_MB
-from harness.rundir import RunDir, atomic_write_text, utc_now
+from harness.rundir import RunDir, RunRecord, RunStatus, atomic_write_text, utc_now
 
 EXIT_INTERRUPTED = 75
 UNFINISHED = ("pending", "running", "interrupted", "failed")
@@ -67,14 +67,14 @@ class GroupsRun:
 
     config: ExperimentConfig
     run: RunDir
-    info: dict[str, Any]
+    record: RunRecord  # run.json of the whole run (its `groups`)
     engine: Any  # LocalEngine or RayEngine
     memory_of: dict[str, float | None]  # model -> planned MB of its members (for splitting)
     finish: Callable[["GroupsRun"], None]  # step 6 after the merge: the run's outputs
     stopping: bool = False
 
     def run_all(self) -> None:
-        groups = self.info["groups"]
+        groups = self.record.groups
         for group in groups:
             self._prepare(group)
         self._save()
@@ -142,7 +142,7 @@ class GroupsRun:
         names = [f"{group['name']}{suffix}" for suffix in ("a", "b")]
         new = [new_group_entry(n, models, self.config, _sum(self.memory_of, models)) for n, models in zip(names, halves)]
         group.update(status="split", split_into=names)
-        self.info["groups"] += new
+        self.record.groups += new
         for entry in new:
             self._prepare(entry)
         self._say(f"group {group['name']} ran out of device memory: split into {names[0]} ({', '.join(halves[0])}) and {names[1]} ({', '.join(halves[1])})")
@@ -150,13 +150,13 @@ class GroupsRun:
         return new
 
     def _conclude(self, stop: StopFlag) -> None:
-        groups = self.info["groups"]
+        groups = self.record.groups
         if stop.signal or any(g["status"] == "interrupted" for g in groups):
-            self._update(status="interrupted", ended=utc_now(), interrupted_by=stop.name or "a group's own stop")
+            self._update(status=RunStatus.INTERRUPTED, ended=utc_now(), interrupted_by=stop.name or "a group's own stop")
             raise Interrupted(f"stopped by {stop.name or 'a signal'}; every group that was running saved a checkpoint. Continue with: harness resume {self.run.path}")
         failed = [g for g in groups if g["status"] == "failed"]
         if failed:
-            self._update(status="failed", ended=utc_now(), error=f"{len(failed)} group(s) failed")
+            self._update(status=RunStatus.FAILED, ended=utc_now(), error=f"{len(failed)} group(s) failed")
             raise GroupsFailed(
                 f"{len(failed)} of the run's groups failed; the others are complete and kept. After fixing the cause, "
                 f"harness resume {self.run.path} runs only the groups that did not complete:",
@@ -169,7 +169,7 @@ class GroupsRun:
     # -- records ----------------------------------------------------------------------------
 
     def _group(self, name: str) -> dict[str, Any]:
-        return next(g for g in self.info["groups"] if g["name"] == name)
+        return next(g for g in self.record.groups if g["name"] == name)
 
     def _group_facts(self, name: str) -> dict[str, Any]:
         """What the group's own files say: its error, the steps it did, its peak memory."""
@@ -186,10 +186,10 @@ class GroupsRun:
         return facts
 
     def _save(self) -> None:
-        self.run.write_run_info(self.info)
+        self.run.write_record(self.record)
 
     def _update(self, **changes: Any) -> None:
-        self.info.update(changes)
+        self.record.update(**changes)
         self._save()
 
     def _say(self, text: str) -> None:

@@ -20,6 +20,7 @@ from harness import rundir as rd
 from harness.training.entry import load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
 from harness.rundir import FolderLock
 from harness.training.records import RunResult
+from harness.training.run_book import RunBook
 
 
 def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd.RunDir | None = None, scan=None) -> RunResult:
@@ -40,8 +41,8 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         save_plan(plan, run.path / "plan.json")
-        info = _starting_info(config, run, plan, scan)
-        _driver(config, run, info, plan.memory_of()).run_all()
+        record = _starting_record(config, run, plan, scan)
+        _driver(config, run, record, plan.memory_of()).run_all()
     return load_result(run, config)
 
 
@@ -74,29 +75,29 @@ def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tupl
 def resume(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
     """Continue an interrupted run; with groups, only the groups that did not complete."""
     run = rd.RunDir(Path(run_dir))
-    info = run.read_info()
-    if not info.get("groups"):
+    record = run.read_record()
+    if not record.groups:
         return resume_run(run.path, overrides)
     config = run.read_config(overrides or [])
-    refuse_changed_config(config, info)
+    refuse_changed_config(config, record)
     check_code(config)
     _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     with FolderLock(run.path):
-        info = run.read_info()  # again, now that no other process can be writing it
-        if info.get("status") == "completed":
+        record = run.read_record()  # again, now that no other process can be writing it
+        if record.status == rd.RunStatus.COMPLETED:
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return load_result(run, config)
-        redo = [g["name"] for g in info["groups"] if g["status"] in ("pending", "running", "interrupted", "failed")]
+        redo = [g["name"] for g in record.groups if g["status"] in ("pending", "running", "interrupted", "failed")]
         print(f"harness: resuming {run.path}: group(s) {', '.join(redo) or 'none'} to finish, each from its newest checkpoint", file=sys.stderr)
-        info.update(status="running", ended=None, error=None)
-        info.setdefault("resumes", []).append({"at": rd.utc_now(), "groups": redo})
+        record.update(status=rd.RunStatus.RUNNING, ended=None, error=None)
+        record.resumes.append({"at": rd.utc_now(), "groups": redo})
         memory = {m["model"]: m.get("peak_mb") for m in _read_plan(run).get("models", [])}
-        _driver(config, run, info, memory).run_all()
+        _driver(config, run, record, memory).run_all()
     return load_result(run, config)
 
 
-def _driver(config: ExperimentConfig, run: rd.RunDir, info: dict, memory: dict) -> GroupsRun:
-    return GroupsRun(config, run, info, make_engine(config), memory, finish=finish_groups)
+def _driver(config: ExperimentConfig, run: rd.RunDir, record: rd.RunRecord, memory: dict) -> GroupsRun:
+    return GroupsRun(config, run, record, make_engine(config), memory, finish=finish_groups)
 
 
 def make_engine(config: ExperimentConfig):
@@ -119,31 +120,32 @@ def finish_groups(groups_run: GroupsRun) -> None:
     from harness.outputs.derived import samples_from_exports, write_outputs
     from harness.training.actions import log_mlflow, mark_completed, validation_warnings, write_final_report
 
-    config, run, info = groups_run.config, groups_run.run, groups_run.info
+    config, run, record = groups_run.config, groups_run.run, groups_run.record
     _say(config, "harness: merging the groups: tables, statistics, plots and the report ...")
-    summary = write_outputs(run, config, info, samples_from_exports(run, config))
+    summary = write_outputs(run, config, record, samples_from_exports(run, config))
     warnings = validation_warnings(summary, config)
-    oom = [g["models"][0] for g in info["groups"] if g["status"] == "oom"]
+    oom = [g["models"][0] for g in record.groups if g["status"] == "oom"]
     if oom:
         warnings.append(f"{', '.join(oom)} did not fit in device memory even alone (status oom); the other members completed")
     for warning in warnings:
         print(f"harness: warning: {warning}", file=sys.stderr)
-    done = SimpleNamespace(config=config, run=run, info=info, update_info=groups_run._update, warnings=warnings, placement=SimpleNamespace(is_chief=True))
+    book = RunBook(run, record)
+    done = SimpleNamespace(config=config, run=run, book=book, warnings=warnings, placement=SimpleNamespace(is_chief=True))
     for action in (mark_completed, write_final_report, log_mlflow):
         action(done)
 
 
-def _starting_info(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan) -> dict:
+def _starting_record(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan) -> rd.RunRecord:
     groups = [new_group_entry(g.name, g.members, config, g.memory_mb or None) for g in plan.groups]
     groups += [{**new_group_entry(f"oom-{name}", [name], config, plan.memory_of().get(name)), "status": "oom"} for name in plan.too_big]
-    return {
-        "status": "running", "name": config.name, "run_id": run.run_id, "run_token": uuid.uuid4().hex,
-        "started": rd.utc_now(), "ended": None, "versions": rd.versions(),
-        "devices": {"gpus": plan.devices.gpus, "slots": list(plan.devices.slots), "engine": config.placement.engine},
-        "placement": {"strategy": "groups", "engine": config.placement.engine, "budget_mb": plan.budget_mb},
-        "config_fingerprint": config.fingerprint(), "data": data_facts(config.data, scan), "config": config.to_dict(),
-        "deterministic": config.train.deterministic, "total_steps": config.total_steps, "models": {}, "groups": groups,
-    }
+    return rd.RunRecord(
+        name=config.name, run_id=run.run_id, status=rd.RunStatus.RUNNING, run_token=uuid.uuid4().hex,
+        started=rd.utc_now(), versions=rd.versions(),
+        devices={"gpus": plan.devices.gpus, "slots": list(plan.devices.slots), "engine": config.placement.engine},
+        placement={"strategy": "groups", "engine": config.placement.engine, "budget_mb": plan.budget_mb},
+        config_fingerprint=config.fingerprint(), data=data_facts(config.data, scan), config=config.to_dict(),
+        deterministic=config.train.deterministic, total_steps=config.total_steps, groups=groups,
+    )
 
 
 def _read_plan(run: rd.RunDir) -> dict:

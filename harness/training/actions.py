@@ -17,8 +17,9 @@ from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
 from harness.config.metrics import higher_is_better
 from harness.training.export import export_model, export_saved_model
-from harness.training.records import MemberRecord, StepTiming, models_info
-from harness.rundir import RunDir, utc_now
+from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
+from harness.training.records import StepTiming
+from harness.training.run_book import RunBook
 from harness.config.naming import model_of
 
 
@@ -36,28 +37,27 @@ class FinishedRun:
     global_step: Any
     records: dict[str, MemberRecord]
     timing: StepTiming
-    update_info: Callable[..., None]  # run.json: update these keys and write it
-    info: dict[str, Any]
+    book: RunBook  # run.json: `book.update(...)` changes fields and writes it; `book.record` reads it
     warnings: list[str] = field(default_factory=list)
     earlier_traces: int = 0  # of fused steps a race rebuilt without its dropped members
 
 
 def record_trace_count(done: FinishedRun) -> None:
-    done.update_info(trace_count=done.train_loop.tracing_count() + done.earlier_traces)
+    done.book.update(trace_count=done.train_loop.tracing_count() + done.earlier_traces)
 
 
 def record_race(done: FinishedRun) -> None:
     """Can the race be trusted? Each rung's ranking against the final one, over the models that
     finished (run.json `race.correlations`; the report and the nightly history show it)."""
-    race = done.info.get("race")
+    race = done.book.record.race
     if not race:
         return
     from harness.outputs.tables import load_losses
     from harness.training.race import correlations, final_scores
 
-    finished = [name for name, record in done.records.items() if record.status in ("ok", "stopped")]
+    finished = [name for name, record in done.records.items() if record.status.finished]
     final = final_scores(load_losses(done.run.losses_csv), race["metric"], finished)
-    done.update_info(race={**race, "correlations": correlations(race["rungs"], final, higher_is_better(race["metric"]))})
+    done.book.update(race={**race, "correlations": correlations(race["rungs"], final, higher_is_better(race["metric"]))})
 
 
 def probe_input_share(done: FinishedRun) -> None:
@@ -68,7 +68,7 @@ def probe_input_share(done: FinishedRun) -> None:
         return
     data = build_datasets(done.config.data, done.config.training_seeds(), 0, 3 * steps + 1, done.scan).train
     done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, data, steps)
-    done.update_info(timing=done.timing.as_dict())
+    done.book.update(timing=done.timing.as_dict())
 
 
 def probe_step_times(done: FinishedRun) -> None:
@@ -91,7 +91,7 @@ def count_flops(done: FinishedRun) -> None:
         if network not in counted:  # repeats share a network: count it once
             counted[network] = forward_flops(member.model)
         done.records[member.name].flops_per_example = counted[network]
-    done.update_info(models=models_info(done.records))
+    done.book.write()
 
 
 def export_models(done: FinishedRun) -> None:
@@ -123,7 +123,7 @@ def probe_serving(done: FinishedRun) -> None:
         for key, value in measured[model].items():
             setattr(record, key, value)
         record.model_mb = file_mb(done.run.path / "models" / member.name / "model.keras")
-    done.update_info(models=models_info(done.records))
+    done.book.write()
 
 
 def score_test(done: FinishedRun) -> None:
@@ -135,28 +135,28 @@ def score_test(done: FinishedRun) -> None:
     steps_per_epoch = done.datasets.steps_per_epoch
     record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
                               lambda step: (step - 1) // steps_per_epoch + 1)
-    done.update_info(test=record)
+    done.book.update(test=record)
 
 
 def write_tables(done: FinishedRun) -> None:
     from harness.outputs.derived import samples_from_models, write_outputs
 
     samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan)
-    summary = write_outputs(done.run, done.config, done.info, samples)
+    summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += validation_warnings(summary, done.config)
     for warning in done.warnings:
         print(f"harness: warning: {warning}", file=sys.stderr)
 
 
 def mark_completed(done: FinishedRun) -> None:
-    done.update_info(status="completed", ended=utc_now(), warnings=done.warnings)
+    done.book.update(status=RunStatus.COMPLETED, ended=utc_now(), warnings=done.warnings)
 
 
 def write_final_report(done: FinishedRun) -> None:
     from harness.outputs.derived import write_report_page
 
     if done.placement.is_chief:
-        write_report_page(done.run, done.config, done.info)  # run.json facts now final
+        write_report_page(done.run, done.config, done.book.record)  # run.json facts now final
 
 
 def log_mlflow(done: FinishedRun) -> None:
@@ -166,13 +166,13 @@ def log_mlflow(done: FinishedRun) -> None:
     from harness.outputs.mlflow_log import finish_runs
 
     try:
-        record = finish_runs(done.run, done.config, done.info)
+        record = finish_runs(done.run, done.config, done.book.record)
     except ConfigError:
         raise
     except Exception as exc:  # MLflow raises its own and its backends' errors
         record = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
         print(f"harness: warning: MLflow logging failed, the run's results are complete: {record['error']}", file=sys.stderr)
-    done.update_info(mlflow=record)
+    done.book.update(mlflow=record)
 
 
 END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, score_test, write_tables, mark_completed, write_final_report, log_mlflow)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
 from harness.core.losses import make_loss
 from harness.core.step import make_train_loop
+from harness.training.failures import explain_jit_failure, raise_injected_oom
 
 
 class CompiledMembers:
@@ -51,3 +53,15 @@ class CompiledMembers:
     @property
     def trace_count(self) -> int:
         return self.earlier_traces + (self.train_loop.tracing_count() if self.train_loop else 0)
+
+    def call(self, iterator, k: int) -> dict:
+        """k steps of the fused loop; every step's metrics back on the host in one sync."""
+        tf = import_tf()
+        try:
+            raise_injected_oom()
+            outputs = self.train_loop(iterator, k)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as exc:
+            if any(m.spec.jit_compile for m in self.active):
+                raise explain_jit_failure(self.active, exc) from None
+            raise
+        return tf.nest.map_structure(lambda t: t.numpy(), outputs)

@@ -16,7 +16,6 @@ from harness.core.placement import Placement, build_placement, configure_determi
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
-from harness.outputs.tables import load_losses
 from harness import rundir as rd
 from harness.training.actions import END_OF_RUN
 from harness.rundir import FolderLock
@@ -58,9 +57,9 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
     from harness.training.runner import Runner
 
     run = rd.RunDir(Path(run_dir))
-    info = run.read_info()
+    record = run.read_record()
     config = run.read_config(overrides or [])
-    refuse_changed_config(config, info)
+    refuse_changed_config(config, record)
     check_code(config)
     placement = prepare_process(config)
     if not placement.is_chief:
@@ -68,8 +67,8 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
         with _scratch_run_dir(config, copy_from=run) as scratch:
             return Runner(config, scratch, placement, scan, resuming=True).run()
     with FolderLock(run.path):
-        info = run.read_info()  # again, now that no other process can be writing it
-        if info.get("status") == "completed":
+        record = run.read_record()  # again, now that no other process can be writing it
+        if record.status == rd.RunStatus.COMPLETED:
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return load_result(run, config)
         rescanned, scan = resolve_data_sizes(config, run.results_dir)
@@ -133,10 +132,9 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
 
 
 def load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
-    from harness.outputs.tables import load_summary
     from harness.training.records import ExportedModels
 
-    return RunResult(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv), run.read_run_info(), ExportedModels(run.path))
+    return RunResult.read(run, config, run.read_run_info(), ExportedModels(run.path))
 
 
 class _scratch_run_dir:

@@ -1,63 +1,18 @@
-"""What a run records about each member and about its own pace, as typed objects (run.json holds
-their dictionaries: `models`, `timing`), and what a run returns to Python callers."""
+"""What a run records about its own pace (run.json `timing`), and what a run returns to Python
+callers. Each member's record is rundir.record.MemberRecord."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from harness.config.schema import ExperimentConfig
-
-
-@dataclass
-class MemberRecord:
-    """One member in run.json `models`: its status and the step it changed, and its cost figures."""
-
-    params: int | None = None
-    status: str = "ok"  # ok, diverged, stopped (early stopping), dropped (by a race), oom (a group too big for its device)
-    changed_at_step: int = 0
-    diverged_step: int | None = None
-    flops_per_example: int | None = None
-    ms_per_step: float | None = None
-    images_per_s: float | None = None
-    # What it costs to serve (training/serve.py): inference at batch 1 and at output.serve_batch.
-    latency_ms: float | None = None
-    latency_p90_ms: float | None = None
-    serve_images_per_s: float | None = None
-    serve_peak_mb: float | None = None
-    model_mb: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MemberRecord":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
-    def mark_diverged(self, step: int) -> None:
-        self.status, self.changed_at_step, self.diverged_step = "diverged", step, step
-
-    def mark_stopped(self, step: int) -> None:
-        self.status, self.changed_at_step = "stopped", step
-
-    def mark_dropped(self, step: int) -> None:
-        self.status, self.changed_at_step = "dropped", step
-
-    @property
-    def frozen_at(self) -> int | None:
-        """The last step this member trained (diverged, stopped or dropped); None while it trains."""
-        return None if self.status == "ok" else self.changed_at_step
-
-
-def models_info(records: dict[str, MemberRecord]) -> dict[str, Any]:
-    """run.json `models`: each member's record."""
-    return {name: record.as_dict() for name, record in records.items()}
 
 
 class StepTiming:
@@ -97,6 +52,13 @@ class RunResult:
     losses: pd.DataFrame
     info: dict[str, Any]
     models: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, run, config: ExperimentConfig, info: dict[str, Any], models: Mapping[str, Any]) -> "RunResult":
+        """The result of the run in `run` (a RunDir): its tables as written, its models as given."""
+        from harness.outputs.tables import load_losses, load_summary
+
+        return cls(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv), info, models)
 
     @property
     def pairs(self) -> "pd.DataFrame":

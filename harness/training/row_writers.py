@@ -1,0 +1,39 @@
+"""Where a run's rows go while it trains: losses.csv, the terminal, TensorBoard, MLflow."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from harness.outputs.tables import load_losses
+from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter
+from harness.rundir import RunDir
+
+
+def make_writers(config, run: RunDir, members: list, start: int, resuming: bool, is_chief: bool, record, save_mlflow) -> MultiWriter:
+    names = [m.name for m in members]
+    writers = [CsvRowsWriter(run.losses_csv), TerminalWriter(config.total_steps, names, config.output.progress, start)]
+    if config.output.tensorboard:
+        writers.append(tensorboard_writer(run, members, resuming))
+    if config.output.mlflow is not None and is_chief:
+        from harness.outputs.mlflow_log import MlflowWriter  # MLflow is an optional extra
+
+        writers.append(MlflowWriter(config, record, run.path, save_mlflow))
+    return MultiWriter(writers)
+
+
+def tensorboard_writer(run: RunDir, members: list, resuming: bool) -> TensorBoardWriter:
+    """TensorBoard files are derived data: on resume they are rebuilt from losses.csv (already
+    cut back to the checkpoint), so redone steps never appear twice in TensorBoard either."""
+    folder = run.path / "tb"
+    if resuming:
+        shutil.rmtree(folder, ignore_errors=True)
+    writer = TensorBoardWriter(folder, {m.name: hparams(m.spec) for m in members})
+    if resuming:
+        writer.write([Row(*r) for r in load_losses(run.losses_csv).itertuples(index=False)], step=0)
+    return writer
+
+
+def hparams(spec) -> dict[str, Any]:
+    optimizer = spec.optimizer
+    return {"arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss, "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}

@@ -1,0 +1,43 @@
+"""run.json through one typed record: old runs load, unknown keys survive, statuses are enums."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.errors import ConfigError
+from harness.rundir import MemberStatus, RunDir, RunRecord, RunStatus
+
+
+def test_an_old_run_json_loads_and_is_written_back_with_its_unknown_keys(tmp_path):
+    old = {"status": "completed", "name": "smoke", "run_id": "20261101-000000", "started": "2026-11-01T00:00:00+00:00",
+           "models": {"unet": {"params": 10, "status": "stopped", "changed_at_step": 4, "a_future_key": 1}},
+           "timing": {"fused_ms_per_step": 3.0}, "someone_elses": [1, 2]}
+    run = RunDir(tmp_path)
+    run.run_json.write_text(json.dumps(old))
+    record = run.read_record()
+    assert record.status is RunStatus.COMPLETED and record.status == "completed"
+    assert record.models["unet"].status is MemberStatus.STOPPED and record.models["unet"].changed_at_step == 4
+    assert record.get("timing") == {"fused_ms_per_step": 3.0} and record.extra["someone_elses"] == [1, 2]
+    run.write_record(record)
+    again = json.loads(run.run_json.read_text())
+    assert again["someone_elses"] == [1, 2] and again["timing"] == old["timing"] and again["status"] == "completed"
+    assert again["models"]["unet"]["status"] == "stopped"
+
+
+def test_update_types_what_it_knows_and_keeps_the_rest():
+    record = RunRecord(name="x")
+    record.update(status="interrupted", models={"a": {"status": "dropped"}}, trace_count=3)
+    assert record.status is RunStatus.INTERRUPTED and record.models["a"].status is MemberStatus.DROPPED
+    assert record.extra == {"trace_count": 3} and "error" not in record.to_dict()
+    assert not MemberStatus.DROPPED.trains and MemberStatus.DIVERGED.trains and MemberStatus.STOPPED.finished
+
+
+def test_a_run_json_harness_cannot_read_names_the_file(tmp_path):
+    run = RunDir(tmp_path)
+    with pytest.raises(ConfigError, match="no run.json"):
+        run.read_record()
+    run.run_json.write_text(json.dumps({"status": "exploded"}))
+    with pytest.raises(ConfigError, match="run.json"):
+        run.read_record()
