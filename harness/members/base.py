@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from harness.config.naming import model_of
 from harness.config.schema import DataSpec, ModelSpec, OptimizerSpec
@@ -88,7 +88,7 @@ class Member:
     metric_names = ("loss",)
     # A kind's own metric the vocabulary does not know (a user's `coverage`) counts as lower-is-better
     # unless named here; the run records it (run.json models.<name>.higher_is_better) for its outputs.
-    higher_is_better: frozenset[str] = frozenset()
+    higher_is_better: ClassVar[frozenset[str]] = frozenset()
     task = "segmentation"  # or "reconstruction": what predict returns and validation scores
 
     # -- building -------------------------------------------------------------------------------

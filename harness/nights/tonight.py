@@ -26,11 +26,13 @@ import pandas as pd
 
 from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
-from harness.errors import EXIT_OK, ConfigError, EXIT_REGRESSION, HarnessError, Interrupted
+from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
-from harness.rundir import FolderLock
 from harness.nights.regressions import Change, compare, models_added_or_removed
 from harness.outputs.columns import format_cell, is_finite, markdown_text
+from harness.outputs.derived import write_report_page
+from harness.outputs.plots import save_trend_plots
+from harness.rundir import FolderLock
 
 NIGHTLY_JSON = "nightly.json"
 NIGHTLY_MD = "nightly.md"
@@ -236,9 +238,6 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
 
 
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
-    from harness.outputs.derived import write_report_page
-    from harness.outputs.plots import save_trend_plots
-
     history = store.table()
     regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
     plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.output.nightly.thresholds), store.baseline(), regressed)

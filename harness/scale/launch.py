@@ -9,16 +9,18 @@ import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
+from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
 from harness.data.resolve import data_facts
 from harness.errors import ConfigError
 from harness.members.registry import check_code
+from harness.outputs.derived import samples_from_exports, write_outputs
+from harness.rundir import FolderLock
 from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
-from harness.scale.plan import Plan, make_plan, save_plan, uses_groups
-from harness import rundir as rd
+from harness.scale.plan import Plan, find_devices, make_plan, save_plan, uses_groups
+from harness.training.actions import log_mlflow, mark_completed, validation_warnings, write_final_report
 from harness.training.entry import load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
-from harness.rundir import FolderLock
 from harness.training.records import RunResult
 from harness.training.run_book import RunBook
 
@@ -106,8 +108,6 @@ def make_engine(config: ExperimentConfig):
         engine = RayEngine(placement.ray.address, placement.ray.max_retries, placement.ray.cpus_per_group)
         engine.parallel = True
         return engine
-    from harness.scale.plan import find_devices
-
     slots = list(find_devices(config).slots)
     engine = LocalEngine(slots)
     engine.parallel = len(slots) > 1
@@ -117,9 +117,6 @@ def make_engine(config: ExperimentConfig):
 def finish_groups(groups_run: GroupsRun) -> None:
     """Step 6 after the merge: the run's own outputs, with the same end-of-run actions as a run of
     one group (tables, `completed`, the report, MLflow)."""
-    from harness.outputs.derived import samples_from_exports, write_outputs
-    from harness.training.actions import log_mlflow, mark_completed, validation_warnings, write_final_report
-
     config, run, record = groups_run.config, groups_run.run, groups_run.record
     _say(config, "harness: merging the groups: tables, statistics, plots and the report ...")
     summary = write_outputs(run, config, record, samples_from_exports(run, config))

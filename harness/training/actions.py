@@ -12,15 +12,22 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.config.metrics import higher_is_better
+from harness.config.naming import model_of
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
-from harness.config.metrics import higher_is_better
-from harness.training.export import export_model, export_saved_model
+from harness.outputs.derived import samples_from_models, write_outputs, write_report_page
+from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
+from harness.training.export import export_model, export_saved_model
+from harness.training.flops import forward_flops
+from harness.training.held_out import score_test_split
+from harness.training.probe import probe_input_wait_share, probe_ms_per_step
+from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
 from harness.training.run_book import RunBook
-from harness.config.naming import model_of
+from harness.training.serve import file_mb, measure_serving
 
 
 @dataclass
@@ -52,17 +59,12 @@ def record_race(done: FinishedRun) -> None:
     race = done.book.record.race
     if not race:
         return
-    from harness.outputs.tables import load_losses
-    from harness.training.race import correlations, final_scores
-
     finished = [name for name, record in done.records.items() if record.status.finished]
     final = final_scores(load_losses(done.run.losses_csv), race["metric"], finished)
     done.book.update(race={**race, "correlations": correlations(race["rungs"], final, higher_is_better(race["metric"]))})
 
 
 def probe_input_share(done: FinishedRun) -> None:
-    from harness.training.probe import probe_input_wait_share
-
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
@@ -72,8 +74,6 @@ def probe_input_share(done: FinishedRun) -> None:
 
 
 def probe_step_times(done: FinishedRun) -> None:
-    from harness.training.probe import probe_ms_per_step
-
     images, masks = next(iter(done.datasets.val))
     ms = probe_ms_per_step(done.members, done.placement.strategy, images, masks, steps=done.config.output.probe_steps)
     for name, value in ms.items():
@@ -82,8 +82,6 @@ def probe_step_times(done: FinishedRun) -> None:
 
 
 def count_flops(done: FinishedRun) -> None:
-    from harness.training.flops import forward_flops
-
     counted: dict[tuple, int | None] = {}
     for member in done.members:
         spec = member.spec
@@ -112,8 +110,6 @@ def probe_serving(done: FinishedRun) -> None:
     model at a time, in inference mode: the trained weights are only read."""
     if not done.config.output.serve_probe:
         return
-    from harness.training.serve import file_mb, measure_serving
-
     data, measured = done.config.data, {}
     for member in done.members:
         model = model_of(member.name)
@@ -130,8 +126,6 @@ def score_test(done: FinishedRun) -> None:
     """The held-out test split, scored once with each member's weights chosen on validation."""
     if done.datasets.test is None:
         return
-    from harness.training.held_out import score_test_split
-
     steps_per_epoch = done.datasets.steps_per_epoch
     record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
                               lambda step: (step - 1) // steps_per_epoch + 1)
@@ -139,8 +133,6 @@ def score_test(done: FinishedRun) -> None:
 
 
 def write_tables(done: FinishedRun) -> None:
-    from harness.outputs.derived import samples_from_models, write_outputs
-
     samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += validation_warnings(summary, done.config)
@@ -153,8 +145,6 @@ def mark_completed(done: FinishedRun) -> None:
 
 
 def write_final_report(done: FinishedRun) -> None:
-    from harness.outputs.derived import write_report_page
-
     if done.placement.is_chief:
         write_report_page(done.run, done.config, done.book.record)  # run.json facts now final
 
