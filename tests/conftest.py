@@ -61,7 +61,8 @@ def write_yaml(path: Path, data) -> Path:
 # tier, `pytest -m "not subprocess and not slow"`, leaves it out. The CLI helpers check the marker
 # when called, so a test that reaches them some other way fails instead of slowing the fast tier.
 
-SPAWNING = frozenset({"run_cli", "start_cli", "subprocess"})
+SPAWNING = frozenset({"run_cli", "start_cli"})
+STARTS = frozenset({"run", "Popen", "call", "check_call", "check_output"})  # subprocess.<these> start a process
 _current_test: list = []
 
 
@@ -81,7 +82,7 @@ def spawns(function, seen: set | None = None) -> bool:
         return False
     seen.add(code)
     names = _calls(code)
-    if names & SPAWNING:
+    if names & SPAWNING or ("subprocess" in names and names & STARTS):
         return True
     helpers = (function.__globals__.get(n) for n in names)
     return any(spawns(h, seen) for h in helpers if _is_test_helper(h))

@@ -3,6 +3,8 @@ on speed, only that every figure was measured."""
 
 from __future__ import annotations
 
+import pytest
+
 import pandas as pd
 from conftest import run_cli
 
@@ -83,6 +85,7 @@ def test_bootstrap_interval_holds_the_median_and_narrows_with_more_rounds():
     assert bootstrap_median_interval([1.0] * 5) == (1.0, 1.0)
 
 
+@pytest.mark.slow
 def test_gpu_section_runs_its_contenders_on_logical_cpus():
     # No GPU here: the same contenders on the two logical CPUs check the section works.
     from harness.bench.sections import bench_gpu

@@ -9,6 +9,7 @@ from harness.bench.calibration import calibration_row, _ideal_coverage
 from harness.bench.suites import TINY
 
 
+@pytest.mark.slow
 def test_calibration_section_measures_coverage_and_claims_and_one_seed_claims_nothing(tmp_path):
     from harness.bench.bench import TINY_CALIBRATION
     from harness.bench.calibration import bench_calibration

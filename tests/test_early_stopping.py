@@ -35,6 +35,7 @@ def run(tmp_path, **train):
     return harness.run(validate_config(raw), results_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_a_member_that_stops_improving_is_frozen_and_the_others_are_unchanged(tmp_path):
     plain = run(tmp_path / "plain")
     stopping = run(tmp_path / "stopping", early_stopping={"metric": "val_iou", "patience": 1, "min_delta": 0.0})

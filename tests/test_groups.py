@@ -4,6 +4,8 @@ are compared with bit for bit are made by the real CLI too."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import signal
 import time
@@ -164,6 +166,7 @@ def test_plan_measures_each_model_once_and_caches_it(tmp_path):
     assert [g.members for g in plan.groups] == [g["members"] for g in json.loads((tmp_path / "r" / "tiny" / "plan.json").read_text())["groups"]]
 
 
+@pytest.mark.slow
 def test_nightly_runs_a_multi_group_experiment(tmp_path):
     import harness
 

@@ -39,6 +39,7 @@ def metrics_of(result, name, split):
     return set(result.losses.query("model == @name and split == @split")["metric"])
 
 
+@pytest.mark.slow
 def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
     # compare_loss: the generator's masks scored on the common loss (its own is adversarial + L1)
     assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss", "compare_loss", "lr"}
@@ -54,6 +55,7 @@ def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
     assert summary.loc["gan", "params"] == generator.count_params() + discriminator.count_params()
 
 
+@pytest.mark.slow
 def test_autoencoder_is_scored_by_reconstruction(mixed):
     assert metrics_of(mixed, "ae", "train") == {"loss", "lr"} and metrics_of(mixed, "ae", "val") == {"loss"}
     model = mixed.models["ae"]
@@ -61,6 +63,7 @@ def test_autoencoder_is_scored_by_reconstruction(mixed):
     assert (mixed.run_dir / "plots" / "samples.png").exists()
 
 
+@pytest.mark.slow
 def test_custom_member_kind_from_a_config(mixed):
     assert metrics_of(mixed, "custom", "train") == {"loss", "coverage", "compare_loss", "lr"}
     assert mixed.losses.query("model == 'custom' and metric == 'compare_loss'")["value"].notna().all()
@@ -68,6 +71,7 @@ def test_custom_member_kind_from_a_config(mixed):
     assert coverage.between(0, 1).all()
 
 
+@pytest.mark.slow
 def test_a_kind_declares_which_of_its_own_metrics_go_up_and_the_run_records_it(mixed):
     from harness.config import metrics
     from harness.rundir import RunDir
@@ -78,6 +82,7 @@ def test_a_kind_declares_which_of_its_own_metrics_go_up_and_the_run_records_it(m
     assert not metrics.higher_is_better("adv") and not metrics.higher_is_better("val_loss")
 
 
+@pytest.mark.slow
 def test_every_kind_trains(mixed):
     first, last = (mixed.losses.query("split == 'train' and metric == 'loss'").groupby("model")["value"].agg(agg) for agg in ("first", "last"))
     assert (last < first).sum() >= 3, "most members learn something in 8 steps"
@@ -95,6 +100,7 @@ def test_bad_kind_settings_are_config_errors():
     assert "cannot import module 'nope.mod'" in "\n".join(info.value.problems)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", [{"strategy": "mirrored"}, {"strategy": "per_model"}])
 def test_gan_under_mirrored_and_per_model(tmp_path, placement):
     raw = tiny_config(models=[{**GAN, "gan": {**GAN["gan"], "discriminator_device": "next"}}, {"name": "fcn", "arch": "tiny_fcn"}],

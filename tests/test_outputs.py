@@ -31,6 +31,7 @@ def repeated(tmp_path_factory):
     return run(validate_config(raw), results_dir=folder / "results"), folder
 
 
+@pytest.mark.slow
 def test_summary_ranks_models_with_spread_across_seeds(repeated):
     result, _ = repeated
     summary = pd.read_csv(result.run_dir / "summary.csv")
@@ -56,6 +57,7 @@ def test_interval_is_a_student_t_interval_widened_by_image_noise():
     assert math.isnan(seed_interval([1.0]).low)
 
 
+@pytest.mark.slow
 def test_pairs_compare_losses_on_the_same_batches(repeated):
     result, _ = repeated
     pairs = pd.read_csv(result.run_dir / "pairs.csv")
@@ -82,6 +84,7 @@ def test_pareto_front_keeps_only_unbeaten_models():
     assert pareto_front(points, "params", "val_iou")["model"].tolist() == ["a", "c"]
 
 
+@pytest.mark.slow
 def test_plots_are_written_as_png_and_svg(repeated):
     result, _ = repeated
     plots = result.run_dir / "plots"
@@ -90,6 +93,7 @@ def test_plots_are_written_as_png_and_svg(repeated):
         assert (plots / f"{stem}.svg").read_text().lstrip().startswith(("<?xml", "<svg")), stem
 
 
+@pytest.mark.slow
 def test_tensorboard_events_read_back_with_tensorboards_reader(repeated):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -112,6 +116,7 @@ def tf_value(event):
     return tensor_util.make_ndarray(event.tensor_proto)
 
 
+@pytest.mark.slow
 def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     from mlflow.tracking import MlflowClient
 
@@ -137,6 +142,7 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     assert "plots/final_val_iou.png" in {a.path for a in client.list_artifacts(listed.info.run_id, "plots")}
 
 
+@pytest.mark.slow
 def test_report_is_self_contained(repeated):
     result, _ = repeated
     page = (result.run_dir / "report.html").read_text()
@@ -148,6 +154,7 @@ def test_report_is_self_contained(repeated):
         assert text in page
 
 
+@pytest.mark.slow
 def test_report_reads_well_at_1400_px_in_headless_chromium(repeated, tmp_path):
     """Opened as a reader would, 1400 px wide: every image decoded, every chart drawn, no horizontal
     overflow (the summary fits without scrolling), no script error; and the page's self-test clicks a
@@ -175,6 +182,7 @@ def test_report_reads_well_at_1400_px_in_headless_chromium(repeated, tmp_path):
     assert body["errors"] == "0" and "Uncaught" not in done.stderr
 
 
+@pytest.mark.slow
 def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     result, _ = repeated
     out = tmp_path / "cmp.csv"
@@ -187,6 +195,7 @@ def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     assert missing.returncode == 2 and "no summary.csv" in missing.stderr
 
 
+@pytest.mark.slow
 def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     result, _ = repeated
     copy = tmp_path / "run"
@@ -208,6 +217,7 @@ def test_one_model_has_an_empty_pairs_table_with_columns():
     assert pairs.empty and list(pairs.columns)[:2] == ["model_a", "model_b"]
 
 
+@pytest.mark.slow
 def test_load_run_reads_a_run_back(repeated):
     from harness.api import load_run
 

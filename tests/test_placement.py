@@ -47,6 +47,7 @@ def one_device_no_bn(tmp_path_factory):
     return run(validate_config(placed("one_device", NO_BN_MODELS)), results_dir=tmp_path_factory.mktemp("r"))
 
 
+@pytest.mark.slow
 def test_mirrored_matches_one_device_within_tolerance(one_device_no_bn, tmp_path):
     mirrored = run(validate_config(placed("mirrored", NO_BN_MODELS)), results_dir=tmp_path)
     plan = mirrored.info["placement"]
@@ -59,6 +60,7 @@ def test_mirrored_matches_one_device_within_tolerance(one_device_no_bn, tmp_path
             np.testing.assert_allclose(x, y, **TOLERANCE)
 
 
+@pytest.mark.slow
 def test_per_model_pins_each_model_and_equals_one_device_bitwise(tmp_path):
     # `custom` is a user's kind written as the README shows: maths only, no pinning, no batch copy.
     models = [*tiny_config()["models"], {"name": "custom", "kind": "custom_kinds:FocalWithCoverage", "arch": "tiny_unet"}]
@@ -75,6 +77,7 @@ def test_per_model_pins_each_model_and_equals_one_device_bitwise(tmp_path):
             np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_optimizer_state_lives_with_its_pinned_model():
     config = validate_config(placed("per_model"))
     members = build_members(config, build_placement(config).model_devices)
@@ -83,6 +86,7 @@ def test_optimizer_state_lives_with_its_pinned_model():
     assert all(v.device.endswith("CPU:1") for v in unet.optimizer.variables)
 
 
+@pytest.mark.slow
 def test_checkpoint_of_a_mirrored_run_restores_under_one_device(tmp_path):
     raw = placed("mirrored", NO_BN_MODELS)
     raw["train"].update(checkpoint_every_steps=4)
@@ -121,6 +125,7 @@ def test_resume_refuses_to_change_what_is_trained(one_device_no_bn):
     assert info.value.problems == ["train.epochs=9"]
 
 
+@pytest.mark.slow
 def test_bfloat16_trains_close_to_float32(tmp_path):
     f32 = run(validate_config(placed("one_device")), results_dir=tmp_path / "f32")
     bf16 = run(validate_config(placed("one_device", precision="mixed_bfloat16")), results_dir=tmp_path / "bf16")
@@ -132,6 +137,7 @@ def test_bfloat16_trains_close_to_float32(tmp_path):
     np.testing.assert_allclose(a.loc[first, "value"], b.loc[first, "value"], rtol=0.02)  # bfloat16 has 8 mantissa bits
 
 
+@pytest.mark.slow
 def test_float16_has_one_loss_scale_optimizer_per_model(tmp_path):
     from harness.core.backend import import_keras
 

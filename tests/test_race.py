@@ -81,6 +81,7 @@ def full_and_race(tmp_path_factory):
     return full, race
 
 
+@pytest.mark.slow
 def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(full_and_race):
     full, race = full_and_race
     models, rungs = race.info["models"], race.info["race"]["rungs"]
@@ -106,6 +107,7 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
     assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_rungs_and_where_members_left(full_and_race):
     _, race = full_and_race
     page = (race.run_dir / "report.html").read_text()
@@ -144,6 +146,7 @@ def test_a_race_over_several_groups_is_refused_with_the_reason(tmp_path):
     assert not (tmp_path / "tiny").exists() or not any((tmp_path / "tiny").iterdir())
 
 
+@pytest.mark.slow
 def test_the_nightly_history_keeps_each_rungs_correlation(full_and_race, tmp_path):
     from harness.nights.history import HistoryStore
     from harness.nights.tonight import history_table, measurements

@@ -75,6 +75,7 @@ def killed_at_6(tmp_path, monkeypatch) -> Path:
     return run_dir
 
 
+@pytest.mark.slow
 def test_a_kill_during_the_first_save_restarts_from_step_0(tmp_path, monkeypatch, capfd, clean):
     empty_index = lambda directory, step: (directory / f"ckpt-{step}.index").write_bytes(b"")  # noqa: E731
     with monkeypatch.context() as patch:
@@ -91,6 +92,7 @@ def test_a_kill_during_the_first_save_restarts_from_step_0(tmp_path, monkeypatch
     assert (run_dir / "losses.csv").read_bytes() == (clean / "losses.csv").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["deleted", "emptied"])
 def test_checkpoints_removed_after_progress_are_refused_not_restarted(killed_at_6, how):
     folder = killed_at_6 / "checkpoints"
@@ -106,6 +108,7 @@ def test_checkpoints_removed_after_progress_are_refused_not_restarted(killed_at_
     assert (killed_at_6 / "losses.csv").read_bytes() == rows  # nothing the user had is lost
 
 
+@pytest.mark.slow
 def test_checkpoints_folder_replaced_by_a_file_is_refused_before_training(killed_at_6):
     folder = killed_at_6 / "checkpoints"
     shutil.rmtree(folder)
@@ -115,6 +118,7 @@ def test_checkpoints_folder_replaced_by_a_file_is_refused_before_training(killed
     assert folder.read_text() == "not a folder"
 
 
+@pytest.mark.slow
 def test_a_stray_newer_checkpoint_neither_restores_nor_deletes_the_runs_own(killed_at_6, other_seed, clean, capfd):
     folder = killed_at_6 / "checkpoints"
     for file in (other_seed / "checkpoints").glob("ckpt-8.*"):
@@ -126,6 +130,7 @@ def test_a_stray_newer_checkpoint_neither_restores_nor_deletes_the_runs_own(kill
     assert (killed_at_6 / "losses.csv").read_bytes() == (clean / "losses.csv").read_bytes()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_run_is_refused_by_name(killed_at_6, other_seed):
     folder = killed_at_6 / "checkpoints"
     for file in folder.glob("ckpt-4.*"):
@@ -163,6 +168,7 @@ def test_disk_full_before_the_first_write_exits_4_and_leaves_nothing(tmp_path, m
     assert list((tmp_path / "r" / "tiny").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_disk_full_mid_run_says_run_json_is_stale_and_resume_says_so_too(tmp_path, monkeypatch, capsys, clean):
     config = write_yaml(tmp_path / "c.yaml", RAW)
     with monkeypatch.context() as patch:
@@ -246,6 +252,7 @@ def test_an_empty_folder_is_named(tmp_path):
 # 10. Files others can read
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("umask", [0o022, 0o002])
 def test_written_files_follow_the_umask(tmp_path, umask):
     previous = os.umask(umask)
@@ -262,6 +269,7 @@ def test_written_files_follow_the_umask(tmp_path, umask):
 # 11. Reading a run directory runs none of its code
 
 
+@pytest.mark.slow
 def test_report_imports_nothing_a_run_directory_names(clean, tmp_path):
     run_dir = tmp_path / "run"
     shutil.copytree(clean, run_dir)
@@ -275,6 +283,7 @@ def test_report_imports_nothing_a_run_directory_names(clean, tmp_path):
     assert "arch: evil:f" in (run_dir / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_a_model_file_refused_by_safe_mode_is_exit_2_naming_it(clean, tmp_path, capsys):
     from harness.core.backend import import_keras
 
@@ -290,6 +299,7 @@ def test_a_model_file_refused_by_safe_mode_is_exit_2_naming_it(clean, tmp_path, 
     assert f"{target} cannot be loaded safely" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_report_of_a_run_that_is_still_writing_is_refused(clean, tmp_path):
     from harness.outputs.derived import rebuild
     from harness.rundir import FolderLock
@@ -301,6 +311,7 @@ def test_report_of_a_run_that_is_still_writing_is_refused(clean, tmp_path):
             rebuild(run_dir)
 
 
+@pytest.mark.slow
 def test_compare_prints_hostile_model_names_as_they_are(clean, tmp_path, capsys):
     from harness.outputs.compare import compare_runs, print_comparison
 

@@ -42,6 +42,7 @@ def test_names_and_seeds_of_repeats():
     assert config.training_seeds() == (3, 4, 5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeat", [1, 3])
 def test_a_repeat_equals_the_model_trained_alone_with_that_repeats_seed_bitwise(repeats_run, tmp_path, repeat):
     raw = tiny_config(train={"epochs": 2}, data=AUGMENTED, seed=training_seed(3, repeat))
@@ -54,6 +55,7 @@ def test_a_repeat_equals_the_model_trained_alone_with_that_repeats_seed_bitwise(
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_repeats_differ_in_data_order_and_weights_but_pair_within_a_repeat(repeats_run):
     losses = {m: rows(repeats_run, m) for m in repeats_run.models}
     # Different repeats of one model: different starts and batches, so different losses from step 1.

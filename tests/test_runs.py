@@ -98,6 +98,7 @@ def test_load_run_gives_tables_settings_pairs_and_models_loaded_when_first_used(
     assert text.startswith("RunResult(") and "completed" in text and "best" in text and len(text) < 200
 
 
+@pytest.mark.slow
 def test_saved_model_export_serves_what_the_model_predicts(tmp_path):
     import numpy as np
 

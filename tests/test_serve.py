@@ -3,6 +3,8 @@ trained weights or the run's results."""
 
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 import pandas as pd
 from conftest import tiny_config
@@ -11,6 +13,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 
 
+@pytest.mark.slow
 def test_serving_cost_is_measured_per_model_and_leaves_every_weight_as_it_was(tmp_path):
     from harness.members.zoo import build_model
     from harness.training.serve import measure_serving
@@ -23,6 +26,7 @@ def test_serving_cost_is_measured_per_model_and_leaves_every_weight_as_it_was(tm
     assert figures["serve_peak_mb"] is None or figures["serve_peak_mb"] >= 0
 
 
+@pytest.mark.slow
 def test_a_run_reports_serving_columns_and_its_results_do_not_depend_on_the_probe(tmp_path):
     raw = tiny_config(train={"epochs": 1}, output={"serve_batch": 4})
     probed = run(validate_config(raw), results_dir=tmp_path / "a")

@@ -25,6 +25,7 @@ def tiny_run(tmp_path_factory):
     return run(validate_config(tiny_config(train={"epochs": 3})), results_dir=tmp_path_factory.mktemp("r"))
 
 
+@pytest.mark.slow
 def test_val_scores_hold_every_image_of_every_evaluation_and_add_up_to_the_val_rows(tiny_run):
     scores = pd.read_csv(tiny_run.run_dir / "val_scores.csv")
     evaluations = sorted(tiny_run.losses.query("split == 'val'")["step"].unique())
@@ -110,6 +111,7 @@ def test_holm_adjustment_matches_the_textbook_example():
     assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == 0.01
 
 
+@pytest.mark.slow
 def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run):
     summary, pairs = tiny_run.summary, pd.read_csv(tiny_run.run_dir / "pairs.csv")
     for metric in ("val_iou", "val_f1", "val_loss"):
@@ -124,6 +126,7 @@ def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run
     assert "One training seed" in report and "train.repeats" in report and (tiny_run.run_dir / "plots" / "pair_differences.png").exists()
 
 
+@pytest.mark.slow
 def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
     result = run(validate_config(tiny_config(train={"epochs": 1}, output={"probe_steps": 0, "progress": "none", "compare_loss": "bce"})), results_dir=tmp_path)
     train = result.losses.query("split == 'train'").pivot_table(index=["model", "step"], columns="metric", values="value")
@@ -133,6 +136,7 @@ def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
     assert not any("train on different losses" in w for w in result.info["warnings"])
 
 
+@pytest.mark.slow
 def test_repeats_rank_by_a_paired_test_not_overlapping_intervals(tmp_path):
     result = run(validate_config(tiny_config(train={"epochs": 1, "repeats": 3})), results_dir=tmp_path)
     pairs = pd.read_csv(result.run_dir / "pairs.csv")

@@ -26,6 +26,7 @@ def tested_run(tmp_path_factory):
     return run(validate_config(raw), results_dir=tmp_path_factory.mktemp("tested"))
 
 
+@pytest.mark.slow
 def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(tested_run):
     run_dir, summary = tested_run.run_dir, tested_run.summary
     scores = pd.read_csv(run_dir / "test_scores.csv")
@@ -44,6 +45,7 @@ def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(te
     assert "held-out test split" in report and "What choosing added" in report
 
 
+@pytest.mark.slow
 def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw(tested_run):
     from harness.core.backend import import_keras
     from harness.data.pipeline import build_datasets
@@ -62,6 +64,7 @@ def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw
     assert row["test_iou"] == pytest.approx(float(iou), abs=1e-6)
 
 
+@pytest.mark.slow
 def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choosing_images(tmp_path):
     final = run(validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}, output={"select_by": "final"})), results_dir=tmp_path / "f")
     members = final.info["test"]["members"]
@@ -141,6 +144,7 @@ def grid_models():
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("repeats", [1, 2])
 def test_compare_by_chooses_each_groups_best_on_validation_and_compares_the_chosen(tmp_path, repeats):
     raw = tiny_config(models=grid_models(), train={"epochs": 2, "repeats": repeats}, data={"test_size": 8}, output={"compare_by": ["arch"]})

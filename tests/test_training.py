@@ -34,12 +34,14 @@ def tiny_run(tmp_path_factory):
     return run(config, results_dir=tmp_path_factory.mktemp("results"))
 
 
+@pytest.mark.slow
 def test_traced_once_despite_calls_of_different_length(tiny_run):
     # 12 steps, 4 per epoch, 5 per call: calls of 4 steps (cut at epoch ends); still one trace.
     assert tiny_run.info["trace_count"] == 1
     assert tiny_run.info["steps_done"] == 12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["fcn", "unet", "deconv"])
 def test_trained_together_equals_trained_alone_bitwise(tiny_run, name):
     losses, weights = train_alone(tiny_run.config, name)
@@ -47,6 +49,7 @@ def test_trained_together_equals_trained_alone_bitwise(tiny_run, name):
     assert_same_weights(tiny_run.models[name].get_weights(), weights)
 
 
+@pytest.mark.slow
 def test_losses_table_is_tidy_and_complete(tiny_run):
     losses = tiny_run.losses
     assert list(losses.columns) == ["step", "epoch", "model", "split", "metric", "value"]
@@ -60,6 +63,7 @@ def test_losses_table_is_tidy_and_complete(tiny_run):
     assert val["value"].between(0, 10).all()
 
 
+@pytest.mark.slow
 def test_run_directory_files(tiny_run):
     run_dir = tiny_run.run_dir
     for name in ("config.yaml", "run.json", "losses.csv", "summary.csv"):
@@ -77,6 +81,7 @@ def test_run_directory_files(tiny_run):
     assert (summary["params"] > 0).all() and (summary["steps"] == 12).all()
 
 
+@pytest.mark.slow
 def test_a_model_alone_in_harness_equals_the_same_model_among_others(tiny_run, tmp_path):
     raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
     raw["models"] = [m for m in raw["models"] if m["name"] == "unet"]
@@ -85,6 +90,7 @@ def test_a_model_alone_in_harness_equals_the_same_model_among_others(tiny_run, t
     assert_same_weights(alone.models["unet"].get_weights(), tiny_run.models["unet"].get_weights())
 
 
+@pytest.mark.slow
 def test_one_step_per_call_form_equals_the_graph_loop_bitwise(tiny_run, tmp_path):
     # steps_per_call 1 compiles one step without a graph loop around it: same ops, same results.
     raw = tiny_config(train={"epochs": 3, "steps_per_call": 1})
@@ -95,6 +101,7 @@ def test_one_step_per_call_form_equals_the_graph_loop_bitwise(tiny_run, tmp_path
         assert_same_weights(single.models[name].get_weights(), tiny_run.models[name].get_weights())
 
 
+@pytest.mark.slow
 def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path):
     raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
     raw["models"].insert(1, {"name": "boom", "arch": "factories:nan_after", "options": {"n": 6}})
@@ -116,6 +123,7 @@ def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path)
         assert_same_weights(result.models[name].get_weights(), tiny_run.models[name].get_weights())
 
 
+@pytest.mark.slow
 def test_jit_compile_runs_a_model_xla_can_compile(tmp_path):
     raw = tiny_config(models=[{"name": "deconv", "arch": "tiny_deconv", "jit_compile": True}], train={"deterministic": False})
     result = run(validate_config(raw), results_dir=tmp_path)
@@ -123,6 +131,7 @@ def test_jit_compile_runs_a_model_xla_can_compile(tmp_path):
     assert np.isfinite(train_losses(result, "deconv")).all()
 
 
+@pytest.mark.slow
 def test_jit_compile_names_the_model_xla_cannot_compile(tmp_path):
     # Nearest-neighbour upsampling has no XLA gradient kernel on CPU (as in sm's Unet).
     raw = tiny_config(
@@ -137,6 +146,7 @@ def test_jit_compile_names_the_model_xla_cannot_compile(tmp_path):
     assert json.loads(run_json.read_text())["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_multiclass_task_trains_with_softmax_and_scores_per_class(tmp_path):
     raw = tiny_config(data={"classes": 3}, models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "cce+dice"}])
     result = run(validate_config(raw), results_dir=tmp_path)
@@ -179,6 +189,7 @@ def test_segmentation_models_trained_together_equal_trained_alone(tmp_path):
         assert_same_weights(result.models[name].get_weights(), weights)
 
 
+@pytest.mark.slow
 def test_without_divergence_isolation_a_plain_loop_is_reproduced_too(tmp_path):
     config = validate_config(tiny_config(train={"epochs": 3, "steps_per_call": 5, "isolate_divergence": False}))
     result = run(config, results_dir=tmp_path)

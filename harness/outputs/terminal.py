@@ -79,7 +79,7 @@ def print_table(table: TerminalTable, title: str | Callable[[int, int], str], co
     if needed > console.width:  # identifiers alone are wider than the terminal: never cut them
         console = Console(width=needed, file=console.file, force_terminal=console.is_terminal, no_color=console.no_color)
     caption = title(len(shown), len(table.columns())) if callable(title) else title
-    view = Table(title=escape(caption))
+    view = Table()
     for column in shown:
         text = column in TEXT_COLUMNS or column in table.identifiers
         view.add_column(escape(table.header(column)), justify="left" if text else "right", no_wrap=column not in table.required,
@@ -92,5 +92,6 @@ def print_table(table: TerminalTable, title: str | Callable[[int, int], str], co
             style = table.style(column, row)
             line.append(f"[{style}]{text}[/]" if style else text)
         view.add_row(*line)
+    console.print(escape(caption), style="italic", highlight=False)  # above the table, never squeezed to its width
     console.print(view)
     return shown

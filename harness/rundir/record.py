@@ -89,7 +89,7 @@ class MemberRecord:
         return None if self.status == MemberStatus.OK else self.changed_at_step
 
 
-OPTIONAL = ("error", "interrupted_by", "race", "rebuilds", "warnings", "groups")
+OPTIONAL = ("error", "interrupted_by", "race", "rebuilds", "groups")
 
 
 @dataclass
