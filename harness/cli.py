@@ -119,6 +119,10 @@ def _add_resume(commands) -> None:
         "--set", dest="overrides", action="append", default=[], metavar="placement.KEY=VALUE",
         help="resume elsewhere, e.g. --set placement.strategy=one_device (only placement.* may change)",
     )
+    resume.add_argument(
+        "--accept-changed-data", action="store_true",
+        help="go on although data files changed content since the run started (refused otherwise, exit 3)",
+    )
     resume.set_defaults(func=cmd_resume)
 
 
@@ -239,7 +243,7 @@ def cmd_plan(args) -> int:
 def cmd_resume(args) -> int:
     from harness.api import resume
 
-    result = resume(args.run_dir, args.overrides)
+    result = resume(args.run_dir, args.overrides, args.accept_changed_data)
     if len(result.summary):
         _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
     print(f"results: {result.run_dir}")

@@ -22,7 +22,7 @@ import numpy as np
 from harness.config.schema import DataSpec
 from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, scan_facts, split_of, used_sizes
 from harness.data.sources import Item
-from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries
+from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
 
 
 def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path) -> Scan:
@@ -55,7 +55,8 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     train_size, val_size = sizes["train"], sizes["val"]
     # Examples a size cap leaves out are skipped over: the used ones of each split follow each other.
     skips = ((train_size, counts["train"] - train_size), (train_size + val_size, counts["val"] - val_size))
-    store = ExampleStore(folder, shape, shards, skips=skips)
+    keys = [shard.key for shard in shards]
+    store = ExampleStore(folder, shape, shards, skips=skips, rebuild=lambda i: write_shard(folder, keys[i], shape, groups[i], decode))
     notes, labels = Counter(), Counter()
     for shard in shards:
         notes.update(shard.info["notes"])

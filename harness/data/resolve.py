@@ -11,6 +11,7 @@ from typing import Any
 
 from harness.config.schema import DataSpec, ExperimentConfig
 from harness.data.disk_scan import scan_to_disk
+from harness.data.fingerprint import fingerprints
 from harness.data.scan import Scan, scan_items
 from harness.data.sources import list_items
 from harness.errors import ConfigError, DataError
@@ -36,8 +37,11 @@ def load_scan(spec: DataSpec, multiple: int, cache_dir: Path | None = None) -> S
     from) the on-disk store under `cache_dir`, reusing every shard whose files did not change."""
     items = list_items(spec)
     if spec.cache == "disk" and cache_dir is not None:
-        return scan_to_disk(items, spec, multiple, cache_dir)
-    return scan_items(items, spec, multiple)
+        scan = scan_to_disk(items, spec, multiple, cache_dir)
+    else:
+        scan = scan_items(items, spec, multiple)
+    scan.fingerprints = fingerprints(items)
+    return scan
 
 
 def data_facts(spec: DataSpec, scan: Scan | None) -> dict[str, Any]:

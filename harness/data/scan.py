@@ -45,6 +45,7 @@ class Scan:
     test_size: int = 0  # held-out test examples, after the validation ones
     variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (harness.data.pipeline)
     store: Any = field(default=None, repr=False)  # data.cache: disk: the examples on disk (images and labels None)
+    fingerprints: dict[str, str] = field(default_factory=dict, repr=False)  # item -> content fingerprint (data/fingerprint.py)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -45,6 +45,11 @@ class RunDir:
         return self.path / "test_scores.csv"
 
     @property
+    def data_fingerprint_json(self) -> Path:
+        """Each example's content fingerprint when the run started (real data only)."""
+        return self.path / "data_fingerprint.json"
+
+    @property
     def summary_csv(self) -> Path:
         return self.path / "summary.csv"
 

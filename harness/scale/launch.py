@@ -4,6 +4,7 @@ one group (the common case), else the groups of `harness.scale.groups`. The API,
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from pathlib import Path
@@ -20,7 +21,7 @@ from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
 from harness.scale.plan import Plan, find_devices, make_plan, save_plan, uses_groups
 from harness.training.actions import log_mlflow, mark_completed, validation_warnings, write_final_report
-from harness.training.entry import load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
+from harness.training.entry import ACCEPT_CHANGED_DATA, load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
 from harness.training.records import RunResult
 from harness.training.run_book import RunBook
 
@@ -74,12 +75,16 @@ def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tupl
     return plan, path
 
 
-def resume(run_dir: Path, overrides: list[str] | None = None) -> RunResult:
-    """Continue an interrupted run; with groups, only the groups that did not complete."""
+def resume(run_dir: Path, overrides: list[str] | None = None, accept_changed_data: bool = False) -> RunResult:
+    """Continue an interrupted run; with groups, only the groups that did not complete.
+    `accept_changed_data`: go on although data files changed since the run started (each group's
+    process is told through the environment)."""
     run = rd.RunDir(Path(run_dir))
     record = run.read_record()
     if not record.groups:
-        return resume_run(run.path, overrides)
+        return resume_run(run.path, overrides, accept_changed_data=accept_changed_data)
+    if accept_changed_data:
+        os.environ[ACCEPT_CHANGED_DATA] = "1"
     config = run.read_config(overrides or [])
     refuse_changed_config(config, record)
     check_code(config)

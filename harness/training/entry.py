@@ -4,6 +4,8 @@ Runner's (`harness.training.runner`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import sys
 import tempfile
@@ -13,6 +15,7 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
+from harness.data.fingerprint import changed_items
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
@@ -47,10 +50,11 @@ def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, ru
             return Runner(config, scratch, placement, scan, resuming=False).run()
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
+        record_data_fingerprint(run, scan)
         return Runner(config, run, placement, scan, resuming=False, end_of_run=end_of_run).run()
 
 
-def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END_OF_RUN) -> RunResult:
+def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END_OF_RUN, accept_changed_data: bool = False) -> RunResult:
     """Continue an interrupted run from its newest valid checkpoint, optionally elsewhere
     (`placement.*` overrides: trained mirrored on GPUs, resumed on a CPU). Like `run`, this runs
     the code the run's config names (model factories, member kinds)."""
@@ -73,6 +77,7 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
             return load_result(run, config)
         rescanned, scan = resolve_data_sizes(config, run.results_dir)
         refuse_changed_data(config, rescanned)
+        refuse_changed_content(run, scan, accept_changed_data or os.environ.get(ACCEPT_CHANGED_DATA) == "1")
         return Runner(config, run, placement, scan, resuming=True, end_of_run=end_of_run).run()
 
 
@@ -104,6 +109,45 @@ def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -
         "the data changed since this run started (files added, removed or now bad), so its batches "
         "would differ; start a new run instead. What differs (started -> now):",
         differences(config.data.model_dump(mode="json"), rescanned.data.model_dump(mode="json"), "data."),
+    )
+
+
+ACCEPT_CHANGED_DATA = "HARNESS_ACCEPT_CHANGED_DATA"  # `resume --accept-changed-data`, passed on to group processes
+LISTED = 20  # changed files named in the message; the rest counted
+
+
+def record_data_fingerprint(run: rd.RunDir, scan) -> None:
+    """data_fingerprint.json: each example's content fingerprint as the run starts on it."""
+    if scan is not None and scan.fingerprints:
+        rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints}, sort_keys=True) + "\n")
+
+
+def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
+    """Exit 3 naming the files whose content changed since the run started (edited in place under
+    the same names: the counts and sizes the config check sees are the same); with `accept`, go on
+    on the new content and record that. A run from before fingerprints is not checked."""
+    try:
+        before = json.loads(run.data_fingerprint_json.read_text(encoding="utf-8"))["items"]
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{run.data_fingerprint_json} cannot be read ({exc}); resume --accept-changed-data trains on the data as it is now") from None
+    diff = changed_items(before, scan.fingerprints if scan is not None else {})
+    found = [f"{kind}: {name}" for kind, names in diff.items() for name in names]
+    if not found:
+        return
+    if accept:
+        print(f"harness: warning: resuming on changed data as asked ({len(found)} file(s) differ from when the run started); "
+              "the resumed steps are not what an uninterrupted run would have trained", file=sys.stderr)
+        rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints, "accepted_change_at": rd.utc_now(),
+                                                                    "accepted": found[:LISTED]}, sort_keys=True) + "\n")
+        return
+    more = [f"... and {len(found) - LISTED} more"] if len(found) > LISTED else []
+    raise DataError(
+        f"the content of {len(found)} data file(s) changed since this run started, so resuming would train its "
+        f"remaining steps on other pixels than an uninterrupted run. Start a new run, or resume on the new data "
+        f"anyway with: harness resume {run.path} --accept-changed-data. What changed:",
+        found[:LISTED] + more,
     )
 
 

@@ -9,11 +9,14 @@ from harness.core.backend import import_tf
 from harness.core.step import member_fragment
 import os
 
-from harness.errors import ConfigError, OutOfMemory, ResourceError
+from harness.errors import ConfigError, DataError, OutOfMemory, ResourceError
 from harness.members.base import preserved_state
 from harness.rundir import is_disk_full
 
 tf = import_tf()
+
+
+BAD_DATA = "data store: "  # how the data store's DataError begins, also once TensorFlow has wrapped it
 
 
 def translate(exc: BaseException, where: Path) -> BaseException:
@@ -27,6 +30,9 @@ def translate(exc: BaseException, where: Path) -> BaseException:
             "choose another results directory (--results DIR). The last checkpoint is intact: "
             f"harness resume {where} continues once there is room."
         )
+    if isinstance(exc, tf.errors.OpError) and BAD_DATA in str(exc):  # raised by the data store inside tf.data
+        line = next(l for l in str(exc).splitlines() if BAD_DATA in l)
+        return DataError(line[line.index(BAD_DATA):].strip().rstrip("'\""))
     if isinstance(exc, tf.errors.ResourceExhaustedError):
         text = str(exc)
         if "No space left" in text or "disk" in text.lower() or "write" in text.lower():
