@@ -17,6 +17,7 @@ import yaml
 from pydantic import Field, field_validator, model_validator
 
 from harness.config import metrics
+from harness.config.consistency import combination_problems, sized_problems
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
@@ -306,6 +307,11 @@ class ExperimentConfig(Strict):
             for m in self.models
         ]
         object.__setattr__(self, "models", filled)
+        problems = combination_problems(self)
+        if self.data.source == "synthetic":  # sizes known now; real data is checked after its scan
+            problems += sized_problems(self)
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     def _with_default_schedule(self, optimizer: OptimizerSpec) -> OptimizerSpec:

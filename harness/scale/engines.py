@@ -11,13 +11,14 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, ResourceError
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
 
@@ -95,6 +96,39 @@ class LocalEngine:
         self.running.clear()
 
 
+CONNECT_TIMEOUT_S = 10.0  # Ray itself retries an unreachable head node for ever
+
+
+def check_reachable(address: str | None) -> None:
+    """A head node named by host:port must answer on that port within CONNECT_TIMEOUT_S: Ray's own
+    client would wait for ever. ('auto', 'local' and no address are Ray's to resolve.)"""
+    if not address or address in ("auto", "local"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise cluster_unreachable(address, exc) from None
+
+
+def cluster_unreachable(address: str | None, exc: BaseException) -> ResourceError:
+    """Exit 4: what was tried, what Ray said, and what to check."""
+    target = address or os.environ.get("RAY_ADDRESS") or "a new local Ray instance (no placement.ray.address, no RAY_ADDRESS)"
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+    return ResourceError(
+        f"placement.engine: ray could not start or join a Ray cluster at {target}: {type(exc).__name__}: {said}",
+        [
+            "is the cluster up? `ray status` on its head node; start it with `ray start --head`",
+            "RAY_ADDRESS or placement.ray.address: host:port of the head node's GCS (default port 6379), or 'auto'",
+            "the ports between this machine and the head node (GCS 6379, the dashboard 8265) open",
+            "on a loaded machine a local instance may time out while starting: try again, or start one with `ray start --head` first",
+            "nothing was trained; the run folder, if it existed, is as it was: run (or `harness resume`) again once Ray is up",
+        ],
+    )
+
+
 class RayEngine:
     """Each group one Ray task: `num_gpus: 1` where the cluster has GPUs, else CPUs; Ray queues
     what does not fit yet. Groups write under the run directory, which every node must see (a
@@ -106,10 +140,14 @@ class RayEngine:
         except ImportError:
             raise ConfigError('placement.engine: ray needs Ray: pip install "harness[ray]"') from None
         self.ray = ray
-        if not ray.is_initialized():
-            # address None: RAY_ADDRESS if set, else a local instance (Ray's own rule)
-            ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
-        gpus = ray.cluster_resources().get("GPU", 0)
+        try:
+            if not ray.is_initialized():
+                check_reachable(address or os.environ.get("RAY_ADDRESS"))
+                # address None: RAY_ADDRESS if set, else a local instance (Ray's own rule)
+                ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False)
+            gpus = ray.cluster_resources().get("GPU", 0)
+        except Exception as exc:  # Ray raises ConnectionError, TimeoutError, RuntimeError, its own: all mean "no cluster"
+            raise cluster_unreachable(address, exc) from None
         resources = {"num_gpus": 1, "num_cpus": 0} if gpus else {"num_cpus": cpus_per_group}
         # max_calls=1: a fresh worker process per group, whose memory goes when it ends.
         self.remote = ray.remote(max_calls=1, max_retries=max_retries, **resources)(run_worker_task)

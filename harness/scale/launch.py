@@ -41,11 +41,12 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     _refuse_race_over_groups(config, plan)
     for line in plan.describe():
         _say(config, f"harness: {line}")
+    engine = make_engine(config)  # a cluster that cannot be joined stops the run before its folder exists
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         save_plan(plan, run.path / "plan.json")
         record = _starting_record(config, run, plan, scan)
-        _driver(config, run, record, plan.memory_of()).run_all()
+        GroupsRun(config, run, record, engine, plan.memory_of(), finish=finish_groups).run_all()
     return load_result(run, config)
 
 
@@ -94,17 +95,14 @@ def resume(run_dir: Path, overrides: list[str] | None = None, accept_changed_dat
         if record.status == rd.RunStatus.COMPLETED:
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return load_result(run, config)
+        engine = make_engine(config)  # before run.json changes: a cluster that is not up leaves the run as it was
         redo = [g["name"] for g in record.groups if g["status"] in ("pending", "running", "interrupted", "failed")]
         print(f"harness: resuming {run.path}: group(s) {', '.join(redo) or 'none'} to finish, each from its newest checkpoint", file=sys.stderr)
         record.update(status=rd.RunStatus.RUNNING, ended=None, error=None)
         record.resumes.append({"at": rd.utc_now(), "groups": redo})
         memory = {m["model"]: m.get("peak_mb") for m in _read_plan(run).get("models", [])}
-        _driver(config, run, record, memory).run_all()
+        GroupsRun(config, run, record, engine, memory, finish=finish_groups).run_all()
     return load_result(run, config)
-
-
-def _driver(config: ExperimentConfig, run: rd.RunDir, record: rd.RunRecord, memory: dict) -> GroupsRun:
-    return GroupsRun(config, run, record, make_engine(config), memory, finish=finish_groups)
 
 
 def make_engine(config: ExperimentConfig):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
+from harness.config.consistency import sized_problems
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
 from harness.data.fingerprint import changed_items
@@ -99,6 +100,8 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None
         )
         for note in facts["notes"]:
             print(f"harness: data: {note}", file=sys.stderr)
+    if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
+        raise ConfigError("the config does not fit the data found:", problems)
     return resolved, scan
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import ConfigError
 from harness.config.metrics import higher_is_better, metric_of
 from harness.outputs.tables import base_model
 
@@ -104,12 +103,6 @@ def make_race(spec, steps_per_epoch: int, total_steps: int, info: dict[str, Any]
     before its restored step and decides the later ones again."""
     if spec is None:
         return None
-    late = [e for e in spec.rungs if e * steps_per_epoch >= total_steps]
-    if late:
-        raise ConfigError(
-            f"train.race.rungs: epoch(s) {late} are at or after the end of the run ({total_steps} steps, "
-            f"{total_steps // steps_per_epoch} epoch(s) of {steps_per_epoch} steps): a rung must leave training to save"
-        )
     kept = [r for r in (info.get("race") or {}).get("rungs", []) if r["step"] <= start]
     return Race(spec.metric, spec.keep, {e * steps_per_epoch: e for e in spec.rungs}, kept)
 

@@ -1,0 +1,50 @@
+"""Settings that are each valid but do not go together, found before anything is built or
+written: a config error must leave no run directory. Two kinds: combinations (known as the config
+is read) and durations that need the data's size (known at once for synthetic data, after the
+scan for real data, still before the run directory is made)."""
+
+from __future__ import annotations
+
+
+def combination_problems(config) -> list[str]:
+    problems = []
+    race, train, placement = config.train.race, config.train, config.placement
+    if race is not None and train.early_stopping is not None:
+        problems.append(
+            "train.race with train.early_stopping: a race already stops the weaker members at its rungs; early "
+            "stopping beside it would take members out between rungs, so a rung would rank a different set of "
+            "models than the ones it cuts and its rank correlations would compare unlike sets. Use one of them"
+        )
+    if race is not None and len(config.models) < 2:
+        problems.append("train.race with one model: a race keeps the better models of several; with one there is nothing to cut")
+    if placement.grouping == "single":
+        splitting = [k for k in ("max_members_per_group", "memory_budget_mb", "parallel_groups") if getattr(placement, k) is not None]
+        if splitting:
+            problems.append(
+                f"placement.grouping: single puts every member in one fused step; {', '.join('placement.' + k for k in splitting)} "
+                "would split them into groups. Remove one or the other"
+            )
+    return problems
+
+
+def sized_problems(config) -> list[str]:
+    """Durations beyond the run: a race rung at or after its end, a warm-up as long as the run."""
+    problems = []
+    total, per_epoch = config.total_steps, config.data.steps_per_epoch
+    race = config.train.race
+    if race is not None and (late := [e for e in race.rungs if e * per_epoch >= total]):
+        problems.append(
+            f"train.race.rungs: epoch(s) {late} are at or after the end of the run ({total} steps, "
+            f"{total // per_epoch} epoch(s) of {per_epoch} steps): a rung must leave training to save"
+        )
+    for model in config.models:
+        schedule = model.optimizer.schedule if model.optimizer else None
+        if schedule is None:
+            continue
+        warmup = schedule.in_steps(per_epoch, total).warmup_steps
+        if warmup >= total:
+            problems.append(
+                f"models.{model.name}.optimizer.schedule: a warm-up of {warmup} steps is as long as the run ({total} steps): "
+                "the learning rate would never reach its peak. Shorten the warm-up or train longer"
+            )
+    return problems
