@@ -174,6 +174,9 @@ class MlflowSpec(Strict):
     tracking_uri: str = "file:./mlruns"
     experiment: str | None = None  # default: the experiment's name
     log_models: bool = False  # also each member's exported models/ as artifacts (large)
+    # Each request to a tracking server gives up after this long, without retries: a server that is
+    # down costs a warning and at most this long, then no more tracking for that run.
+    timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
 
 
 class ThresholdSpec(Strict):

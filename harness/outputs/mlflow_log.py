@@ -8,6 +8,10 @@ after a resume) are not logged twice. At the end: each member's settings as para
 section (`optimizer.name`), its cost figures, and the run's files as artifacts (report.html,
 plots/, config.yaml, summary.csv, pairs.csv; models/ with `output.mlflow.log_models`). A failure to
 log is a warning, never the run's failure: MLflow holds a copy, the run directory the results.
+
+Bounded in time: every request to a tracking server times out after `output.mlflow.timeout_s`
+without retries (MLflow's own default retries a refused connection for minutes), and after the
+first failure nothing more is sent for that run, at the end of the run included.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ def client_for(spec):
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise ConfigError('output.mlflow is set but MLflow is not installed: pip install "harness[mlflow]"') from None
+    # Read by MLflow at each request; a user's own setting of either wins.
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, round(spec.timeout_s))))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     if spec.tracking_uri.startswith("file:"):
         # MLflow 3 keeps its file store (no server, no database) behind an explicit opt-in. A
         # database URI (sqlite:///mlflow.db) works too, with the full `mlflow` package installed.
@@ -105,6 +112,7 @@ class MlflowWriter:
     def _fail(self, exc: Exception) -> None:
         print(f"harness: warning: MLflow logging stopped, the run goes on: {_brief(exc)}", file=sys.stderr)
         self.record = None
+        self.save_record({"error": _brief(exc), "stopped": "while training"})  # the end of the run sends nothing either
 
 
 def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any]:

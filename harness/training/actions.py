@@ -153,6 +153,9 @@ def log_mlflow(done: FinishedRun) -> None:
     """After completion: a failure here costs the MLflow copy, never the run's own results."""
     if done.config.output.mlflow is None or not done.placement.is_chief:
         return
+    if (done.book.record.get("mlflow") or {}).get("stopped") == "while training":
+        print("harness: MLflow: nothing logged at the end either (it failed while training); the run's results are complete", file=sys.stderr)
+        return
     from harness.outputs.mlflow_log import finish_runs
 
     try:
