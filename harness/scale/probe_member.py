@@ -37,7 +37,7 @@ def probe_config(config: ExperimentConfig, model: str) -> dict[str, Any]:
     raw["data"] = {"source": "synthetic", "image_size": data["image_size"], "channels": data["channels"], "classes": data["classes"],
                    "batch_size": batch, "train_size": 2 * batch, "val_size": batch}
     raw["train"].update(repeats=1, steps=PROBE_STEPS + 1, deterministic=False)
-    raw["placement"].update(grouping="single", engine="local", strategy="auto")
+    raw["placement"].update(grouping="single", engine="local", strategy="auto", memory_budget_mb=None, max_members_per_group=None, parallel_groups=None)
     raw["output"].update(progress="none", mlflow=None)
     return raw
 
@@ -57,10 +57,10 @@ def measure(raw: dict[str, Any], cache: Path, device: str, say=print, timeout_s:
     """The member's figures, from the cache or from a new probe process."""
     path = cache / f"{cache_key(raw, device)}.json"
     if path.exists():
-        try:
-            return {**json.loads(path.read_text(encoding="utf-8")), "cached": True}
-        except (OSError, ValueError):
-            pass  # a damaged cache entry is measured again
+        cached = read_cached(path)
+        if cached is not None:
+            return {**cached, "cached": True}
+        say(f"harness: the plan cache entry {path} is damaged or from another version: measuring again")
     say(f"harness: measuring {raw['models'][0]['name']} alone in a probe process (cached after this) ...")
     try:
         done = subprocess.run([sys.executable, "-m", "harness.scale.probe_member"], input=json.dumps(raw), capture_output=True, text=True, timeout=timeout_s)
@@ -71,8 +71,24 @@ def measure(raw: dict[str, Any], cache: Path, device: str, say=print, timeout_s:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         raise ConfigError(f"the memory probe of model {raw['models'][0]['name']!r} failed (exit {done.returncode}):", [tail])
     figures = json.loads(lines[-1])
-    atomic_write_text(path, json.dumps(figures, indent=1) + "\n")
+    try:
+        atomic_write_text(path, json.dumps(figures, indent=1) + "\n")
+    except OSError as exc:  # the cache only saves time: a cache that cannot be written costs a new probe next time
+        say(f"harness: the plan cache entry {path} cannot be written ({exc.strerror or exc}): it will be measured again next time")
     return {**figures, "cached": False}
+
+
+def read_cached(path: Path) -> dict[str, Any] | None:
+    """A cache entry's figures, or None if it cannot be trusted: unreadable, not JSON, not an
+    object, or missing a figure (an older version's format)."""
+    try:
+        figures = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(figures, dict) or any(not isinstance(figures.get(k), (int, float)) or isinstance(figures.get(k), bool)
+                                            for k in ("params", "peak_mb", "ms_per_step")):
+        return None
+    return figures
 
 
 def rss_mb() -> float:
