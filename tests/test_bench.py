@@ -46,6 +46,8 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert stream.loc["streamed, store written", "decoded"] == 60 and stream.loc["streamed, store reused", "decoded"] == 0
     assert (stream["peak_rss_mb"].dropna() > 100).all() and (stream["scan_pairs_per_s"].dropna() > 0).all()
     assert stream.loc["format: pread of fixed-size records (the store)", "reads_per_s"] > 0
+    assert stream.loc["format: pread + CRC-32 check of each record (the store as it reads)", "reads_per_s"] > 0
+    assert stream.loc["checksum cost: share of the streamed images/s", "share_of_streamed_images_per_s"] >= 0
     shares = stream[stream.index.str.startswith("input share")]
     assert [name.split(": ")[-1] for name in shares.index] == ["held in memory", "streamed"]
     assert ((shares["ratio"] >= 0) & (shares["ratio"] <= shares["share_high"])).all() and (shares["in_memory_ms_per_step"] > 0).all()

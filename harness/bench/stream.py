@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,6 +47,8 @@ def bench_stream(folder: Path, images: int, side: int, steps: int, quickstart: b
     else:
         rows += input_share_rows(f"the suite's models at {side}x{side}", base, base["models"], side, cache_dir, rounds, 2)
     rows += format_rows(cache_dir)
+    if share := checksum_share(rows):
+        rows.append(share)
     return _section("stream", rows)
 
 
@@ -133,7 +136,10 @@ def format_rows(cache: Path, reads: int = 2000) -> list[dict]:
     for path, slot in picks:  # both read from the kernel's cache: the comparison is of the access, not the disk
         warm(path, slot)
     rows = []
-    for name, read in (("format: pread of fixed-size records (the store)", _pread_reader(files, size)), ("format: memory map of the same records", _mmap_reader(files, size))):
+    readers = (("format: pread of fixed-size records (the store)", _pread_reader(files, size)),
+               ("format: pread + CRC-32 check of each record (the store as it reads)", _checked_reader(files, size)),
+               ("format: memory map of the same records", _mmap_reader(files, size)))
+    for name, read in readers:
         before = _rss_mb()
         began = time.perf_counter()
         total = sum(int(read(path, slot)[0]) for path, slot in picks)
@@ -145,6 +151,33 @@ def format_rows(cache: Path, reads: int = 2000) -> list[dict]:
 def _pread_reader(files, size: int):
     descriptors = {path: os.open(path, os.O_RDONLY) for path, _ in files}
     return lambda path, slot: np.frombuffer(os.pread(descriptors[path], size, slot * size), np.uint8)
+
+
+def _checked_reader(files, size: int):
+    descriptors = {path: os.open(path, os.O_RDONLY) for path, _ in files}
+    sums = {path: json.loads(path.with_suffix(".json").read_text())["crc32"] for path, _ in files}
+
+    def read(path, slot):
+        raw = os.pread(descriptors[path], size, slot * size)
+        if zlib.crc32(raw) != sums[path][slot]:
+            raise RuntimeError(f"{path}: record {slot} fails its checksum")
+        return np.frombuffer(raw, np.uint8)
+
+    return read
+
+
+def checksum_share(rows: list[dict]) -> dict | None:
+    """What checking each record costs, as a share of the streamed run's images per second: the
+    extra time per read (checked minus plain pread, side by side) times images per second."""
+    by = {r["contender"]: r for r in rows}
+    plain = by.get("format: pread of fixed-size records (the store)")
+    checked = by.get("format: pread + CRC-32 check of each record (the store as it reads)")
+    streamed = by.get("streamed, store reused")
+    if not (plain and checked and streamed and streamed.get("images_per_s")):
+        return None
+    extra_s = max(0.0, 1 / checked["reads_per_s"] - 1 / plain["reads_per_s"])
+    return {"contender": "checksum cost: share of the streamed images/s", "checksum_us_per_read": round(1e6 * extra_s, 2),
+            "share_of_streamed_images_per_s": round(extra_s * streamed["images_per_s"], 5)}
 
 
 def _mmap_reader(files, size: int):
