@@ -86,6 +86,25 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     configure_devices(PlacementSpec(logical_cpus=2))  # for the placement section; before any op
     # The bench builds many loops on purpose; TensorFlow would warn about "retracing" each time.
     tf.get_logger().setLevel("ERROR")
+    folder = _dated_folder(out_dir)
+    work, on_request = _sections(suite, folder, rounds, steps, gpu)
+    chosen = sections or list(work)
+    work.update(on_request)
+    unknown = [s for s in chosen if s not in work]
+    if unknown:
+        raise ConfigError(f"bench: unknown section(s) {unknown}; choose from {', '.join(work)}")
+    tables = []
+    for name in chosen:
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        tables.append(work[name]())
+        pd.concat(tables, ignore_index=True).to_csv(folder / "bench.csv", index=False)  # keep partial results
+    table = pd.concat(tables, ignore_index=True)
+    _save_plots(table, folder)
+    return table
+
+
+def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, gpu: bool) -> tuple[dict, dict]:
+    """(the sections a bench runs by default, those it runs only when named), each a thunk."""
     base = SUITES[suite]
     tiny = suite == "tiny"
     asked_rounds = rounds
@@ -93,7 +112,6 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     steps = steps or (2 if tiny else 10)
     max_n = 2 if tiny else 6
     fit_steps = 4 if tiny else 100  # end to end includes tracing: a realistic run is not 10 steps
-    folder = _dated_folder(out_dir)
     work = {
         "loop": lambda: bench_loop(base, rounds, steps),
         "overhead": lambda: bench_overhead(base, rounds, steps),
@@ -117,19 +135,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
     }
-    chosen = sections or list(work)
-    work.update(on_request)
-    unknown = [s for s in chosen if s not in work]
-    if unknown:
-        raise ConfigError(f"bench: unknown section(s) {unknown}; choose from {', '.join(work)}")
-    tables = []
-    for name in chosen:
-        print(f"bench: {name} ...", file=sys.stderr, flush=True)
-        tables.append(work[name]())
-        pd.concat(tables, ignore_index=True).to_csv(folder / "bench.csv", index=False)  # keep partial results
-    table = pd.concat(tables, ignore_index=True)
-    _save_plots(table, folder)
-    return table
+    return work, on_request
 
 
 def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:

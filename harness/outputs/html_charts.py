@@ -70,16 +70,8 @@ def line_chart(title: str, series: dict[str, tuple], x_label: str, y_label: str,
     for model, (x, y) in series.items():
         if not len(x):
             continue
-        colour = colours[model]
-        coords = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, y))
-        parts = [f"<polyline points='{coords}' fill='none' stroke='{colour}' stroke-width='2'/>"]
-        if markers:
-            parts += [f"<circle cx='{px(a):.1f}' cy='{py(b):.1f}' r='3' fill='{colour}'/>" for a, b in zip(x, y)]
-        if x[-1] < last_x:  # left the run early (stopped, dropped, diverged): a cross where it left
-            cx, cy = px(x[-1]), py(y[-1])
-            parts.append(f"<path d='M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}M{cx - 5:.1f},{cy + 5:.1f}L{cx + 5:.1f},{cy - 5:.1f}' stroke='black' stroke-width='2'><title>{html.escape(model)} left the run here</title></path>")
-        body.append(f"<g class='series' data-model='{html.escape(model)}'>{''.join(parts)}</g>")
-        data[model] = {"x": [float(v) for v in x], "y": [float(v) for v in y], "colour": colour}
+        body.append(_series_svg(model, x, y, colours[model], px, py, markers, left_early=x[-1] < last_x))
+        data[model] = {"x": [float(v) for v in x], "y": [float(v) for v in y], "colour": colours[model]}
     legend = "".join(
         f"<button type='button' class='legend-item' data-model='{html.escape(m)}'><span style='background:{colours[m]}'></span>{html.escape(m)}</button>"
         for m in data
@@ -94,6 +86,18 @@ def line_chart(title: str, series: dict[str, tuple], x_label: str, y_label: str,
         f"<div class='tip' hidden></div></div>"
         f"<script type='application/json' class='chart-data'>{_json_for_script(data)}</script></figure>"
     )
+
+
+def _series_svg(model: str, x, y, colour: str, px, py, markers: bool, left_early: bool) -> str:
+    """One model's line (and points); a cross where it left the run early (stopped, dropped, diverged)."""
+    coords = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x, y))
+    parts = [f"<polyline points='{coords}' fill='none' stroke='{colour}' stroke-width='2'/>"]
+    if markers:
+        parts += [f"<circle cx='{px(a):.1f}' cy='{py(b):.1f}' r='3' fill='{colour}'/>" for a, b in zip(x, y)]
+    if left_early:
+        cx, cy = px(x[-1]), py(y[-1])
+        parts.append(f"<path d='M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}M{cx - 5:.1f},{cy + 5:.1f}L{cx + 5:.1f},{cy - 5:.1f}' stroke='black' stroke-width='2'><title>{html.escape(model)} left the run here</title></path>")
+    return f"<g class='series' data-model='{html.escape(model)}'>{''.join(parts)}</g>"
 
 
 def _axes(x_lo, x_hi, y_lo, y_hi, log_y, px, x_label, y_label) -> str:

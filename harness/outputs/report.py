@@ -168,21 +168,7 @@ def render_report(
     ]
     for warning in record.warnings:
         parts.append(f"<p class='warning'>warning: {html.escape(warning)}</p>")
-    if len(pairs):
-        parts += [
-            "<h2>Pairs, on the same batches</h2>",
-            "<p>On the common loss (compared_on): mean_loss_diff = train loss of model_a minus model_b, "
-            "averaged over steps; a_beats_b = share of steps where model_a's loss was lower on the very same "
-            "batch. On the ranking metric: diff = model_a minus model_b with its 95% interval (diff_low, "
-            "diff_high); covers = the noise that interval accounts for. With one training seed it is a "
-            "paired bootstrap over validation images (p_a_better: the share of resamples in which model_a "
-            "was better; beyond_image_noise: the interval excludes zero), which says nothing about training "
-            "randomness, so no pair is supported. With repeats it is the mean over seeds of the per-seed "
-            "differences, its interval covering seed-to-seed variation and image noise (seed_std, image_se, "
-            "p_t; p_holm: Holm-adjusted over all pairs); supported = p_holm below 0.05; repeats_to_resolve = "
-            "roughly how many repeats would find a difference of this size (80% power).</p>",
-            html_table(pairs),
-        ]
+    parts += _pairs_section(pairs)
     parts.append("<h2>Curves</h2>")
     parts += charts or []
     parts.append("<h2>Plots</h2>")
@@ -359,6 +345,25 @@ def render_race_section(race: dict[str, Any]) -> str:
 
 def _table(frame: pd.DataFrame) -> str:
     return html_table(frame)
+
+
+def _pairs_section(pairs: pd.DataFrame) -> list[str]:
+    if not len(pairs):
+        return []
+    return [
+        "<h2>Pairs, on the same batches</h2>",
+        "<p>On the common loss (compared_on): mean_loss_diff = train loss of model_a minus model_b, "
+        "averaged over steps; a_beats_b = share of steps where model_a's loss was lower on the very same "
+        "batch. On the ranking metric: diff = model_a minus model_b with its 95% interval (diff_low, "
+        "diff_high); covers = the noise that interval accounts for. With one training seed it is a "
+        "paired bootstrap over validation images (p_a_better: the share of resamples in which model_a "
+        "was better; beyond_image_noise: the interval excludes zero), which says nothing about training "
+        "randomness, so no pair is supported. With repeats it is the mean over seeds of the per-seed "
+        "differences, its interval covering seed-to-seed variation and image noise (seed_std, image_se, "
+        "p_t; p_holm: Holm-adjusted over all pairs); supported = p_holm below 0.05; repeats_to_resolve = "
+        "roughly how many repeats would find a difference of this size (80% power).</p>",
+        html_table(pairs),
+    ]
 
 
 def _facts(info: dict[str, Any]) -> str:
