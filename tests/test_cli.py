@@ -32,6 +32,15 @@ def test_smoke_experiment_end_to_end(tmp_path):
     assert -1 not in at and at == sorted(at), "every slow phase is named, in order"
     assert "cuInit" not in result.stderr and "oneDNN" not in result.stderr  # TF start-up noise hidden
     assert (run_dir / "config.yaml").read_text().count("epochs: 2") == 1
+    # The command leaves without the interpreter's teardown: everything is complete when it returns.
+    assert (run_dir / "report.html").read_text().rstrip().endswith("</html>")
+    assert losses["step"].max() == 16 and (run_dir / "losses.csv").read_text().endswith("\n")
+    assert all((run_dir / "models" / m / "model.keras").stat().st_size > 0 for m in ("fcn", "unet", "deconv"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb" / "fcn"), size_guidance={"tensors": 0})
+    events.Reload()
+    assert [e.step for e in events.Tensors("train/loss")] == list(range(1, 17)), "TensorBoard flushed to the last step"
 
 
 def test_user_factory_from_config(tmp_path):
@@ -104,3 +113,20 @@ def test_bad_arguments_are_usage_errors_in_process(tmp_path, capsys):
     assert "--night 'tomorrow'" in capsys.readouterr().err
     assert main(["bench", "--processes", "0"]) == 2
     assert "--processes" in capsys.readouterr().err
+
+
+def test_runs_and_compare_import_no_tensorflow(tmp_path):
+    """Commands that only read files answer without TensorFlow's import (seconds on a busy machine)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        f"assert main(['runs', '--results', {str(tmp_path)!r}]) == 0\n"
+        f"assert main(['compare', {str(tmp_path / 'missing')!r}]) == 2\n"
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'keras') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
