@@ -1,8 +1,9 @@
 """A fingerprint of each example's content, so a resumed run can tell that its data changed.
 
-Per file: its size, its modification time and a hash of its first and last BLOCK bytes: two small
-reads and a stat, cheap enough for 100,000 files (measured in docs/data.md), and it changes with any
-edit that rewrites a file the usual way (the time changes) or changes its length or either end.
+Per file: its size, its modification time and a hash of its first and last BLOCK bytes: a stat and
+two small reads, about 9 s per 100,000 image/mask pairs with the files cached and 40 s cold
+(docs/data.md). It changes with any edit that rewrites a file the usual way (the time changes) or
+changes its length or either end.
 In-memory parts (arrays, bytes of a TFDS record) are hashed whole. A run keeps its examples'
 fingerprints in data_fingerprint.json; `harness resume` compares them with the files it finds.
 """
