@@ -108,3 +108,51 @@ def test_images_edited_in_place_between_sigterm_and_resume_are_refused_by_name_u
     assert accepted.returncode == 0, accepted.stderr
     assert "resuming on changed data as asked" in accepted.stderr
     assert only_run_dir(tmp_path / "r") == run_dir
+
+
+SCAN = """
+import sys
+sys.path.insert(0, "tests")
+import harness
+from pictures import data_config, scan
+config = data_config({"source": "folder", "images": sys.argv[1] + "/images", "masks": sys.argv[1] + "/masks",
+                      "image_size": [64, 64], "val_fraction": 0.1, "cache": "disk"})
+from pathlib import Path
+scan(config, Path(sys.argv[2]))
+print("scanned", flush=True)
+"""
+
+
+def store_files(cache):
+    return {p.name: p.read_bytes() for p in sorted(cache.glob("shard-*"))}
+
+
+@pytest.mark.slow
+def test_a_store_write_killed_and_run_again_equals_a_store_written_in_one_go(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    write_folder(tmp_path, 1500, size=(64, 64))
+    clean = subprocess.run([sys.executable, "-c", SCAN, str(tmp_path), str(tmp_path / "clean")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert clean.returncode == 0, clean.stderr
+    killed = 0
+    for attempt in range(3):  # killed while shards are being written: a partial file or some shards done
+        process = subprocess.Popen([sys.executable, "-c", SCAN, str(tmp_path), str(tmp_path / "killed")], cwd=REPO,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 300
+        cache = tmp_path / "killed"
+        while process.poll() is None and time.monotonic() < deadline:
+            if cache.is_dir() and any(cache.glob(".*.partial")):
+                process.send_signal(signal.SIGKILL)
+                killed += 1
+                break
+            time.sleep(0.005)
+        process.communicate(timeout=120)
+    again = subprocess.run([sys.executable, "-c", SCAN, str(tmp_path), str(tmp_path / "killed")], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert killed >= 1, "no kill landed while a shard was being written"
+    assert store_files(tmp_path / "killed") == store_files(tmp_path / "clean")
