@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
+from harness.config.metrics import WATCHABLE, on_split
 from harness.config.metrics import higher_is_better
 from harness.outputs.columns import flat_settings, format_column, is_finite
 
-VAL_METRICS = ("val_iou", "val_f1", "val_loss")
 COSTS = ("params", "flops_per_example", "ms_per_step", "latency_ms", "serve_images_per_s", "model_mb")
 SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
 HEADERS = {"flops_per_example": "FLOPs", "ms_per_step": "ms/step", "params": "params", "interval": "95% interval",
@@ -29,8 +29,8 @@ def summary_tables(summary: pd.DataFrame, rank_by: str) -> tuple[pd.DataFrame, p
     if low in frame and high in frame and frame[low].notna().any():
         frame["interval"] = [_interval(a, b) for a, b in zip(frame[low], frame[high])]
     varying = _varying_settings(frame)
-    tested = [c for c in ("test_iou", "test_f1", "test_loss", f"selected_val_{rank_by.removeprefix('test_')}") if c in frame]
-    main = ["rank", "model", rank_by, "interval", *[m for m in (*tested, *VAL_METRICS) if m != rank_by], *varying, *COSTS, "status"]
+    tested = [c for c in (*(on_split(m, "test") for m in WATCHABLE), on_split(rank_by, "selected_val")) if c in frame]
+    main = ["rank", "model", rank_by, "interval", *[m for m in (*tested, *WATCHABLE) if m != rank_by], *varying, *COSTS, "status"]
     main = list(dict.fromkeys(c for c in main if c in frame))
     rest = ["model", *[c for c in summary.columns if c not in main]]
     return frame[main], summary[rest]

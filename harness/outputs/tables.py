@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from harness.config.metrics import column as metric_column, split_column
 from harness.config.metrics import higher_is_better
 from harness.outputs.columns import is_finite
 from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
@@ -78,7 +79,7 @@ def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str
             record["best_step"] = int(val["loss"].idxmin())
         for metric in val.columns:
             if len(val):
-                record[f"val_{metric}"] = float(val[metric].iloc[-1])
+                record[metric_column(metric)] = float(val[metric].iloc[-1])
         records.append(record)
     summary = pd.DataFrame.from_records(records)
     for column in ("best_step", "diverged_step"):
@@ -115,7 +116,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
                 row[column] = values.min() if values.notna().any() else pd.NA
                 continue
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
-            if repeated and column.startswith(("val_", "test_", "selected_val_", "final_", "best_val")):
+            if repeated and (split_column(column)[0] is not None or column.startswith(("final_", "best_val"))):
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
                 interval = seed_interval(values.dropna())
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high

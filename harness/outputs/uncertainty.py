@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.config.metrics import column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.evaluation import segmentation_scores
@@ -58,9 +59,9 @@ def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.D
         per_member, per_pair = bootstrap_metric(scored, metric, split=split)
         if per_member.empty:
             continue
-        column = f"{split}_{metric}"
-        intervals.append(per_member.drop(columns="value").rename(columns={"low": f"{column}_low", "high": f"{column}_high"}).set_index("model"))
-        if column == rank:
+        name = column(metric, split)
+        intervals.append(per_member.drop(columns="value").rename(columns={"low": f"{name}_low", "high": f"{name}_high"}).set_index("model"))
+        if name == rank:
             pair_stats = per_pair
     return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
 
@@ -81,19 +82,19 @@ def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.Dat
     rank = config.ranking_column()
     ok = member_summary[member_summary["status"] == "ok"]
     scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(ok["model"])}
-    columns = [f"{split}_{m}" for m in BOOTSTRAPPED if f"{split}_{m}" in ok]
-    if split == "val" and rank in ok and not rank.startswith(("val_", "test_")):
+    columns = [column(m, split) for m in BOOTSTRAPPED if column(m, split) in ok]
+    if split == "val" and rank in ok and split_column(rank)[0] not in ("val", "test"):
         columns.append(rank)
     intervals, pair_stats = [], None
-    for column in columns:
-        metric = column.removeprefix(f"{split}_")
-        draws = image_draws(scored, metric) if column.startswith(f"{split}_") and metric in BOOTSTRAPPED else None
-        per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[column]}).dropna()
-        per_model, per_pair = across_seeds(per_seed, column, draws, split)
+    for name in columns:
+        metric = metric_of(name)
+        draws = image_draws(scored, metric) if split_column(name)[0] == split and metric in BOOTSTRAPPED else None
+        per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[name]}).dropna()
+        per_model, per_pair = across_seeds(per_seed, name, draws, split)
         if per_model.empty:
             continue
-        intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{column}_low", "high": f"{column}_high"}))
-        if column == rank:
+        intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{name}_low", "high": f"{name}_high"}))
+        if name == rank:
             pair_stats = per_pair
     return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
 
@@ -107,8 +108,8 @@ def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFr
     steps = pd.read_csv(test_scores, dtype={"model": str}).groupby("model", sort=False)["step"].max().astype(int).to_dict()
     test = _totals(last_evaluations(test_scores, classes))
     val = _totals(last_evaluations(val_scores, classes, at_steps=steps))
-    rows = [{"model": name, "selected_step": steps[name], **{f"test_{k}": v for k, v in scores.items()},
-             **{f"selected_val_{k}": v for k, v in val.get(name, {}).items()}} for name, scores in test.items()]
+    rows = [{"model": name, "selected_step": steps[name], **{column(k, "test"): v for k, v in scores.items()},
+             **{column(k, "selected_val"): v for k, v in val.get(name, {}).items()}} for name, scores in test.items()]
     return pd.DataFrame(rows)
 
 
