@@ -13,6 +13,9 @@ from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, repor
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    if hint := _set_hint(sys.argv[1:] if argv is None else argv):
+        print(f"harness: {hint}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help()
@@ -27,6 +30,16 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception:  # a bug: keep the traceback, show a short message
         return report_bug()
+
+
+def _set_hint(argv: list[str]) -> str | None:
+    """`--set train.epochs 3` (a space for the '='): argparse would only say "unrecognized
+    arguments: 3"; say what was meant."""
+    for i, word in enumerate(argv[:-1]):
+        following = argv[i + 1]
+        if word == "--set" and "=" not in following and i + 2 < len(argv) and not argv[i + 2].startswith("-"):
+            return f"--set takes KEY=VALUE as one word: did you mean --set {following}={argv[i + 2]} ?"
+    return None
 
 
 def command() -> None:

@@ -216,3 +216,10 @@ def test_keras3_already_imported_stops_with_advice():
     assert result.returncode != 0
     assert "TensorFlow was imported with Keras 3" in result.stderr
     assert "Import harness before tensorflow" in result.stderr
+
+
+def test_a_space_for_the_equals_sign_in_set_says_what_was_meant(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    result = run_main("run", path, "--set", "train.epochs", "3", "--results", tmp_path / "r")
+    assert result.returncode == 2 and "did you mean --set train.epochs=3" in result.stderr
+    assert not (tmp_path / "r").exists()
