@@ -43,10 +43,8 @@ def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(
-            f"{source}: {exc.error_count()} problem(s) in the config:",
-            [_describe_error(err, raw, origins) for err in exc.errors()],
-        ) from None
+        problems = [line for err in exc.errors() for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
+        raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
 
 
 def _read_yaml(path: Path) -> Any:
@@ -211,6 +209,8 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
     if kind == "missing":
         return f"{where}: required key is missing"
     message = re.sub(r"^(Value error|Assertion failed), ", "", err["msg"])
+    if not loc:  # a check of the whole config: each line names its own keys, one problem a line
+        return message
     got = err.get("input")
     shown = "" if kind.startswith("value_error") or isinstance(got, (dict, list)) else f" (got {got!r})"
     return f"{where}: {message}{shown}"
