@@ -219,7 +219,13 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
     references = {"previous": store.previous_completed(night, excluding=run_id)}
     baseline_id = store.baseline()
     references["baseline"] = store.get(baseline_id) if baseline_id and baseline_id != run_id else None
-    for against, reference in references.items():
+    compared = dict(references)
+    if references["baseline"] is not None and references["previous"] is not None and references["baseline"].run_id == references["previous"].run_id:
+        compared["baseline"] = None  # one run, compared once: a drop is one regression, not two
+        notes.append(f"the baseline is the previous night's run ({references['previous'].run_id}): compared once")
+    for against, reference in compared.items():
+        if against == "baseline" and reference is None and references["baseline"] is not None:
+            continue
         if reference is None:
             notes.append(f"no {against} run to compare with" + (" (pin one: harness history NAME --pin RUN_ID)" if against == "baseline" else ""))
             continue
