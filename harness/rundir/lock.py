@@ -2,7 +2,8 @@
 
 The lock is an OS advisory lock (`flock`) on a `.lock` file, so the kernel releases it when the
 holding process dies, however it dies: a lock left by a killed process is simply taken over. The
-file also records who holds it (pid, host, since) for the message the second process prints.
+file also records who holds it (pid, host, since) for the message the second process prints, and
+is removed when the holder lets go (a killed holder's file stays until the next holder takes it over).
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ class FolderLock:
 
     def acquire(self) -> "FolderLock":
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(10):
+            fd = self._lock_file()
+            if _still_named(fd, self.path):
+                break
+            os.close(fd)  # locked a file its holder removed as it let go: take the lock on the new one
+        else:
+            raise LockedError(f"{self.path} keeps changing under this process: another process is taking and leaving it")
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now(), "purpose": self.purpose}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return self
+
+    def _lock_file(self) -> int:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -36,15 +51,13 @@ class FolderLock:
                 f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')} since "
                 f"{holder.get('since', '?')}. Wait for it to finish, or stop that process."
             ) from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_now(), "purpose": self.purpose}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
-        self._fd = fd
-        return self
+        return fd
 
     def release(self) -> None:
+        """The lock file goes while still held (a finished run keeps no empty .lock); a process that
+        opened it just before finds it no longer named so, and locks the file a new open makes."""
         if self._fd is not None:
-            os.ftruncate(self._fd, 0)
+            self.path.unlink(missing_ok=True)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
@@ -54,6 +67,13 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _read_holder(fd: int) -> dict:
