@@ -27,7 +27,8 @@ def ray_config(tmp_path: Path, **placement) -> Path:
 
 
 def test_groups_run_as_ray_tasks_on_logical_gpus(one_group, tmp_path):
-    ray.init(num_cpus=2, num_gpus=2, object_store_memory=SMALL_STORE, include_dashboard=False)
+    # address="local": a new instance of its own, whatever other Ray instance this machine runs
+    ray.init(address="local", num_cpus=2, num_gpus=2, object_store_memory=SMALL_STORE, include_dashboard=False)
     try:
         result = harness.run(ray_config(tmp_path), results_dir=tmp_path / "r")
     finally:
