@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from conftest import assert_same_training, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
@@ -33,8 +33,16 @@ def first_checkpoint_of(group_dir):
 
 
 def children_of(pid: int) -> list[int]:
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [int(p) for p in found]
+    """The processes whose parent is `pid`, from /proc (no pgrep needed)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while listed
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def alive(pid: int) -> bool:
