@@ -127,3 +127,24 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     assert "models.unet.arch" not in printed, "what is the same is not listed"
     same = run_main("compare", runs[0], runs[0]).stdout
     assert "the runs' settings are the same" in same
+
+
+def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results, tmp_path):
+    import shutil
+
+    finished = next((results / "tiny").glob("2*"))
+    interrupted = tmp_path / "tiny" / "20261120-000000"
+    shutil.copytree(finished, interrupted)
+    (interrupted / "summary.csv").unlink()
+    info = json.loads((interrupted / "run.json").read_text())
+    (interrupted / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 4}))
+    compared = run_main("compare", finished, interrupted, "--json")
+    assert compared.returncode == 0, compared.stderr
+    rows = json.loads(compared.stdout)
+    ours = [r for r in rows if r["run"] == "tiny/20261120-000000"]
+    assert sorted(r["model"] for r in ours) == ["deconv", "fcn", "unet"] and all(r["val_iou"] is not None for r in ours)
+    assert {r["compared_on"] for r in ours} == {"last evaluation so far: interrupted at step 4/4"}
+    assert {r["compared_on"] for r in rows if r not in ours} == {"summary.csv"}
+    printed = " ".join(run_main("compare", finished, interrupted).stdout.split())  # the note wraps at the width
+    assert "Not finished, compared on each member's last evaluation so far" in printed and "tiny/20261120-000000" in printed
+    assert run_main("compare", tmp_path / "nothing").returncode == 2

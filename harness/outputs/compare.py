@@ -11,25 +11,41 @@ from harness.rundir import RunDir
 from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
+from harness.outputs.tables import build_member_summary, load_losses
 from harness.outputs.terminal import TerminalTable, print_table
 
-COLUMNS = ["run", "model", "status", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
+COLUMNS = ["run", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
+FINISHED = "summary.csv"
 
 
 def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
+    """One row per model of each run: a finished run's summary.csv; a run without one (interrupted,
+    failed, still training) compared on what it has, each member's last evaluation in losses.csv,
+    and `compared_on` says so."""
     frames, problems = [], []
     for run_dir in run_dirs:
-        summary = Path(run_dir) / "summary.csv"
-        if not summary.is_file():
-            problems.append(f"{run_dir}: no summary.csv (not a run directory, or the run has not finished)")
+        run = RunDir(Path(run_dir))
+        if run.summary_csv.is_file():
+            frame = pd.read_csv(run.summary_csv).assign(compared_on=FINISHED)
+        elif run.run_json.is_file() and run.losses_csv.is_file():
+            frame = _so_far(run)
+        else:
+            problems.append(f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory")
             continue
-        frame = pd.read_csv(summary)
-        frame.insert(0, "run", RunDir(Path(run_dir)).label)
+        frame.insert(0, "run", run.label)
         frames.append(frame)
     if problems:
         raise ConfigError("cannot compare:", problems)
     table = pd.concat(frames, ignore_index=True)
     return table[[c for c in COLUMNS if c in table.columns]]
+
+
+def _so_far(run: RunDir) -> pd.DataFrame:
+    """A run with no summary.csv yet, per member, from its rows so far."""
+    record = run.read_record()
+    frame = build_member_summary(load_losses(run.losses_csv), {n: m.as_dict() for n, m in record.models.items()})
+    frame["compared_on"] = f"last evaluation so far: {record.status} at step {record.steps_done}/{record.total_steps}"
+    return frame
 
 
 def best_index(table: pd.DataFrame, column: str) -> int | None:
@@ -73,6 +89,10 @@ def comparison_note(table: pd.DataFrame) -> str:
     if (repeats <= 1).any():
         note += (" Runs with one training seed measured no training randomness (their intervals cover validation-image noise "
                  "only): train with train.repeats: 3 or more, in one run, for verdicts about models.")
+    unfinished = sorted(set(table.loc[table["compared_on"] != FINISHED, "run"])) if "compared_on" in table else []
+    if unfinished:
+        note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
+                 " (see compared_on).")
     return note
 
 
