@@ -226,3 +226,11 @@ def test_load_run_reads_a_run_back(repeated):
     pd.testing.assert_frame_equal(loaded.summary, pd.read_csv(result.run_dir / "summary.csv"), check_dtype=False)
     assert str(loaded.summary["diverged_step"].dtype) == "Int64"  # integers with gaps stay integers
     assert loaded.info["status"] == "completed" and loaded.config.train.repeats == 2
+
+
+def test_chart_ticks_on_steps_and_epochs_are_whole_numbers():
+    from harness.outputs.html_charts import _whole_ticks
+
+    assert _whole_ticks(1, 102) == [20.0, 40.0, 60.0, 80.0, 100.0]
+    assert _whole_ticks(1, 2) == [1.0, 2.0] and _whole_ticks(0.5, 1.5) == [1.0]
+    assert all(t == round(t) for t in _whole_ticks(3, 81))

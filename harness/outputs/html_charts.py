@@ -15,6 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.colors import to_hex
+from matplotlib.ticker import MaxNLocator
 
 from harness.outputs.plots import SMOOTHING, _colours, _per_model
 from harness.outputs.tables import common_loss_rows
@@ -106,11 +107,18 @@ def _axes(x_lo, x_hi, y_lo, y_hi, log_y, px, x_label, y_label) -> str:
         y = TOP + (y_hi - value) / (y_hi - y_lo) * (HEIGHT - TOP - BOTTOM)
         text = f"{10 ** value:.2g}" if log_y else f"{value:.3g}"
         parts.append(f"<line x1='{LEFT}' x2='{WIDTH - RIGHT}' y1='{y:.1f}' y2='{y:.1f}' stroke='#eee'/><text x='{LEFT - 6}' y='{y + 4:.1f}' text-anchor='end'>{text}</text>")
-    for value in np.linspace(x_lo, x_hi, 6):
+    for value in _whole_ticks(x_lo, x_hi):
         parts.append(f"<text x='{px(value):.1f}' y='{HEIGHT - BOTTOM + 16}' text-anchor='middle'>{value:.4g}</text>")
     parts.append(f"<text x='{(LEFT + WIDTH - RIGHT) / 2}' y='{HEIGHT - 4}' text-anchor='middle'>{html.escape(x_label)}</text>")
     parts.append(f"<text x='12' y='{(TOP + HEIGHT - BOTTOM) / 2}' text-anchor='middle' transform='rotate(-90 12 {(TOP + HEIGHT - BOTTOM) / 2})'>{html.escape(y_label)}</text>")
     return "<g class='axes'>" + "".join(parts) + "</g>"
+
+
+def _whole_ticks(lo: float, hi: float) -> list[float]:
+    """Up to 6 round, whole-number ticks within [lo, hi]: steps and epochs are counted, not
+    measured (no tick at step 40.8 or epoch 1.4)."""
+    ticks = [float(t) for t in MaxNLocator(nbins=6, integer=True).tick_values(lo, hi) if lo - 1e-9 <= t <= hi + 1e-9]
+    return [t for t in ticks if t == round(t)] or [lo, hi]
 
 
 def _thin(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

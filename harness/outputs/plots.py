@@ -58,6 +58,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     if medians and min(medians) > 0 and max(medians) / min(medians) > 10:
         log_scale = True  # losses on different scales (a GAN's adversarial + 100 x L1): keep all readable
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
     if log_scale:
         ax.set_yscale("log")
@@ -225,6 +226,7 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
         ax.plot(stats.index, stats["mean"], color=colours[model], linewidth=1.8, label=model)
     _mark_departures(ax, {m: (s.index, s["mean"]) for m, s in curves.items()}, colours)
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("learning rate")
     ax.set_yscale("log")
     ax.set_title("learning rate per step")
