@@ -48,6 +48,11 @@ def imported_modules(module: str, path: Path, known: dict[str, Path]) -> set[str
     return found
 
 
+def import_graph(known: dict[str, Path]) -> dict[str, set[str]]:
+    """Each module's harness imports, anywhere in its body."""
+    return {name: imported_modules(name, path, known) for name, path in known.items()}
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     colour: dict[str, int] = {}
     stack: list[str] = []
@@ -72,7 +77,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_cycle():
     known = module_names()
-    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    graph = import_graph(known)
     assert len(graph) > 40 and graph["harness.training.runner"], "the walk must see the package"
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
@@ -82,7 +87,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
     a.write_text("def f():\n    from pkg import b\n")
     known = {"pkg.a": a, "pkg.b": tmp_path / "b.py"}
     (tmp_path / "b.py").write_text("from pkg.a import f\n")
-    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    graph = import_graph(known)
     assert find_cycle(graph) in (["pkg.a", "pkg.b", "pkg.a"], ["pkg.b", "pkg.a", "pkg.b"])
 
 
@@ -122,7 +127,7 @@ def test_every_import_goes_down_the_floors_function_level_imports_included():
     known = module_names()
     placed = {layer for layers in FLOORS for layer in layers}
     assert {layer_of(m) for m in known} - {"harness"} <= placed, "a new subpackage needs a floor in FLOORS"
-    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    graph = import_graph(known)
     assert floor_violations(graph) == []
 
 
@@ -131,7 +136,7 @@ def test_the_floor_check_finds_an_upward_import_inside_a_function(tmp_path):
     low.write_text("def f():\n    from harness.training import runner\n")
     known = {"harness.outputs.low": low, "harness.training.runner": tmp_path / "runner.py"}
     (tmp_path / "runner.py").write_text("")
-    graph = {name: imported_modules(name, path, known) for name, path in known.items()}
+    graph = import_graph(known)
     assert floor_violations(graph) == ["harness.outputs.low -> harness.training.runner (training is not below outputs)"]
 
 

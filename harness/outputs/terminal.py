@@ -32,6 +32,7 @@ class TerminalTable:
     headers: dict[str, str] = field(default_factory=dict)  # key -> header; the vocabulary's label otherwise
     texts: dict[str, list[str]] = field(default_factory=dict)  # key -> cells already written
     style: Callable[[str, int], str | None] = lambda column, row: None  # rich style of one cell
+    _written: dict[str, list[str]] = field(default_factory=dict, repr=False)  # each column's cells, written once
 
     def columns(self) -> list[str]:
         ordered = [c for c in self.priority if c in self.frame.columns or c in self.texts]
@@ -41,9 +42,11 @@ class TerminalTable:
         return self.headers.get(column) or label(column)
 
     def cells(self, column: str) -> list[str]:
-        if column in self.texts:
-            return [plain_text(t) for t in self.texts[column]]
-        return [plain_text(format_column(column, v)) for v in self.frame[column]]
+        if column not in self._written:
+            given = self.texts.get(column)
+            values = given if given is not None else [format_column(column, v) for v in self.frame[column]]
+            self._written[column] = [plain_text(t) for t in values]
+        return self._written[column]
 
     def width_of(self, column: str) -> int:
         return max([len(self.header(column)), *(len(t) for t in self.cells(column))]) + BORDER
