@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug
+from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug, report_user_code, user_traceback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +28,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
-    except Exception:  # a bug: keep the traceback, show a short message
+    except Exception as exc:  # the user's code (a factory, a kind) raising is theirs; anything else is a bug
+        if frames := user_traceback(exc):
+            return report_user_code(exc, frames)
         return report_bug()
 
 

@@ -6,6 +6,7 @@ Anything that is not a `HarnessError` is a bug in harness: the CLI reports it wi
 from __future__ import annotations
 
 import difflib
+import re
 import os
 import sys
 import tempfile
@@ -96,3 +97,49 @@ def report_bug() -> int:
         file=sys.stderr,
     )
     return EXIT_BUG
+
+
+class UserCodeError(ConfigError):
+    """The user's own code (a model factory, a member kind) raised or returned something unusable;
+    its problems carry the user's traceback lines, indented under the problem they belong to."""
+
+    def render(self) -> str:
+        return "\n".join([str(self)] + [f"    {p.strip()}" if p.startswith(" ") else f"  - {p}" for p in self.problems])
+
+
+def user_traceback(exc: BaseException, limit: int = 12) -> list[str]:
+    """The frames of `exc`'s traceback that are the user's code: not harness, not an installed
+    package, not the standard library, as `File F, line N, in FUNC: SOURCE`. An error raised while
+    TensorFlow traced a function carries the traced code's frames in its message ("in user code:"),
+    not in its traceback: those are read from the message."""
+    frames = [(f.filename, f.lineno, f.name, f.line or "") for f in traceback.extract_tb(exc.__traceback__)]
+    frames += [(m["path"], int(m["line"]), m["func"], m["source"]) for m in _TRACED_FRAME.finditer(str(exc))]
+    return [f"  File {path}, line {line}, in {func}: {source.strip()}" for path, line, func, source in frames if _is_users(path)][-limit:]
+
+
+_TRACED_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)[ *]*\n\s*(?P<source>[^\n]*)')
+
+
+def _is_users(path: str) -> bool:
+    import sysconfig
+    from pathlib import Path
+
+    if path.startswith("<") or "__autograph_generated" in path:
+        return False
+    resolved = str(Path(path).resolve())
+    own = str(Path(__file__).resolve().parent)
+    libraries = [str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))]
+    return not any(resolved.startswith(root) for root in [own, *libraries])
+
+
+def report_user_code(exc: BaseException, lines: list[str]) -> int:
+    """An exception raised in the user's own code, met while harness ran it: theirs to fix (exit 2).
+    A traced function's error ends its message with what was raised: that line is the one shown."""
+    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    what = text[-1] if text else ""
+    what = what if what.startswith(type(exc).__name__) else f"{type(exc).__name__}: {what}"
+    print(f"harness: your code raised {what}", file=sys.stderr)
+    print("  (in your code, innermost last:)", file=sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
+    return EXIT_USAGE

@@ -22,3 +22,18 @@ class FocalWithCoverage(Member):
         coverage = tf.reduce_mean(tf.cast(predictions > 0.5, tf.float32))
         update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
         return StepOutput({"loss": loss, "coverage": coverage}, [update], predictions)
+
+
+class BrokenStep(Member):
+    """A kind with a bug of its user's in its step: it reads a metric the batch does not have."""
+
+    def train_step(self, batch):
+        return {"loss": batch.weights["loss"]}
+
+
+class BrokenBuild(Member):
+    """A kind whose build raises before any model exists."""
+
+    @classmethod
+    def build(cls, spec, data, seed, batchnorm_momentum, device, precision):
+        raise RuntimeError(f"no pretrained weights for {spec.arch}")

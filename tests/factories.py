@@ -44,3 +44,16 @@ def small_convnet(input_shape, classes, activation, width: int = 4):
 
 
 small_convnet.input_multiple = 2
+
+
+def raises_on_build(input_shape, classes, activation):
+    """A factory with a bug of its user's: it raises while building."""
+    widths = {"narrow": 2}
+    return small_convnet(input_shape, classes, activation, width=widths["wide"])
+
+
+def half_size(input_shape, classes, activation):
+    """A model whose output is half the input's height and width: it cannot be scored on masks."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(classes, 3, strides=2, padding="same")(inputs)
+    return keras.Model(inputs, keras.layers.Activation(activation)(x))

@@ -78,11 +78,13 @@ def run_nightly(
     night = night or current_night(settings.night_starts_at_hour)
     with FolderLock(folder, purpose="nightly"):
         from harness.members.registry import check_code
+        from harness.members.trial import trial_build
         from harness.training.entry import prepare_process, resolve_data_sizes
 
         check_code(config)
         prepare_process(config)
         config, scan = resolve_data_sizes(config, results_dir)  # tonight's run is matched on the resolved config
+        trial_build(config)
         store = HistoryStore.beside(folder)
         run, trained = _train_tonight(config, scan, folder, store, night, code_dir)
         result = _compare_and_report(config, store, run, night, trained)

@@ -15,6 +15,7 @@ from harness.config.schema import ExperimentConfig
 from harness.data.resolve import data_facts
 from harness.errors import ConfigError
 from harness.members.registry import check_code
+from harness.members.trial import trial_build
 from harness.outputs.derived import samples_from_exports, write_outputs
 from harness.rundir import FolderLock
 from harness.scale.engines import LocalEngine, RayEngine
@@ -41,6 +42,8 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     _refuse_race_over_groups(config, plan)
     for line in plan.describe():
         _say(config, f"harness: {line}")
+    if run is None:
+        trial_build(config)
     engine = make_engine(config)  # a cluster that cannot be joined stops the run before its folder exists
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):

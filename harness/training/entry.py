@@ -20,6 +20,7 @@ from harness.data.fingerprint import changed_items
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
+from harness.members.trial import trial_build
 from harness import rundir as rd
 from harness.training.actions import END_OF_RUN
 from harness.rundir import FolderLock
@@ -49,6 +50,8 @@ def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, ru
         # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
         with _scratch_run_dir(config) as scratch:
             return Runner(config, scratch, placement, scan, resuming=False).run()
+    if run is None:
+        trial_build(config)  # the user's factories and kinds, once each, before anything is written
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         record_data_fingerprint(run, scan)

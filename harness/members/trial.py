@@ -1,0 +1,69 @@
+"""Building each distinct user-written model once before a run directory exists.
+
+A user's factory or member kind runs for the first time when its member is built. If it raises,
+or returns a model whose output cannot be compared with the masks, the user should hear it as an
+error in their code (exit 2: the member, the factory, their own traceback lines) before anything
+is written or traced, not as an internal error after a minute of tracing. Built-in architectures
+are harness's own and are not built twice: only members whose arch is a factory or whose kind is
+not built in are tried, one per distinct (kind, arch, backbone, options, weights).
+"""
+
+from __future__ import annotations
+
+import json
+
+from harness.config import catalog
+from harness.config.schema import ExperimentConfig, ModelSpec
+from harness.core.backend import import_keras
+from harness.errors import UserCodeError, user_traceback
+from harness.members.registry import BUILTIN_KINDS, member_class
+
+
+def is_user_code(spec: ModelSpec) -> bool:
+    return catalog.is_factory(spec.arch) or spec.kind not in BUILTIN_KINDS
+
+
+def _identity(spec: ModelSpec) -> str:
+    return json.dumps([spec.kind, spec.arch, spec.backbone, spec.options, str(spec.weights)], sort_keys=True, default=str)
+
+
+def trial_build(config: ExperimentConfig) -> None:
+    """Build each distinct user-written model once; UserCodeError listing every one that fails."""
+    keras = import_keras()
+    problems, seen = [], set()
+    for i, spec in enumerate(config.models):
+        if not is_user_code(spec) or _identity(spec) in seen:
+            continue
+        seen.add(_identity(spec))
+        problems += _try_one(i, spec, config)
+    keras.backend.clear_session()  # the trial's layers leave no trace in the names the run's models get
+    if problems:
+        raise UserCodeError("your model code failed before training started (nothing was written):", problems)
+
+
+def _try_one(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
+    where = f"models.{i}({spec.name})"
+    code = spec.arch if catalog.is_factory(spec.arch) else f"kind {spec.kind}"
+    try:
+        member = member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
+    except Exception as exc:  # anything the user's code raises is theirs to see
+        return [f"{where}: {code} raised {type(exc).__name__}: {exc}", *user_traceback(exc)]
+    if spec.predicts_masks and member.task == "segmentation":
+        return _shape_problems(where, code, member.model, config)
+    return []
+
+
+def _shape_problems(where: str, code: str, model, config: ExperimentConfig) -> list[str]:
+    """The model must map (batch, H, W, channels) images to (batch, H, W, classes) masks."""
+    height, width = config.data.image_size
+    expected = (None, height, width, config.data.classes)
+    try:
+        got = tuple(model.output_shape)
+    except (AttributeError, RuntimeError):  # a subclassed model with no static shape: the trace will tell
+        return []
+    if isinstance(got[0], tuple):
+        return [f"{where}: {code} returns a model with {len(got)} outputs {list(got)}; harness needs one output of shape {expected}"]
+    if len(got) != 4 or any(e is not None and g != e for g, e in zip(got, expected)):
+        return [f"{where}: {code} returns a model whose output has shape {got}, but the masks have shape {expected} "
+                f"(batch, height, width, data.classes): its output must be the size of its input, one channel per class"]
+    return []

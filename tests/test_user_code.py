@@ -1,0 +1,56 @@
+"""The user's own code (model factories, member kinds) failing: exit 2, named as theirs, with their
+traceback lines, before a run directory exists; a model whose output does not fit the masks is
+refused with both shapes before any trace."""
+
+from __future__ import annotations
+
+from conftest import run_main, tiny_config, write_yaml
+
+
+def _run(tmp_path, models):
+    results = tmp_path / "r"
+    return run_main("run", write_yaml(tmp_path / "c.yaml", tiny_config(models=models)), "--results", results), results
+
+
+def test_a_factory_that_raises_is_the_users_error_with_their_traceback_and_no_run_folder(tmp_path):
+    result, results = _run(tmp_path, [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "mine", "arch": "factories:raises_on_build"}])
+    assert result.returncode == 2, result.stderr
+    assert "your model code failed" in result.stderr and "bug in harness" not in result.stderr
+    assert "models.1(mine): factories:raises_on_build raised KeyError: 'wide'" in result.stderr
+    assert "factories.py" in result.stderr and 'widths["wide"]' in result.stderr  # the user's own line
+    assert "harness/members" not in result.stderr  # none of harness's frames
+    assert not results.exists() or not any(results.rglob("run.json"))
+
+
+def test_a_kind_that_raises_while_building_is_named(tmp_path):
+    result, results = _run(tmp_path, [{"name": "odd", "kind": "custom_kinds:BrokenBuild", "arch": "tiny_fcn"}])
+    assert result.returncode == 2, result.stderr
+    assert "models.0(odd): kind custom_kinds:BrokenBuild raised RuntimeError: no pretrained weights for tiny_fcn" in result.stderr
+    assert "custom_kinds.py" in result.stderr
+    assert not any(results.rglob("run.json")) if results.exists() else True
+
+
+def test_a_model_whose_output_is_half_the_mask_is_refused_with_both_shapes_before_tracing(tmp_path):
+    result, results = _run(tmp_path, [{"name": "half", "arch": "factories:half_size"}, {"name": "fcn", "arch": "tiny_fcn"}])
+    assert result.returncode == 2, result.stderr
+    assert "models.0(half): factories:half_size returns a model whose output has shape (None, 8, 8, 1), but the masks have shape (None, 16, 16, 1)" in result.stderr
+    assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
+
+
+def test_a_kind_whose_step_raises_while_tracing_is_the_users_error(tmp_path):
+    result, _ = _run(tmp_path, [{"name": "odd", "kind": "custom_kinds:BrokenStep", "arch": "tiny_fcn"}])
+    assert result.returncode == 2, result.stderr
+    assert "your code raised" in result.stderr and "bug in harness" not in result.stderr
+    assert "custom_kinds.py" in result.stderr and "in train_step" in result.stderr
+
+
+def test_a_bug_in_harness_is_still_reported_as_one(tmp_path, monkeypatch):
+    import functools
+
+    import harness.training.entry as entry
+
+    # A failure with no frame outside harness (a builtin raising, as harness's own code would):
+    # a function written in this test file would count as the user's.
+    monkeypatch.setattr(entry, "record_data_fingerprint", functools.partial(divmod, 1, 0))
+    result, _ = _run(tmp_path, [{"name": "fcn", "arch": "tiny_fcn"}])
+    assert result.returncode == 1 and "bug in harness" in result.stderr
