@@ -52,7 +52,9 @@ COSTS = {
 
 # What early stopping and a race may watch (validation scores), and what a run may be ranked by.
 WATCHABLE = tuple(VAL + name for name in ("iou", "f1", "loss"))
-RANK_METRICS = (*WATCHABLE, "best_val_loss", "final_train_loss")
+RANK_METRICS = (*WATCHABLE, VAL + "compare_loss", "best_val_loss", "final_train_loss")
+# Rankings that compare members' own losses: meaningless across members trained on different ones.
+OWN_LOSS_RANKINGS = (VAL + "loss", TEST + "loss", "best_val_loss", "final_train_loss")
 
 _PER_CLASS = re.compile(r"^(?P<metric>.+)_c(?P<cls>\d+)$")
 

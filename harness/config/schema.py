@@ -344,6 +344,8 @@ class ExperimentConfig(Strict):
         """The summary column models are ranked by: `output.rank_by`, but on the held-out test split
         when there is one (a validation metric becomes its test twin: val_iou -> test_iou)."""
         rank_by = self.output.rank_by
+        if rank_by == metrics.column("compare_loss") and not self.losses_differ():
+            rank_by = metrics.column("loss")  # every member trains on the common loss: the same numbers
         if self.data.has_test and metrics.split_column(rank_by)[0] == "val":
             return metrics.on_split(rank_by, "test")
         return rank_by
@@ -365,6 +367,11 @@ class ExperimentConfig(Strict):
         one (or its kind's `loss` is not a plain segmentation loss)."""
         common = self.compare_loss()
         return common is not None and spec.predicts_masks and (spec.kind != "supervised" or spec.loss != common)
+
+    def losses_differ(self) -> bool:
+        """Whether some member trains on a loss others do not: then validation scores every member
+        on the common loss too (`val_compare_loss`), and its own `val_loss` ranks nothing unwarned."""
+        return any(self.scored_on_compare_loss(m) for m in self.models)
 
     def networks(self) -> list[tuple[str, str, dict]]:
         """(name, arch, options) of every network the models build, discriminators included."""

@@ -78,6 +78,8 @@ def segmentation_scores(totals: dict, examples) -> dict:
         f1 = np.where(present, 2.0 * intersection / np.where(present, predicted + truth, 1.0), 0.0).sum(-1) / np.maximum(n_present, 1)
     iou, f1 = np.where(n_present > 0, iou, 1.0), np.where(n_present > 0, f1, 1.0)
     scores = {"loss": np.asarray(totals["loss"], np.float64) / examples, "iou": iou, "f1": f1}
+    if "compare_loss" in totals:  # members on different losses: each also scored on the common one
+        scores["compare_loss"] = np.asarray(totals["compare_loss"], np.float64) / examples
     if intersection.shape[-1] > 1:  # multi-class: each class's own IoU and F1 too
         with np.errstate(invalid="ignore", divide="ignore"):
             for c in range(intersection.shape[-1]):

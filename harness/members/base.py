@@ -84,6 +84,9 @@ class Member:
     device: str | None = None  # per_model placement: variables and compute pinned here
     isolate_divergence: bool = True  # train.isolate_divergence
     stream: int = 0  # which input stream feeds it: its repeat's (0-based), see data.pipeline
+    # With members on different losses, validation also scores this one on the common loss
+    # (a per-example loss function, set by the run): `compare_loss` beside its own `loss`.
+    compare_loss_fn: Callable | None = None
 
     metric_names = ("loss",)
     # A kind's own metric the vocabulary does not know (a user's `coverage`) counts as lower-is-better
@@ -127,13 +130,16 @@ class Member:
 
     def eval_keys(self, classes: int) -> tuple[str, ...]:
         """The per-image quantities `eval_images` returns."""
-        return ("loss", "intersection", "predicted", "truth")
+        return ("loss", "intersection", "predicted", "truth", *(("compare_loss",) if self.compare_loss_fn else ()))
 
     def eval_images(self, images, masks, classes: int) -> dict:
         """Graph code, per image of the batch: loss, and per class intersection, predicted and
         true pixels. Summed over images they give the scores (`eval_scores`)."""
         probabilities = tf.cast(self.predict(images), tf.float32)
-        return segmentation_counts(self.loss_fn(masks, probabilities), probabilities, masks, classes)
+        counts = segmentation_counts(self.loss_fn(masks, probabilities), probabilities, masks, classes)
+        if self.compare_loss_fn is not None:
+            counts["compare_loss"] = self.compare_loss_fn(masks, probabilities)
+        return counts
 
     def eval_scores(self, totals: dict, examples) -> dict:
         """numpy: scores from per-image quantities summed over any set of images."""

@@ -18,7 +18,7 @@ from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
 from harness.outputs.plots import SMOOTHING, _colours, _per_model
-from harness.outputs.tables import common_loss_rows
+from harness.outputs.tables import charted_val_metrics, common_loss_rows
 
 MAX_POINTS = 400
 WIDTH, HEIGHT = 1000, 320
@@ -32,9 +32,10 @@ def report_charts(losses: pd.DataFrame, compared_on: str | None = None, members:
     if train:
         smooth = {m: (s.index.to_numpy(), s["mean"].ewm(alpha=1 - SMOOTHING).mean().to_numpy()) for m, s in train.items()}
         charts.append(line_chart(f"training loss ({compared_on or 'each model its own'}), smoothed", smooth, "step", "train loss"))
-    for metric in sorted(set(losses.loc[losses["split"] == "val", "metric"])):
+    for metric in charted_val_metrics(losses):
         curves = _per_model(losses, "val", metric, x="epoch")
-        charts.append(line_chart(f"validation {metric}", {m: (s.index.to_numpy(), s["mean"].to_numpy()) for m, s in curves.items()}, "epoch", f"val {metric}", markers=True))
+        title = f"validation common loss ({compared_on})" if metric == "compare_loss" else f"validation {metric}"
+        charts.append(line_chart(title, {m: (s.index.to_numpy(), s["mean"].to_numpy()) for m, s in curves.items()}, "epoch", f"val {metric}", markers=True))
     rates = _per_model(losses, "train", "lr")
     if rates:
         charts.append(line_chart("learning rate", {m: (s.index.to_numpy(), s["mean"].to_numpy()) for m, s in rates.items()}, "step", "learning rate", log_y=True))

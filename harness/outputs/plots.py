@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.config.metrics import higher_is_better  # noqa: E402
-from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
+from harness.outputs.tables import base_model, charted_val_metrics, common_loss_rows  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
@@ -250,7 +250,7 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
         figure("learning_rates", lambda ax: plot_learning_rates(ax, losses))
     if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
         figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs), size=(7.5, 1.6 + 0.35 * len(pairs)))
-    val_metrics = sorted(set(losses.loc[losses["split"] == "val", "metric"]))
+    val_metrics = charted_val_metrics(losses)
     if val_metrics:
         fig, axes = plt.subplots(1, len(val_metrics), figsize=(4.5 * len(val_metrics), 3.8), squeeze=False)
         for ax, metric in zip(axes[0], val_metrics):

@@ -182,6 +182,13 @@ def common_loss_rows(losses: pd.DataFrame, members: set[str] | None = None) -> p
     return pd.concat([own, train[train["metric"] == "compare_loss"]])
 
 
+def charted_val_metrics(losses: pd.DataFrame) -> list[str]:
+    """The validation metrics drawn as curves: each one, but members' own `loss` when they were
+    also scored on a common one (`compare_loss`): their own losses are not on one scale."""
+    found = sorted(set(losses.loc[losses["split"] == "val", "metric"]))
+    return [m for m in found if not (m == "loss" and "compare_loss" in found)]
+
+
 def build_pairs(losses: pd.DataFrame, compared_on: str | None = None, metric_stats: pd.DataFrame | None = None, members: set[str] | None = None) -> pd.DataFrame:
     """Every pair on the same batches: the per-batch win rate on the common loss (`compared_on`),
     joined with the ranking metric's paired difference and interval (`metric_stats`). With one

@@ -196,13 +196,15 @@ VAL_SCORE_BASE = ("step", "epoch", "model", "image")
 COUNTS = ("intersection", "predicted", "truth")
 
 
-def val_score_columns(classes: int) -> list[str]:
+def val_score_columns(classes: int, compare_loss: bool = False) -> list[str]:
     """val_scores.csv: per evaluation, member and validation image, its scores and the counts they
-    come from (background excluded); multi-class tasks add each class's scores and counts."""
+    come from (background excluded); multi-class tasks add each class's scores and counts. With
+    members on different losses, `compare_loss` last (empty for members not scored on it)."""
+    common = ["compare_loss"] if compare_loss else []
     if classes == 1:
-        return [*VAL_SCORE_BASE, "loss", "iou", "f1", *COUNTS]
+        return [*VAL_SCORE_BASE, "loss", "iou", "f1", *COUNTS, *common]
     classes_columns = [per_class(name, c) for name in ("iou", "f1", *COUNTS) for c in range(1, classes)]
-    return [*VAL_SCORE_BASE, "loss", "iou", "f1", *classes_columns]
+    return [*VAL_SCORE_BASE, "loss", "iou", "f1", *classes_columns, *common]
 
 
 def counts_of(frame, classes: int) -> dict:
@@ -219,10 +221,11 @@ def counts_of(frame, classes: int) -> dict:
 class ValScoresWriter:
     """Appends each evaluation's per-image rows to val_scores.csv, flushed at every write."""
 
-    def __init__(self, path: Path, classes: int):
-        self.columns = val_score_columns(classes)
+    def __init__(self, path: Path, classes: int, compare_loss: bool = False):
         self.classes = classes
         new = not path.exists() or path.stat().st_size == 0
+        # A resumed run goes on with the columns its file has (one from before compare_loss too).
+        self.columns = val_score_columns(classes, compare_loss) if new else _header(path)
         self._handle = path.open("a", newline="", encoding="utf-8")
         self._csv = csv.writer(self._handle, lineterminator="\n")
         if new:
@@ -246,3 +249,8 @@ class ValScoresWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(encoding="utf-8") as handle:
+        return next(csv.reader(handle))

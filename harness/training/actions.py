@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.config import metrics
 from harness.config.metrics import higher_is_better
 from harness.config.naming import model_of
 from harness.config.schema import ExperimentConfig
@@ -195,6 +196,11 @@ def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
         warnings.append(
             f"members train on different losses ({', '.join(losses)}); pairs.csv and the loss plot compare them on "
             f"{config.compare_loss()}, computed for every member from its predictions; set output.compare_loss to choose"
+        )
+    if config.losses_differ() and config.ranking_column() in metrics.OWN_LOSS_RANKINGS:
+        warnings.append(
+            f"the ranking is by {config.ranking_column()}, each member's own loss, but they train on different losses "
+            f"({', '.join(losses)}): --set output.rank_by=val_compare_loss ranks them on {config.compare_loss()} alone"
         )
     if config.train.batchnorm_momentum is not None or "val_loss" not in summary:
         return warnings

@@ -32,6 +32,8 @@ class CompiledMembers:
         """Build over `members` (the first build, or a rebuild at `step` because of `why`)."""
         config = self.config
         compare = {m.name: make_loss(config.compare_loss()) for m in members if config.scored_on_compare_loss(m.spec)}
+        for m in members:  # validation scores every mask-predicting member on the common loss too
+            m.compare_loss_fn = make_loss(config.compare_loss()) if config.losses_differ() and m.spec.predicts_masks else None
         self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
         self.active = list(members)
         self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare)

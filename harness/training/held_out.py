@@ -37,7 +37,7 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
             if selected[member.name]["weights"] == "best":
                 _load_best(member, run_path)
         per_image = tf.nest.map_structure(lambda t: t.numpy(), make_eval_fn(members, config.data.classes)(test_dataset))
-    writer = ValScoresWriter(path, config.data.classes)
+    writer = ValScoresWriter(path, config.data.classes, config.losses_differ())
     try:
         for member in members:
             mine = per_image[member.name]

@@ -125,7 +125,7 @@ class Runner:
         """Step 7: the controller's loop, with its writers open; the step it ended at."""
         writer = make_writers(self.config, self.run_dir, self.roster.members, start, self.resuming, self.placement.is_chief,
                               self.book.record, lambda record: self.book.update(mlflow=record))
-        self.val_scores = ValScoresWriter(self.run_dir.val_scores_csv, self.config.data.classes)
+        self.val_scores = ValScoresWriter(self.run_dir.val_scores_csv, self.config.data.classes, self.config.losses_differ())
 
         def train(step: int, k: int) -> list[Row]:
             if self.timing.first_call_s is None:
