@@ -234,3 +234,13 @@ def test_chart_ticks_on_steps_and_epochs_are_whole_numbers():
     assert _whole_ticks(1, 102) == [20.0, 40.0, 60.0, 80.0, 100.0]
     assert _whole_ticks(1, 2) == [1.0, 2.0] and _whole_ticks(0.5, 1.5) == [1.0]
     assert all(t == round(t) for t in _whole_ticks(3, 81))
+
+
+def test_the_way_to_view_mlflow_names_the_store_as_mlflow_3_opens_it(tmp_path, monkeypatch):
+    from harness.outputs.mlflow_log import view_command
+
+    monkeypatch.chdir(tmp_path)
+    assert view_command("file:./mlruns") == f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {tmp_path / 'mlruns'}  (the UI needs: pip install mlflow)"
+    assert view_command("sqlite:///mlflow.db") == f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}"
+    assert view_command("sqlite:////abs/m.db") == "mlflow ui --backend-store-uri sqlite:////abs/m.db"
+    assert view_command("http://tracking:5000") == "open http://tracking:5000 in a browser"

@@ -47,6 +47,19 @@ def client_for(spec):
     return MlflowClient(tracking_uri=spec.tracking_uri)
 
 
+def view_command(tracking_uri: str) -> str:
+    """How to look at what was logged: MLflow's UI over the store (the UI is in the full `mlflow`
+    package; MLflow 3 opens a file store only with MLFLOW_ALLOW_FILE_STORE=true), or the server."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri} in a browser"
+    if tracking_uri.startswith("file:"):
+        folder = Path(tracking_uri.removeprefix("file://").removeprefix("file:")).resolve()
+        return f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {folder}  (the UI needs: pip install mlflow)"
+    if tracking_uri.startswith("sqlite:///") and not tracking_uri.startswith("sqlite:////"):
+        tracking_uri = "sqlite:///" + str(Path(tracking_uri.removeprefix("sqlite:///")).resolve())
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
 def open_runs(client, config: ExperimentConfig, info: RunRecord, run_path: Path) -> dict[str, Any]:
     """The MLflow runs of this run: those run.json names (a resume), else new ones."""
     record = info.get("mlflow") or {}  # the MLflow run ids of an earlier process of this run

@@ -157,10 +157,11 @@ def log_mlflow(done: FinishedRun) -> None:
     if (done.book.record.get("mlflow") or {}).get("stopped") == "while training":
         print("harness: MLflow: nothing logged at the end either (it failed while training); the run's results are complete", file=sys.stderr)
         return
-    from harness.outputs.mlflow_log import finish_runs
+    from harness.outputs.mlflow_log import finish_runs, view_command
 
     try:
         record = finish_runs(done.run, done.config, done.book.record)
+        print(f"harness: MLflow: logged; to view it: {view_command(done.config.output.mlflow.tracking_uri)}", file=sys.stderr)
     except ConfigError:
         raise
     except Exception as exc:  # MLflow raises its own and its backends' errors
