@@ -101,6 +101,10 @@ EXAMPLES = {
     ],
     "runs": ["harness runs", "harness runs smoke --results /data/results", "harness runs --json"],
     "report": ["harness report results/smoke/20261122-214712"],
+    "doctor": [
+        "harness doctor            # everything, a tiny fused step on each placement too (about a minute)",
+        "harness doctor --quick    # versions, devices, XLA, mixed precision, determinism only",
+    ],
     "bench": [
         "harness bench --tiny                      # seconds: checks the bench works",
         "harness bench --section steps_per_call --rounds 7",
@@ -196,6 +200,9 @@ def _add_report(commands) -> None:
 
 
 def _add_bench(commands) -> None:
+    doctor = commands.add_parser("doctor", help="check this machine: versions, devices, XLA, mixed precision, determinism, a tiny fused step on every placement")
+    doctor.add_argument("--quick", action="store_true", help="skip the tiny fused steps (each a process of its own, about 15 s each)")
+    doctor.set_defaults(func=cmd_doctor)
     bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
     bench.add_argument("--tiny", action="store_true", help="tiny models, seconds: only checks the benchmark works")
     bench.add_argument("--suite", choices=["standard", "quickstart"], default="standard", help="the models to measure")
@@ -324,6 +331,12 @@ def cmd_report(args) -> int:
     _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)
     print(f"report: {args.run_dir / 'report.html'}")
     return EXIT_OK
+
+
+def cmd_doctor(args) -> int:
+    from harness.doctor import run_doctor
+
+    return run_doctor(placements=not args.quick)
 
 
 def cmd_bench(args) -> int:

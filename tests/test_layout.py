@@ -97,7 +97,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_level_import(tmp_path
 # whose calibration section runs experiments through it.
 FLOORS = (
     ("errors",), ("config",), ("core",), ("members", "data"), ("rundir",), ("outputs",), ("training",),
-    ("scale",), ("nights",), ("api",), ("bench",), ("cli",), ("__main__",),
+    ("scale",), ("nights",), ("api",), ("bench", "doctor"), ("cli",), ("__main__",),
 )
 # The package's own __init__ runs before any of its modules: it may only select the Keras backend
 # (core.backend) and hand attribute lookups to the API, lazily.

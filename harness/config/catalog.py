@@ -31,7 +31,7 @@ SM_BACKBONES = (
 
 # name -> (input multiple, options it takes, what it is)
 BUILTINS: dict[str, tuple[int, frozenset[str], str]] = {
-    "tiny_fcn": (1, frozenset({"width"}), "three 3x3 convolutions, no downsampling"),
+    "tiny_fcn": (1, frozenset({"width", "batchnorm"}), "three 3x3 convolutions, no downsampling (batchnorm: false leaves out BatchNormalization)"),
     "tiny_unet": (4, frozenset({"width"}), "two-level U-Net with skip connections"),
     "tiny_deconv": (4, frozenset({"width"}), "strided-conv encoder, transpose-conv decoder"),
     "pix2pix_generator": (8, frozenset({"width", "depth", "dropout"}), "pix2pix U-Net generator (kind: gan)"),

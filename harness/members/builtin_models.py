@@ -9,9 +9,10 @@ from __future__ import annotations
 from harness.core.backend import import_keras
 
 
-def _conv(layers, x, filters, name, strides=1):
+def _conv(layers, x, filters, name, strides=1, batchnorm=True):
     x = layers.Conv2D(filters, 3, strides=strides, padding="same", name=f"{name}_conv")(x)
-    x = layers.BatchNormalization(name=f"{name}_bn")(x)
+    if batchnorm:
+        x = layers.BatchNormalization(name=f"{name}_bn")(x)
     return layers.Activation("relu", name=f"{name}_relu")(x)
 
 
@@ -21,12 +22,14 @@ def _head(layers, x, classes, activation):
     return layers.Activation(activation, dtype="float32", name="head_act")(x)
 
 
-def tiny_fcn(input_shape, classes, activation, width: int = 8):
+def tiny_fcn(input_shape, classes, activation, width: int = 8, batchnorm: bool = True):
+    """`batchnorm: false`: no BatchNormalization, so a mirrored step (each replica normalising its
+    share of the batch) trains exactly what one device does, up to the order of sums."""
     keras = import_keras()
     layers = keras.layers
     inputs = keras.Input(input_shape)
-    x = _conv(layers, inputs, width, "c1")
-    x = _conv(layers, x, width, "c2")
+    x = _conv(layers, inputs, width, "c1", batchnorm=batchnorm)
+    x = _conv(layers, x, width, "c2", batchnorm=batchnorm)
     return keras.Model(inputs, _head(layers, x, classes, activation), name="tiny_fcn")
 
 
