@@ -101,6 +101,9 @@ EXAMPLES = {
     ],
     "runs": ["harness runs", "harness runs smoke --results /data/results", "harness runs --json"],
     "report": ["harness report results/smoke/20261122-214712"],
+    "export-batches": [
+        "harness export-batches results/smoke/20261124-011616 --steps 16   # then docs/reproduce.md's loop",
+    ],
     "doctor": [
         "harness doctor            # everything, a tiny fused step on each placement too (about a minute)",
         "harness doctor --quick    # versions, devices, XLA, mixed precision, determinism only",
@@ -200,6 +203,11 @@ def _add_report(commands) -> None:
 
 
 def _add_bench(commands) -> None:
+    replay = commands.add_parser("export-batches", help="write the batches a run's members saw and their initial weights, to reproduce a member by hand")
+    replay.add_argument("run_dir", type=Path, help="the run directory")
+    replay.add_argument("--steps", type=int, required=True, help="the first N steps' batches")
+    replay.add_argument("--out", type=Path, default=None, help="where to write them (default RUN/replay)")
+    replay.set_defaults(func=cmd_export_batches)
     doctor = commands.add_parser("doctor", help="check this machine: versions, devices, XLA, mixed precision, determinism, a tiny fused step on every placement")
     doctor.add_argument("--quick", action="store_true", help="skip the tiny fused steps (each a process of its own, about 15 s each)")
     doctor.set_defaults(func=cmd_doctor)
@@ -330,6 +338,14 @@ def cmd_report(args) -> int:
     summary = rebuild(args.run_dir)
     _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)
     print(f"report: {args.run_dir / 'report.html'}")
+    return EXIT_OK
+
+
+def cmd_export_batches(args) -> int:
+    from harness.training.replay import export_batches
+
+    out = export_batches(args.run_dir, args.steps, args.out)
+    print(f"batches of steps 1-{args.steps}, initial weights and members.json: {out}")
     return EXIT_OK
 
 
