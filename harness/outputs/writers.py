@@ -138,60 +138,6 @@ def _row_step(line: str) -> int | None:
         return None
 
 
-class TerminalWriter:
-    """Progress with each model's latest train loss (and val scores when they arrive).
-
-    A live bar when attached to a terminal (rich); plain lines otherwise, so logs of nightly jobs
-    stay readable.
-    """
-
-    def __init__(self, total_steps: int, models: Sequence[str], mode: str = "auto", start_step: int = 0):
-        self.total = total_steps
-        self.models = list(models)
-        self.latest: dict[str, str] = {}
-        self.val: dict[str, str] = {}
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
-        self.mode = mode
-        self._started = time.monotonic()
-        self._progress = None
-        if mode == "bar":
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                TextColumn("{task.description}"),
-                transient=False,
-            )
-            self._task = self._progress.add_task("", total=total_steps, completed=start_step)
-            self._progress.start()
-
-    def write(self, rows: Sequence[Row], step: int) -> None:
-        for r in rows:
-            if r.split == "train" and r.metric == "loss":
-                self.latest[r.model] = f"{r.value:.4f}"
-            elif r.split == "val" and r.metric in ("loss", "iou"):
-                self.val.setdefault(r.model, {})[r.metric] = f"{r.value:.3f}"
-        line = "  ".join(f"{m} {self.latest.get(m, '-')}" for m in self.models)
-        if self.mode == "bar" and self._progress is not None:
-            self._progress.update(self._task, completed=step, description=line)
-        elif self.mode == "lines":
-            elapsed = time.monotonic() - self._started
-            print(f"step {step}/{self.total} [{elapsed:6.1f}s]  loss: {line}", file=sys.stderr, flush=True)
-            if any(r.split == "val" for r in rows):
-                scores = "  ".join(
-                    f"{m} loss {v.get('loss', '-')} iou {v.get('iou', '-')}" for m, v in self.val.items()
-                )
-                print(f"  val @ {step}: {scores}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-
 VAL_SCORE_BASE = ("step", "epoch", "model", "image")
 COUNTS = ("intersection", "predicted", "truth")
 

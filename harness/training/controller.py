@@ -7,7 +7,9 @@ the loop is tested with fakes; "is it time?" lives in one place, `Schedule`.
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -46,11 +48,19 @@ class Writer(Protocol):
 
 class StopFlag:
     """SIGTERM/SIGINT set a flag (the compiled call in progress finishes); the loop reads it once
-    per call. A context manager: the previous handlers come back on exit."""
+    per call. A context manager: the previous handlers come back on exit.
 
-    def __init__(self):
+    With a `notice`, the signal is acknowledged at once with it, even while the main thread is
+    inside a long compiled call (where Python runs no handler until the call returns): the C-level
+    handler writes the signal's number to a pipe (`signal.set_wakeup_fd`) and a thread blocked on
+    the pipe prints the notice."""
+
+    def __init__(self, notice: str | None = None, stream=None):
         self.signal: int | None = None
+        self.notice, self.stream = notice, stream
         self._previous: dict[int, object] = {}
+        self._pipe: tuple[int, int] | None = None
+        self._previous_fd = -1
 
     def request(self, signum: int, frame=None) -> None:
         self.signal = signum
@@ -63,12 +73,42 @@ class StopFlag:
         if threading.current_thread() is threading.main_thread():  # only it may handle signals
             for signum in (signal.SIGTERM, signal.SIGINT):
                 self._previous[signum] = signal.signal(signum, self.request)
+            if self.notice:
+                self._watch()
         return self
+
+    def _watch(self) -> None:
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._pipe = (read, write)
+        self._previous_fd = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        threading.Thread(target=self._acknowledge, args=(read,), daemon=True, name="harness-signal-notice").start()
+
+    def _acknowledge(self, read: int) -> None:
+        told = False
+        while True:
+            try:
+                data = os.read(read, 16)
+            except OSError:
+                data = b""
+            if not data:  # the write end was closed on exit
+                os.close(read)
+                return
+            names = {signal.Signals(b).name for b in data if b in (signal.SIGINT, signal.SIGTERM)}
+            if names and not told:
+                stream = self.stream or sys.stderr
+                stream.write(f"\nharness: {'/'.join(sorted(names))} received: {self.notice}\n")
+                stream.flush()
+                told = True
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
+        if self._pipe is not None:
+            signal.set_wakeup_fd(self._previous_fd)
+            os.close(self._pipe[1])  # the watching thread reads the end of the pipe, closes it and ends
+            self._pipe = None
 
 
 @dataclass

@@ -6,7 +6,8 @@ import shutil
 from typing import Any
 
 from harness.outputs.tables import load_losses
-from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter, TerminalWriter
+from harness.outputs.progress import TerminalWriter
+from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter
 from harness.rundir import RunDir
 
 

@@ -53,7 +53,9 @@ class Runner:
         self.resuming, self.end_of_run = resuming, end_of_run
         self.book = RunBook.open(config, run, placement, scan, resuming)
         self.roster = Roster([])
-        self.stop = StopFlag()
+        self.stop = StopFlag(notice=(
+            f"the steps in progress finish (up to {config.train.steps_per_call}), then a checkpoint is written and harness "
+            f"exits with 75; harness resume {run.path} continues from it"))
         self.timing = StepTiming()
         self.compiled = CompiledMembers(config, placement, None)
         self.eval_actions: list = []

@@ -1,0 +1,127 @@
+"""Live progress on the terminal, as one line that fits any width, and plain lines in logs.
+
+The line always shows the step, the total, the elapsed time and the time left; then a bar if there
+is room; then as many members' latest training losses as fit, the rest counted ("+3 more").
+Members that left the run (dropped by a race, stopped early) are left out: their rows stop coming.
+Validation scores are printed above the line at each evaluation, wrapped to the width, on a
+terminal as in a log.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import Sequence, TextIO
+
+MIN_BAR = 10  # a bar narrower than this says nothing: leave it out
+SHOWN_VAL = ("iou", "loss")
+
+
+def clock(seconds: float) -> str:
+    seconds = int(round(max(seconds, 0)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def status_line(step: int, total: int, elapsed: float, left: float | None, losses: dict[str, str], width: int, bar: bool = True, label: str = "") -> str:
+    """One line of at most `width` characters. The head (step/total, elapsed, time left) always;
+    a bar, if at least MIN_BAR wide remains with a third of the rest for losses; losses as fit."""
+    head = f"step {step}/{total}  {clock(elapsed)}  ~{clock(left)} left" if left is not None else f"step {step}/{total}  {clock(elapsed)}"
+    room = width - len(head)
+    first = next(iter(losses.items()), None)  # at least one member's loss before any bar
+    needed = len(f"  {label}{first[0]} {first[1]}  +{len(losses)} more") if first else 0
+    bar_width = min(30, room - 2 - needed) if bar else 0
+    if bar_width >= MIN_BAR:
+        filled = round(bar_width * step / max(total, 1))
+        head = f"{head}  {'█' * filled}{'░' * (bar_width - filled)}"
+    return (head + _fitted(losses, width - len(head) - 2 - len(label), prefix=f"  {label}"))[:width]
+
+
+def _fitted(values: dict[str, str], room: int, prefix: str = "") -> str:
+    """`name value` pairs as many as fit in `room` characters, then `+N more`."""
+    shown: list[str] = []
+    for i, (name, value) in enumerate(values.items()):
+        item = f"{name} {value}"
+        rest = len(values) - i - 1
+        more = f"  +{rest} more" if rest else ""
+        if len("  ".join(shown + [item])) + len(more) > room:
+            more = f"+{len(values) - i} more"
+            return prefix + "  ".join(shown + [more]) if len("  ".join(shown + [more])) <= room else prefix + "  ".join(shown)
+        shown.append(item)
+    return prefix + "  ".join(shown) if shown else ""
+
+
+def val_lines(step: int, scores: dict[str, dict[str, str]], width: int) -> list[str]:
+    """`val @ step S: a iou 0.61 loss 0.43 | b ...`, wrapped at members to `width`."""
+    items = [f"{m} " + " ".join(f"{k} {v[k]}" for k in SHOWN_VAL if k in v) for m, v in scores.items()]
+    lines, line = [], f"val @ step {step}:"
+    for item in items:
+        if len(line) + 3 + len(item) > width and not line.endswith(":"):
+            lines.append(line)
+            line = "   "
+        line = f"{line} {item}" if line.endswith(":") or line == "   " else f"{line} | {item}"
+    return lines + [line]
+
+
+class TerminalWriter:
+    """Progress with each model's latest train loss and each evaluation's scores. mode `bar`:
+    one line redrawn in place (a terminal); `lines`: a line per call (logs); `none`: silent."""
+
+    def __init__(self, total_steps: int, models: Sequence[str], mode: str = "auto", start_step: int = 0, stream: TextIO | None = None, width: int | None = None):
+        self.stream = stream or sys.stderr
+        self.total, self.models, self.start_step = total_steps, list(models), start_step
+        self.mode = ("bar" if self.stream.isatty() else "lines") if mode == "auto" else mode
+        self.fixed_width = width
+        self.latest: dict[str, str] = {}
+        self._started = time.monotonic()
+        self._drawn = False
+
+    @property
+    def width(self) -> int:
+        """The terminal's width, read at every write (a resized window); a log line is not cut."""
+        if self.fixed_width:
+            return self.fixed_width
+        return shutil.get_terminal_size((100, 24)).columns if self.mode == "bar" else 100_000
+
+    def write(self, rows: Sequence, step: int) -> None:
+        if self.mode == "none":
+            return
+        current = {r.model: f"{r.value:.4f}" for r in rows if r.split == "train" and r.metric == "loss"}
+        if current:  # members with no row at this call have left the run: not shown
+            self.latest = {m: current[m] for m in self.models if m in current}
+        val: dict[str, dict[str, str]] = {}
+        for r in rows:
+            if r.split == "val" and r.metric in SHOWN_VAL:
+                val.setdefault(r.model, {})[r.metric] = f"{r.value:.3f}"
+                val_step = r.step
+        elapsed = time.monotonic() - self._started
+        done = step - self.start_step
+        left = elapsed / done * (self.total - step) if done > 0 else None
+        if val:
+            self._print_above(val_lines(val_step, val, self.width))
+        bar = self.mode == "bar"
+        line = status_line(step, self.total, elapsed, left, self.latest, self.width - bar, bar=bar, label="" if bar else "loss: ")
+        if self.mode == "bar":
+            self.stream.write("\r" + line.ljust(self.width - 1))
+            self._drawn = True
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def _print_above(self, lines: list[str]) -> None:
+        clear = "\r" + " " * (self.width - 1) + "\r" if self._drawn else ""
+        self.stream.write(clear + "\n".join(lines) + "\n")
+
+    def say(self, text: str) -> None:
+        """A message that must not be drawn over (Ctrl-C acknowledged): on its own line."""
+        self.stream.write(("\n" if self._drawn else "") + text + "\n")
+        self._drawn = False
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False

@@ -1,0 +1,93 @@
+"""Live progress that fits any width: step, total, elapsed and time left always; a bar and as many
+members' losses as fit; members that left the run left out; validation scores at each evaluation;
+Ctrl-C acknowledged at once, even in the middle of a long call."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from harness.outputs.progress import TerminalWriter, status_line
+from harness.outputs.writers import Row
+
+NAMES = [f"mine-lr0.0{i}" for i in range(6)]
+
+
+def train_rows(step, names, value=1.4483):
+    return [Row(step, 1, m, "train", "loss", value + i) for i, m in enumerate(names)]
+
+
+def drawn(width, calls):
+    stream = io.StringIO()
+    writer = TerminalWriter(200, NAMES, "bar", 0, stream, width)
+    for step, rows in calls:
+        writer.write(rows, step)
+    writer.close()
+    return [line for chunk in stream.getvalue().split("\n") for line in chunk.split("\r") if line.strip()]
+
+
+@pytest.mark.parametrize("width", [60, 100, 200])
+def test_the_line_fits_and_always_shows_step_total_elapsed_and_time_left(width):
+    lines = drawn(width, [(40, train_rows(40, NAMES))])
+    (line,) = lines
+    assert len(line) <= width and line.startswith("step 40/200  ") and " left" in line
+    assert "mine-lr0.00 1.4483" in line  # at least one member's loss, whole
+    shown = sum(name in line for name in NAMES)
+    assert shown == 6 or f"+{6 - shown} more" in line  # the rest counted, never cut mid-name
+    if width >= 100:
+        assert "█" in line or "░" in line  # a bar where there is room
+
+
+def test_at_200_columns_every_member_shows_and_at_60_the_rest_are_counted():
+    assert all(name in drawn(200, [(40, train_rows(40, NAMES))])[0] for name in NAMES)
+    assert "+5 more" in drawn(60, [(40, train_rows(40, NAMES))])[0]
+
+
+def test_members_that_left_the_run_are_not_shown():
+    lines = drawn(200, [(40, train_rows(40, NAMES)), (50, train_rows(50, NAMES[:2], 0.9))])
+    assert "mine-lr0.05" not in lines[-1] and "mine-lr0.01 1.9000" in lines[-1]
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_validation_scores_are_printed_above_the_line_wrapped_to_the_width(width):
+    val = [Row(40, 1, m, "val", metric, 0.5) for m in NAMES for metric in ("iou", "loss")]
+    lines = drawn(width, [(40, train_rows(40, NAMES) + val)])
+    printed = [l for l in lines if not l.startswith("step ")]
+    assert printed[0].startswith("val @ step 40: mine-lr0.00 iou 0.500 loss 0.500")
+    assert all(len(l) <= width for l in printed) and all(name in "\n".join(printed) for name in NAMES)
+
+
+def test_log_lines_are_never_cut():
+    stream = io.StringIO()
+    writer = TerminalWriter(16, NAMES, "lines", 0, stream)
+    writer.write(train_rows(16, NAMES), 16)
+    (line,) = stream.getvalue().splitlines()
+    assert line.startswith("step 16/16") and "loss: mine-lr0.00 1.4483" in line and "mine-lr0.05 6.4483" in line
+
+
+def test_a_line_without_losses_yet_is_only_the_head():
+    assert status_line(0, 200, 3.0, None, {}, 60).startswith("step 0/200  3s")
+
+
+def test_ctrl_c_is_acknowledged_during_a_long_call_before_the_call_returns(tmp_path):
+    script = tmp_path / "long_call.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, threading
+        import numpy as np
+        from harness.training.controller import StopFlag
+
+        with StopFlag(notice="a checkpoint, then exit 75") as stop:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+            a = np.random.default_rng(0).random((1500, 1500))
+            for _ in range(12):  # seconds in C code, where Python runs no signal handler
+                a = np.linalg.inv(a @ a.T + np.eye(1500))
+            print("the long call returned; flag:", stop.name, file=sys.stderr, flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = done.stderr.index("harness: SIGINT received: a checkpoint, then exit 75")
+    assert said < done.stderr.index("the long call returned; flag: SIGINT")
