@@ -14,13 +14,17 @@ __all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "histo
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
     """Train every model of the experiment together; return a `RunResult` with
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
-    from harness.scale.launch import start_run
+    from harness.training.preflight import before_tensorflow
 
     if not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
     elif overrides:
         raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
-    return start_run(config, Path(results_dir) if results_dir else None)
+    results = Path(results_dir) if results_dir else None
+    config, scan = before_tensorflow(config, results)  # paths, module names, the data's files: seconds
+    from harness.scale.launch import start_run
+
+    return start_run(config, results, scan=scan)
 
 
 def plan(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
@@ -38,6 +42,9 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, accept_chang
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
+    from harness.training.preflight import refuse_locked
+
+    refuse_locked(Path(run_dir))  # exit 5 before TensorFlow's import
     from harness.scale.launch import resume as resume_any
 
     return resume_any(Path(run_dir), overrides, accept_changed_data)

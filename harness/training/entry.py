@@ -13,15 +13,14 @@ from pathlib import Path
 from typing import Any
 
 
-from harness.config.consistency import sized_problems
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
 from harness.data.fingerprint import changed_items
-from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
 from harness.members.trial import trial_build
 from harness import rundir as rd
+from harness.training import preflight
 from harness.training.actions import END_OF_RUN
 from harness.rundir import FolderLock
 from harness.training.records import RunResult
@@ -86,26 +85,11 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
 
 
 def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None):
-    """Real sources: the pre-flight scan (exit 3 naming every bad file); returns the config with
-    the sizes it found, and the scan. After prepare_process: a TFDS source reads its files with
-    TensorFlow."""
-    cache = Path(results_dir or config.output.results_dir) / config.name / ".data-cache"
+    """Real sources: the pre-flight scan (exit 3 naming every bad file), with every network's size
+    rule, users' factories' included (this imports them); returns the resolved config and the
+    scan. After prepare_process: a TFDS source reads its files with TensorFlow."""
     multiple = input_multiple(config) if config.data.source != "synthetic" else 1
-    resolved, scan = resolve_data(config, multiple, cache)
-    if scan is not None and config.output.progress != "none":
-        facts = scan.facts
-        print(
-            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val"
-            f"{f', {scan.test_size} test' if scan.test_size else ''}) of "
-            f"{facts['listed']} listed, {facts['skipped']} skipped, at {scan.image_size[0]}x{scan.image_size[1]} "
-            f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
-            file=sys.stderr,
-        )
-        for note in facts["notes"]:
-            print(f"harness: data: {note}", file=sys.stderr)
-    if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
-        raise ConfigError("the config does not fit the data found:", problems)
-    return resolved, scan
+    return preflight.resolve_data_sizes(config, results_dir, multiple)
 
 
 def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -> None:

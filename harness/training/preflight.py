@@ -1,0 +1,86 @@
+"""The checks that need no TensorFlow, run before it is imported (about 10 s quiet, a minute on a
+busy machine): a typo in a module path, a missing image folder, masks of the wrong size or with
+the wrong values, a run locked by another process answer in seconds.
+
+This module imports nothing that imports TensorFlow (tests/test_preflight.py checks it). The data
+scan it makes is handed on to the run: it is not done twice. Only what needs code or TensorFlow
+waits: a factory's own size rule (importing it runs the user's module), a TFDS source.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+from harness import rundir as rd
+from harness.config import catalog
+from harness.config.consistency import sized_problems
+from harness.config.schema import ExperimentConfig
+from harness.data.resolve import resolve_data
+from harness.errors import ConfigError
+
+
+def before_tensorflow(config: ExperimentConfig, results_dir: Path | None = None):
+    """(config, scan) with the data resolved when that needs no user code; else (config, None)
+    and the run resolves it after importing the code."""
+    check_module_paths(config)
+    if config.data.source in ("synthetic", "tfds") or _names_code(config):
+        return config, None
+    multiple = math.lcm(*(catalog.input_multiple(arch, options) for _, arch, options in config.networks()))
+    return resolve_data_sizes(config, results_dir, multiple)
+
+
+def _names_code(config: ExperimentConfig) -> bool:
+    return any(catalog.is_factory(arch) for _, arch, _ in config.networks())
+
+
+def check_module_paths(config: ExperimentConfig) -> None:
+    """Every `package.module` a factory or kind names can be found (without importing it)."""
+    problems = []
+    for i, spec in enumerate(config.models):
+        for field, path in (("arch", spec.arch), ("kind", spec.kind)):
+            if ":" not in path:
+                continue
+            module = path.partition(":")[0]
+            try:
+                found = importlib.util.find_spec(module)
+            except (ImportError, ValueError) as exc:  # a parent package that is missing or broken
+                found, why = None, f": {exc}"
+            else:
+                why = ""
+            if found is None:
+                problems.append(f"models.{i}({spec.name}).{field}: cannot find module {module!r} for {path!r}{why} "
+                                f"(is its folder on PYTHONPATH? running from {Path.cwd()})")
+    if problems:
+        raise ConfigError("the code this config names cannot be found:", problems)
+
+
+def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multiple: int):
+    """Real sources: the pre-flight scan (exit 3 naming every bad file); returns the config with
+    the sizes it found, and the scan."""
+    cache = Path(results_dir or config.output.results_dir) / config.name / ".data-cache"
+    resolved, scan = resolve_data(config, multiple, cache)
+    if scan is not None and config.output.progress != "none":
+        facts = scan.facts
+        print(
+            f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val"
+            f"{f', {scan.test_size} test' if scan.test_size else ''}) of "
+            f"{facts['listed']} listed, {facts['skipped']} skipped, at {scan.image_size[0]}x{scan.image_size[1]} "
+            f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
+            file=sys.stderr,
+        )
+        for note in facts["notes"]:
+            print(f"harness: data: {note}", file=sys.stderr)
+    if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
+        raise ConfigError("the config does not fit the data found:", problems)
+    return resolved, scan
+
+
+def refuse_locked(run_dir: Path) -> None:
+    """A run another live process holds: exit 5 now, not after TensorFlow's import (taking and
+    leaving the lock raises the lock's own message, naming the holder)."""
+    if rd.holder_of(Path(run_dir)) is not None:
+        with rd.FolderLock(Path(run_dir)):
+            pass

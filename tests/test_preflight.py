@@ -1,0 +1,78 @@
+"""Checks that need no TensorFlow answer before it is imported: each case runs the real CLI with a
+`tensorflow` on the path that refuses to be imported, so the expected message and exit code show
+that the check came first."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+from conftest import REPO, run_cli, tiny_config, write_yaml
+from PIL import Image
+from pictures import write_folder
+
+POISON = "raise ImportError('tensorflow was imported before the check')\n"
+
+
+def no_tensorflow(tmp_path) -> dict:
+    poisoned = tmp_path / "poisoned"
+    for name in ("tensorflow", "tf_keras"):
+        (poisoned / name).mkdir(parents=True)
+        (poisoned / name / "__init__.py").write_text(POISON)
+    return {"PYTHONPATH": f"{poisoned}:{REPO / 'tests'}"}
+
+
+def test_the_preflight_module_imports_no_tensorflow():
+    code = "import sys, harness.training.preflight, harness.api; sys.exit('tensorflow' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
+
+
+def folder_config(tmp_path, images, masks, **models):
+    raw = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None})
+    if models:
+        raw["models"] = [models]
+    return write_yaml(tmp_path / "c.yaml", raw)
+
+
+def test_masks_of_the_wrong_size_are_named_before_tensorflow(tmp_path):
+    images, masks = write_folder(tmp_path / "data", 8, size=(16, 16))
+    Image.fromarray(np.zeros((20, 20), np.uint8)).save(masks / "ex02.png")
+    result = run_cli("run", folder_config(tmp_path, images, masks), "--results", tmp_path / "r", env=no_tensorflow(tmp_path))
+    assert result.returncode == 3, result.stderr
+    assert "ex02" in result.stderr and "tensorflow was imported" not in result.stderr
+
+
+def test_a_missing_image_folder_is_named_before_tensorflow(tmp_path):
+    images, masks = write_folder(tmp_path / "data", 8, size=(16, 16))
+    result = run_cli("run", folder_config(tmp_path, tmp_path / "nowhere", masks), "--results", tmp_path / "r", env=no_tensorflow(tmp_path))
+    assert result.returncode in (2, 3), result.stderr
+    assert "nowhere" in result.stderr and "tensorflow was imported" not in result.stderr
+
+
+def test_a_module_path_that_does_not_exist_is_named_before_tensorflow(tmp_path):
+    raw = tiny_config(models=[{"name": "mine", "arch": "my_models.nets:build"}, {"name": "odd", "kind": "factories_typo:Kind", "arch": "tiny_fcn"}])
+    result = run_cli("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r", env=no_tensorflow(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "models.0(mine).arch: cannot find module 'my_models.nets'" in result.stderr
+    assert "models.1(odd).kind: cannot find module 'factories_typo'" in result.stderr
+    assert "tensorflow was imported" not in result.stderr
+
+
+def test_resuming_a_locked_run_is_refused_before_tensorflow(tmp_path):
+    import fcntl
+    import json
+    import os
+
+    run_dir = tmp_path / "r" / "tiny" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps({"status": "interrupted"}))
+    fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT)
+    os.write(fd, json.dumps({"pid": 4242, "host": "elsewhere", "since": "2026-01-01T00:00:00Z", "purpose": "run"}).encode())
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        result = run_cli("resume", run_dir, env=no_tensorflow(tmp_path))
+    finally:
+        os.close(fd)
+    assert result.returncode == 5, result.stderr
+    assert "pid 4242 on host elsewhere" in result.stderr and "tensorflow was imported" not in result.stderr
