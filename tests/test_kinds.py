@@ -44,7 +44,7 @@ def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
     # compare_loss: the generator's masks scored on the common loss (its own is adversarial + L1)
     assert metrics_of(mixed, "gan", "train") == {"loss", "adv", "l1", "disc_loss", "compare_loss", "lr"}
     assert mixed.losses.query("model == 'gan' and metric == 'compare_loss'")["value"].notna().all()
-    assert metrics_of(mixed, "gan", "val") == {"loss", "iou", "f1"}
+    assert metrics_of(mixed, "gan", "val") == {"loss", "iou", "f1", "compare_loss"}  # members on different losses: the common one too
     train = mixed.losses.query("model == 'gan' and split == 'train'").pivot(index="step", columns="metric", values="value")
     np.testing.assert_allclose(train["loss"], train["adv"] + 10 * train["l1"], rtol=1e-5)
     models = mixed.run_dir / "models" / "gan"

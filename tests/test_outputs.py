@@ -244,3 +244,23 @@ def test_the_way_to_view_mlflow_names_the_store_as_mlflow_3_opens_it(tmp_path, m
     assert view_command("sqlite:///mlflow.db") == f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}"
     assert view_command("sqlite:////abs/m.db") == "mlflow ui --backend-store-uri sqlite:////abs/m.db"
     assert view_command("http://tracking:5000") == "open http://tracking:5000 in a browser"
+
+
+def test_identical_learning_rate_curves_are_one_line_labelled_with_every_model():
+    from harness.outputs.plots import merge_identical
+
+    steps = pd.Index([1, 2, 3], name="step")
+    constant = pd.DataFrame({"mean": [1e-3] * 3}, index=steps)
+    decaying = pd.DataFrame({"mean": [1e-3, 5e-4, 2.5e-4]}, index=steps)
+    merged = merge_identical({"fcn": constant, "unet": constant.copy(), "deconv": decaying})
+    assert list(merged) == ["fcn, unet (the same)", "deconv"]
+
+
+def test_the_reports_run_facts_are_labelled_lines_not_json():
+    from harness.outputs.report import _facts
+
+    text = _facts({"steps_done": 8, "deterministic": True, "timing": {"first_call_s": 3.9, "fused_ms_per_step": 22.448},
+                   "placement": {"strategy": "one_device", "models": {"fcn": ["/cpu:0"]}}, "resumes": []})
+    assert "steps done</td><td>8<" in text and "deterministic</td><td>yes<" in text
+    assert "first call s: 3.9<br>fused ms per step: 22.448" in text and "models: fcn /cpu:0" in text
+    assert "{" not in text and "[" not in text and "resumes" not in text  # no JSON; empty facts left out

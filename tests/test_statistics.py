@@ -120,7 +120,8 @@ def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run
     assert set(pairs["compared_on"]) == {"bce+dice"} and {"diff", "diff_low", "diff_high", "p_a_better", "supported", "covers", "beyond_image_noise"} <= set(pairs.columns)
     assert not pairs["supported"].any() and (summary["interval_covers"] == IMAGES_ONLY).all()
     compared = tiny_run.losses.query("metric == 'compare_loss'")
-    assert set(compared["model"]) == {"deconv"}, "only the member training on another loss needs it computed"
+    assert set(compared.query("split == 'train'")["model"]) == {"deconv"}, "only the member training on another loss needs it computed"
+    assert set(compared.query("split == 'val'")["model"]) == {"fcn", "unet", "deconv"}, "validation scores every member on it"
     assert any("train on different losses" in w for w in tiny_run.info["warnings"])
     report = (tiny_run.run_dir / "report.html").read_text()
     assert "One training seed" in report and "train.repeats" in report and (tiny_run.run_dir / "plots" / "pair_differences.png").exists()

@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
-from harness.outputs.plots import SMOOTHING, _colours, _per_model
+from harness.outputs.plots import SMOOTHING, _colours, _per_model, merge_identical
 from harness.outputs.tables import charted_val_metrics, common_loss_rows
 
 MAX_POINTS = 400
@@ -36,7 +36,7 @@ def report_charts(losses: pd.DataFrame, compared_on: str | None = None, members:
         curves = _per_model(losses, "val", metric, x="epoch")
         title = f"validation common loss ({compared_on})" if metric == "compare_loss" else f"validation {metric}"
         charts.append(line_chart(title, {m: (s.index.to_numpy(), s["mean"].to_numpy()) for m, s in curves.items()}, "epoch", f"val {metric}", markers=True))
-    rates = _per_model(losses, "train", "lr")
+    rates = merge_identical(_per_model(losses, "train", "lr"))
     if rates:
         charts.append(line_chart("learning rate", {m: (s.index.to_numpy(), s["mean"].to_numpy()) for m, s in rates.items()}, "step", "learning rate", log_y=True))
     return charts

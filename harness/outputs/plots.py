@@ -41,6 +41,16 @@ def _per_model(losses: pd.DataFrame, split: str, metric: str, x: str = "step") -
     return out
 
 
+def merge_identical(curves: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Curves equal at every point drawn once, labelled with every model that has it ("fcn, unet:
+    the same"): three models on one constant learning rate are one line, and the legend says so."""
+    groups: dict[tuple, list[str]] = {}
+    for model, stats in curves.items():
+        key = (tuple(stats.index), tuple(np.round(stats["mean"].to_numpy(float), 12)))
+        groups.setdefault(key, []).append(model)
+    return {(", ".join(models) + (" (the same)" if len(models) > 1 else "")): curves[models[0]] for models in groups.values()}
+
+
 def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothing: float = SMOOTHING, compared_on: str | None = None, members: set[str] | None = None):
     """Train loss per step on the common loss (`compared_on`: the loss every member is scored on,
     on the same batches): raw (faint), smoothed (solid), and the band across repeats."""
@@ -220,7 +230,7 @@ def save_figure(fig, folder: Path, stem: str) -> list[Path]:
 def plot_learning_rates(ax, losses: pd.DataFrame):
     """Each model's learning rate per step (the `lr` train rows): warmups and decays side by side,
     and where a member stopped, was dropped or diverged (its curve ends there)."""
-    curves = _per_model(losses, "train", "lr")
+    curves = merge_identical(_per_model(losses, "train", "lr"))
     colours = _colours(list(curves))
     for model, stats in curves.items():
         ax.plot(stats.index, stats["mean"], color=colours[model], linewidth=1.8, label=model)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -185,7 +184,15 @@ def render_report(
     return "\n".join(parts)
 
 
-MAX_LISTED = 6  # differences named in a sentence; the rest are counted (every pair is in pairs.csv)
+MAX_LISTED = 3  # differences named in a sentence, the largest first; the rest counted (every pair is in pairs.csv)
+
+
+def _listed(rows: list, rank_by: str, where: str, suffix=lambda row: "") -> str:
+    """The largest differences by size, then how many more and where they are."""
+    ordered = sorted(rows, key=lambda row: -abs(row.diff))
+    named = [_difference(row, rank_by) + suffix(row) for row in ordered[:MAX_LISTED]]
+    rest = len(ordered) - len(named)
+    return "; ".join(named) + (f"; and {rest} more ({where})" if rest else "")
 
 
 def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None) -> str:
@@ -197,25 +204,24 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
         return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
     rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
     if not any(covers_training(row.covers) for row in rows):
-        beyond = [_difference(row, rank_by) for row in rows if getattr(row, "beyond_image_noise", False)]
+        beyond = [row for row in rows if getattr(row, "beyond_image_noise", False)]
         noise = f"{'test' if rank_by.startswith('test_') else 'validation'}-image noise"
         text = (f"One training seed: the intervals of {rank_by} cover {noise} only. Training randomness "
                 "(initial weights, data order) was not measured, and it often moves differences between models more than "
                 "image noise does, so no difference between these models is called supported. To measure it, set "
                 "train.repeats: 3 or more.")
         if beyond:
-            shown = "; ".join(beyond[:MAX_LISTED]) + (f"; and {len(beyond) - MAX_LISTED} more (pairs.csv, beyond_image_noise)" if len(beyond) > MAX_LISTED else "")
-            text += f" Only these particular trained networks differ beyond image noise: {shown}."
+            text += (f" Only these particular trained networks differ beyond image noise, in {len(beyond)} of {len(rows)} pairs"
+                     f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, 'pairs.csv, beyond_image_noise')}.")
         return text
-    supported = [_difference(row, rank_by) for row in rows if row.supported]
-    unsupported = [_difference(row, rank_by) + _to_resolve(row) for row in rows if not row.supported]
-    if len(unsupported) > MAX_LISTED:
-        unsupported = unsupported[:MAX_LISTED] + [f"and {len(unsupported) - MAX_LISTED} more (pairs.csv)"]
+    supported = [row for row in rows if row.supported]
+    unsupported = [row for row in rows if not row.supported]
     seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
     parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
-    parts.append(f"supported differences in {rank_by}: {'; '.join(supported)}." if supported else f"no difference in {rank_by} is supported at 95%.")
+    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, 'pairs.csv, supported')}."
+                 if supported else f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported: {'; '.join(unsupported)}.")
+        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _to_resolve(row))}.")
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
@@ -366,11 +372,47 @@ def _pairs_section(pairs: pd.DataFrame) -> list[str]:
     ]
 
 
+FACT_LABELS = {
+    "started": "started", "ended": "ended", "total_steps": "steps planned", "steps_done": "steps done",
+    "deterministic": "deterministic", "config_fingerprint": "config fingerprint", "trace_count": "traces of the fused step",
+    "timing": "timing", "versions": "versions", "devices": "devices", "placement": "placement", "resumes": "resumes",
+}
+
+
 def _facts(info: dict[str, Any]) -> str:
-    keys = ["started", "ended", "total_steps", "steps_done", "deterministic", "config_fingerprint", "trace_count", "timing", "versions", "devices", "placement", "resumes"]
+    """The run's facts as a reader wants them: each a labelled line, nested ones as `key: value`
+    lists, not JSON."""
     rows = "".join(
-        f"<tr><td>{html.escape(k)}</td><td><code>{html.escape(json.dumps(info.get(k), default=str))}</code></td></tr>"
-        for k in keys
-        if k in info
+        f"<tr><td>{html.escape(label)}</td><td>{_fact_value(info[key])}</td></tr>"
+        for key, label in FACT_LABELS.items()
+        if key in info and info[key] not in (None, [], {})
     )
     return f"<table class='facts'>{rows}</table>"
+
+
+def _fact_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "<br>".join(f"{html.escape(str(k).replace('_', ' '))}: {_fact_scalar(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "<br>".join(_fact_scalar(v) for v in value)
+    return _fact_scalar(value)
+
+
+def _fact_scalar(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{html.escape(str(k).replace('_', ' '))} {html.escape(_plain(v))}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(html.escape(_plain(v)) for v in value)
+    return html.escape(_plain(value))
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list):
+        return " ".join(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
+    return str(value)

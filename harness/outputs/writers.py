@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import csv
 import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
