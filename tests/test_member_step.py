@@ -47,6 +47,17 @@ def test_gradients_go_through_the_loss_scale_so_float16_gradients_do_not_underfl
     assert update.loss is loss and update.variables == list(model.trainable_variables)
 
 
+def test_applying_scaled_gradients_raises_no_forgot_to_scale_warning(caplog):
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2, dtype="mixed_float16")])
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.cast(model(tf.ones((4, 3))), tf.float32))
+    update = gradients(tape, loss, model.trainable_variables, optimizer)
+    with caplog.at_level("WARNING"):
+        optimizer.apply_gradients(zip(update.gradients, update.variables))
+    assert "worse model quality" not in caplog.text
+
+
 def test_batch_mean_divides_by_the_global_batch():
     batch = Batch(images=None, masks=None, global_batch=8, step=tf.constant(1, tf.int64))
     assert float(batch.mean(tf.constant([1.0, 2.0, 3.0, 2.0]))) == 1.0  # this replica's half of 8

@@ -69,6 +69,9 @@ def gradients(tape, loss, variables, optimizer) -> Update:
         return Update(optimizer, tape.gradient(loss, variables), variables, loss)
     scale = tf.cast(optimizer.loss_scale, loss.dtype)
     scaled = tape.gradient(loss, variables, output_gradients=scale)
+    # The loss was scaled, by seeding: tell the optimizer, whose flag only get_scaled_loss() sets
+    # (it warns at every trace of apply_gradients that the loss was not scaled otherwise).
+    optimizer._loss_has_been_scaled = True
     return Update(optimizer, optimizer.get_unscaled_gradients(scaled), variables, loss)
 
 
