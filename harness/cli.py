@@ -428,7 +428,9 @@ def cmd_history(args) -> int:
     table = history_table(store, args.metric)
     baseline = store.baseline()
     if args.json:
-        print(table.assign(baseline=table["run_id"] == baseline).to_json(orient="records"))
+        keyed = table.assign(baseline=table["run_id"] == baseline)
+        keyed.insert(0, "name", store.path.parent.name)  # the keys `runs` and `compare` name a run by
+        print(keyed.to_json(orient="records"))
         return EXIT_OK
     print_history(table, store.path.parent.name, baseline)
     if args.csv:

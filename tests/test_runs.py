@@ -63,6 +63,12 @@ def test_compare_and_history_print_json_for_scripts(results):
     assert len(compared) == 6 and {"run", "model", "val_iou"} <= set(compared[0])
     history = json.loads(run_main("history", "other", "--results", results, "--json").stdout)
     assert len(history) == 1 and history[0]["status"] == "completed" and history[0]["baseline"] is False
+    listed = json.loads(run_main("runs", "--results", results, "--json").stdout)
+    # One run is named by the same keys in every command's JSON.
+    for rows in (compared, history, listed):
+        assert all(isinstance(r["name"], str) and isinstance(r["run_id"], str) for r in rows)
+    assert {(r["name"], r["run_id"]) for r in compared} <= {(r["name"], r["run_id"]) for r in listed}
+    assert compared[0]["run"] == f"{compared[0]['name']}/{compared[0]['run_id']}"
 
 
 @pytest.mark.parametrize("width", [80, 160])

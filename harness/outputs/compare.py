@@ -14,7 +14,7 @@ from harness.config.metrics import has_direction, higher_is_better
 from harness.outputs.tables import build_member_summary, load_losses
 from harness.outputs.terminal import TerminalTable, print_table
 
-COLUMNS = ["run", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
+COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
 FINISHED = "summary.csv"
 
 
@@ -33,6 +33,8 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
             problems.append(f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory")
             continue
         frame.insert(0, "run", run.label)
+        frame.insert(1, "name", run.path.parent.name)  # the keys `runs` and `history` name a run by
+        frame.insert(2, "run_id", run.run_id)
         frames.append(frame)
     if problems:
         raise ConfigError("cannot compare:", problems)
