@@ -97,14 +97,26 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
         mine = race.losses[race.losses["model"] == name].sort_values(["step", "split", "metric"]).reset_index(drop=True)
         theirs = full.losses[(full.losses["model"] == name) & (full.losses["step"] <= last)].sort_values(["step", "split", "metric"]).reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
-    # One trace for the first step and one per rung that dropped members; timed apart.
-    assert race.info["trace_count"] == 3 and full.info["trace_count"] == 1
-    assert all(r["traces"] == 1 and r["first_call_s"] > 0 for r in rungs)
+    # On one replica the dropped members are switched off: the step is traced once, as the full run's.
+    assert race.info["trace_count"] == 1 and full.info["trace_count"] == 1
+    assert all(r["retraced"] is False and r["traces"] == 0 for r in rungs)
+    assert [r["retraced"] for r in race.info["rebuilds"]] == ["eval function only (switched off in the step)"] * 2
     correlations = race.info["race"]["correlations"]
     assert [c["models_finished"] for c in correlations] == [1, 1] and all(c["spearman"] is None for c in correlations)
     summary = race.summary
     assert summary["status"].tolist() == ["ok", "dropped", "dropped", "dropped"]  # the race's winner first,
     assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
+
+
+@pytest.mark.slow
+def test_over_several_replicas_a_rung_rebuilds_the_step_and_times_its_first_call(tmp_path):
+    # A switch around a cross-replica sum would be a sync point inside control flow: mirrored rebuilds.
+    raw = race_config(race=RACE)
+    raw["placement"] = {"strategy": "mirrored", "logical_cpus": 2}
+    race = harness.run(validate_config(raw), results_dir=tmp_path)
+    rungs = race.info["race"]["rungs"]
+    assert race.info["trace_count"] == 3 and all(r["traces"] == 1 and r["first_call_s"] > 0 for r in rungs)
+    assert race.summary["status"].tolist().count("dropped") == 3
 
 
 @pytest.mark.slow

@@ -38,12 +38,16 @@ class TrainLoop:
         return self._step_fn.experimental_get_tracing_count() + self._loop_fn.experimental_get_tracing_count()
 
 
-def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10, compare_loss: dict | None = None) -> TrainLoop:
+def make_train_loop(members, placement, global_step, global_batch: int, steps_per_call: int = 10, compare_loss: dict | None = None, switches: dict | None = None) -> TrainLoop:
     """`compare_loss`: member name -> per-example loss function, for the members also scored on
-    the common loss (a `compare_loss` metric)."""
+    the common loss (a `compare_loss` metric). `switches`: member name -> a boolean variable; a
+    member whose switch is off runs none of its ops (see `switched`)."""
     strategy = placement.strategy
     compare_loss = compare_loss or {}
+    names = {m.name: (*m.metric_names, LEARNING_RATE, *(("compare_loss",) if m.name in compare_loss else ())) for m in members}
     fragments = [member_fragment(m, global_batch, compare_loss=compare_loss.get(m.name)) for m in members]
+    if switches:
+        fragments = [switched(f, switches[m.name], names[m.name]) for m, f in zip(members, fragments)]
 
     def replica_step(streams, step):
         outputs = {m.name: fragment(*streams[m.stream], step) for m, fragment in zip(members, fragments)}
@@ -65,8 +69,26 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
         global_step.assign_add(1)
         return outputs
 
-    names = {m.name: (*m.metric_names, LEARNING_RATE, *(("compare_loss",) if m.name in compare_loss else ())) for m in members}
     return TrainLoop(one_step, names, steps_per_call)
+
+
+def switched(fragment, switch, metric_names):
+    """A fragment behind an on/off switch read at every step: on, the member's step exactly as
+    without it (the same ops, in a branch of its own); off, none of its ops run and its metrics are
+    NaN (the run drops those rows). A member leaves the step by its switch, without a new trace.
+    Single-replica placements only: a switch around a cross-replica sum would be a sync point
+    inside control flow."""
+
+    def run(images, masks, step):
+        def on():
+            return {k: tf.cast(v, tf.float32) for k, v in fragment(images, masks, step).items()}
+
+        def off():
+            return {k: tf.constant(float("nan"), tf.float32) for k in metric_names}
+
+        return tf.cond(switch, on, off)
+
+    return run
 
 
 def _loop(one_step, metric_names: dict, iterator, num_steps):

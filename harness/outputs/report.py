@@ -329,9 +329,11 @@ def render_departures_section(models: dict[str, MemberRecord], race: dict[str, A
 
 def render_race_section(race: dict[str, Any]) -> str:
     """Each rung's ranking and cut, then whether the rungs' rankings predicted the final one."""
+    switched = any(rung.get("retraced") is False for rung in race.get("rungs", []))
+    how = ("the dropped members were switched off in the fused step (no new trace)" if switched
+           else "the fused step was rebuilt without the dropped members")
     parts = [f"<p>Successive halving by <b>{html.escape(race['metric'])}</b>, keeping {race['keep']:g} of the models at "
-             f"each rung (epochs {', '.join(map(str, race['rung_epochs']))}); the fused step was rebuilt without the dropped "
-             "members after each rung.</p>"]
+             f"each rung (epochs {', '.join(map(str, race['rung_epochs']))}); after each rung {how}.</p>"]
     for rung in race.get("rungs", []):
         frame = pd.DataFrame(rung["ranking"]).rename(columns={"value": race["metric"]})
         frame["kept"] = frame["kept"].map({True: "kept", False: "dropped"})

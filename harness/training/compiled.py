@@ -1,10 +1,13 @@
-"""The compiled functions of a run over the members still training, rebuilt when members leave.
+"""The compiled functions of a run over the members still training.
 
-A member dropped by a race or stopped early leaves the fused step: the step and the eval function
-are built again over the others, so the rest of the run spends nothing on it. Each build is traced
-on its first call; that call's time is the rebuild's cost, kept out of the steady-state timing as
-the run's very first call is. The members that stay compute exactly what they did before (the same
-ops on the same batches: tested bit for bit).
+A member dropped by a race or stopped early leaves the fused step, so the rest of the run spends
+nothing on it. On one replica (a CPU, one GPU, per_model) it leaves by its switch: a boolean
+variable the step reads, its ops in a branch that no longer runs, no new trace of the step (a new
+trace cost about 10 s per remaining member per rung). Only the eval function is built again, over
+the members left (traced at the next evaluation). Over several replicas (mirrored, multi_worker)
+the step is rebuilt without it: each build is traced on its first call, and that call's time is
+the rebuild's cost, kept out of the steady-state timing as the run's very first call is. Either
+way the members that stay compute exactly what they did before (tested bit for bit).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class CompiledMembers:
         self.earlier_traces = 0  # traces of the steps rebuilt away
         self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
         self._pending: list[dict[str, Any]] = []  # records to complete with the next call's time
+        self.switches: dict[str, Any] | None = None  # member -> tf.Variable(bool), when members may leave by switch
 
     def build(self, members: list, step: int | None = None, why: str | None = None, also_note: dict | None = None) -> None:
         """Build over `members` (the first build, or a rebuild at `step` because of `why`)."""
@@ -36,12 +40,38 @@ class CompiledMembers:
             m.compare_loss_fn = make_loss(config.compare_loss()) if config.losses_differ() and m.spec.predicts_masks else None
         self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
         self.active = list(members)
-        self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare)
+        self.switches = self._make_switches(members)
+        self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare, self.switches)
         self.evaluate = make_eval_fn(self.active, config.data.classes)
         if why is not None:
             record = {"step": step, "why": why, "members_after": len(members)}
             self.rebuilds.append(record)
             self._pending = [record] + ([also_note] if also_note is not None else [])
+
+    def _make_switches(self, members: list) -> dict[str, Any] | None:
+        """A switch per member when members may leave (a race, early stopping) on one replica."""
+        train = self.config.train
+        if (train.race is None and train.early_stopping is None) or self.placement.strategy.num_replicas_in_sync > 1:
+            return None
+        tf = import_tf()
+        with self.placement.strategy.scope():
+            return {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
+
+    def depart(self, remaining: list, step: int, why: str, also_note: dict | None = None) -> None:
+        """Members not in `remaining` leave: by their switch (no new trace of the step; the eval
+        function is rebuilt over `remaining`), else by a rebuild over `remaining`."""
+        if self.switches is None:
+            self.build(remaining, step, why, also_note)
+            return
+        staying = {m.name for m in remaining}
+        for name, switch in self.switches.items():
+            if name not in staying:
+                switch.assign(False)
+        self.evaluate = make_eval_fn(remaining, self.config.data.classes)
+        record = {"step": step, "why": why, "members_after": len(remaining), "retraced": "eval function only (switched off in the step)"}
+        self.rebuilds.append(record)
+        if also_note is not None:
+            also_note.update(retraced=False, traces=0)
 
     def first_call_of_rebuild(self, k: int, seconds: float) -> bool:
         """Record a call's time if it was a rebuilt step's first (True: not steady-state time)."""

@@ -1,8 +1,8 @@
 """What follows an evaluation, as a list of small actions applied in order to its outcome (as the
 end of a run is END_OF_RUN): keep each member's best weights, stop members early, cut a race rung.
 
-An action may send members out of the fused step (a `Departure`); the Runner rebuilds the step
-once, after all actions, if any did. The order matters: early stopping before the race, so a
+An action may send members out of the fused step (a `Departure`); the Runner has them leave it
+once, after all actions, if any did (by their switches, or by a rebuild: training/compiled.py). The order matters: early stopping before the race, so a
 member stopped at this evaluation is not also ranked by the rung.
 """
 

@@ -3,7 +3,7 @@
 At each rung (the end of an epoch named in `train.race.rungs`) the models still training are
 ranked by the race's metric; with repeats a model is ranked by the mean over its seeds, and its
 seeds are kept or dropped together. The best `ceil(keep x models)` are kept, and every model tied
-with the last of them. The Runner then rebuilds the fused step without the dropped members.
+with the last of them. The dropped members then leave the fused step (training/compiled.py).
 
 Whether a rung's ranking can be trusted is measured at the end: Spearman's rank correlation
 between each rung's ranking and the final ranking, over the models that finished.

@@ -165,9 +165,10 @@ class Runner:
         departures = [d for action in self.eval_actions if (d := action(evaluation))]
         if departures and self.roster.training():
             leaving = [name for d in departures for name in d.members]
-            self._phase(f"rebuilding the fused step without {', '.join(leaving)}")
             note = next((d.note for d in departures if d.note is not None), None)
-            self.compiled.build(self.roster.training(), step, "; ".join(d.why for d in departures), also_note=note)
+            self.compiled.depart(self.roster.training(), step, "; ".join(d.why for d in departures), also_note=note)
+            how = "switched off in the fused step (no new trace)" if self.compiled.switches is not None else "the fused step rebuilt without them"
+            self._phase(f"{', '.join(leaving)} leave: {how}")
             self.book.record.rebuilds = self.compiled.rebuilds
         return rows
 
