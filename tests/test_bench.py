@@ -99,3 +99,17 @@ def test_gpu_section_runs_its_contenders_on_logical_cpus():
     assert table.loc["xla", "xla_models"] == "fcn"  # tiny_unet's upsampling has no XLA gradient on CPU
     assert (table["median_ms_per_step"] > 0).all() and (table["trace_s"] > 0).all()
     assert import_keras().mixed_precision.global_policy().name == "float32"  # restored
+
+
+def test_the_fixed_section_times_each_phase_of_a_whole_command_against_the_hand_loop(tmp_path):
+    result = run_cli("bench", "--tiny", "--section", "fixed", "--out", tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    (csv,) = tmp_path.glob("*/bench.csv")
+    table = pd.read_csv(csv).set_index("phase")
+    for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "end: write_tables", "tail (last line to exit)", "end to end"):
+        assert table.loc[phase, "harness_s"] >= 0, phase
+    for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "end to end"):
+        assert table.loc[phase, "hand_loop_s"] > 0, phase
+    end_to_end = table.loc["end to end"]
+    assert end_to_end["ratio"] == round(end_to_end["harness_s"] / end_to_end["hand_loop_s"], 3)
+    assert table.loc["tail (last line to exit)", "harness_s"] < end_to_end["harness_s"] / 2

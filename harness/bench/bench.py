@@ -66,6 +66,7 @@ from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
 from harness.bench.suites import SUITES
+from harness.bench.fixed import bench_fixed
 
 tf = import_tf()
 # A check that the section works: two tiny models, 4 seeds, a few steps (no calibration figure).
@@ -134,6 +135,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
     on_request = {
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
+        "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
     }
     return work, on_request
 

@@ -37,6 +37,7 @@ from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.eval_actions import make_eval_actions
+from harness.training.phase_clock import PhaseClock
 from harness.training.records import RunResult, StepTiming
 from harness.training.restore import restore_run
 from harness.training.row_writers import make_writers
@@ -57,6 +58,7 @@ class Runner:
             f"the steps in progress finish (up to {config.train.steps_per_call}), then a checkpoint is written and harness "
             f"exits with 75; harness resume {run.path} continues from it"))
         self.timing = StepTiming()
+        self.clock = PhaseClock()
         self.compiled = CompiledMembers(config, placement, None)
         self.eval_actions: list = []
         self.val_scores: ValScoresWriter | None = None
@@ -90,8 +92,31 @@ class Runner:
                 print(line, file=sys.stderr)
 
     def _train(self) -> None:
-        config, run, record = self.config, self.run_dir, self.book.record
+        config, run = self.config, self.run_dir
         self._phase(f"building {len(config.member_specs())} member(s)")
+        with self.clock.timed("build"):
+            members, global_step, checkpoint, start, datasets, schedule = self._build()
+        iterator = self.placement.input_iterator(datasets.train)
+        step = self._loop(start, iterator, datasets, schedule, checkpoint)
+        self.clock.mark("training_done")
+        if step < config.total_steps and self.stop.signal is not None:
+            self._stopped(step)
+        if step < config.total_steps:
+            self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
+        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled.train_loop, global_step,
+                           self.roster.records, self.timing, self.book, earlier_traces=self.compiled.earlier_traces)
+        for action in self.end_of_run:  # 8.
+            if action in PHASES and (text := PHASES[action](done)):
+                self._phase(text)
+            with self.clock.timed(f"end: {action.__name__}"):
+                action(done)
+        self.clock.mark("end_of_run_done")
+        self.book.update(phases=self.clock.as_dict())
+
+    def _build(self):
+        """Steps 3-6: the members, their checkpoint restored, the data from the step it holds, the
+        eval actions and the compiled step."""
+        config, run, record = self.config, self.run_dir, self.book.record
         with self.placement.strategy.scope():  # 3.
             members = build_members(config, self.placement.model_devices)
             global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -103,25 +128,13 @@ class Runner:
         self.book.track(self.roster.records)
         self.roster.read_statuses()
         self.book.update(steps_done=start)
-
         datasets = build_datasets(config.data, config.training_seeds(), start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
         self.eval_actions = make_eval_actions(config, run, self.roster, self.book, start, datasets.steps_per_epoch, self._phase)
-        iterator = self.placement.input_iterator(datasets.train)
         self.compiled = CompiledMembers(config, self.placement, global_step)
         self.compiled.rebuilds = [r for r in record.rebuilds if r["step"] <= start]  # later ones are redone
         self.compiled.build(self.roster.training())  # 6.
-        step = self._loop(start, iterator, datasets, schedule, checkpoint)
-        if step < config.total_steps and self.stop.signal is not None:
-            self._stopped(step)
-        if step < config.total_steps:
-            self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
-        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled.train_loop, global_step,
-                           self.roster.records, self.timing, self.book, earlier_traces=self.compiled.earlier_traces)
-        for action in self.end_of_run:  # 8.
-            if action in PHASES and (text := PHASES[action](done)):
-                self._phase(text)
-            action(done)
+        return members, global_step, checkpoint, start, datasets, schedule
 
     def _loop(self, start: int, iterator, datasets, schedule: Schedule, checkpoint) -> int:
         """Step 7: the controller's loop, with its writers open; the step it ended at."""
@@ -133,9 +146,12 @@ class Runner:
             if self.timing.first_call_s is None:
                 self._phase("compiling the fused step (its first call traces it; the calls after it only run)")
             began = time.perf_counter()
+            first = self.timing.first_call_s is None
             outputs = self.compiled.call(iterator, k)
             if not self.compiled.first_call_of_rebuild(k, seconds := time.perf_counter() - began):
                 self.timing.add(k, seconds)
+            self.clock.add("first_call" if first else "steady_steps", seconds)
+            self.clock.steady_steps += 0 if first else k
             self.roster.read_statuses()
             return self.roster.train_rows(outputs, step, schedule)
 
@@ -161,7 +177,8 @@ class Runner:
         if not self.validated:
             self._phase("validating (the first evaluation compiles the eval function)")
             self.validated = True
-        rows, evaluation = validate(self.compiled, self.roster, val_dataset, self.val_scores, step, schedule.epoch_of(step))
+        with self.clock.timed("validation" if "first_validation" in self.clock.seconds else "first_validation"):
+            rows, evaluation = validate(self.compiled, self.roster, val_dataset, self.val_scores, step, schedule.epoch_of(step))
         departures = [d for action in self.eval_actions if (d := action(evaluation))]
         if departures and self.roster.training():
             leaving = [name for d in departures for name in d.members]
@@ -183,7 +200,8 @@ class Runner:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
         (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
         folder = self.run_dir.checkpoints
-        ckpt.save(checkpoint, folder, step)
+        with self.clock.timed("checkpoints"):
+            ckpt.save(checkpoint, folder, step)
         kept, dropped = ckpt.keep_newest(folder, [step, *self.book.record.checkpoints], self.config.train.keep_checkpoints)
         self.book.update(checkpoints=kept)
         ckpt.delete(folder, dropped)
