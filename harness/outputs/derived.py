@@ -50,9 +50,9 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
         save_table(member_summary, run.path / "summary_members.csv")
-    save_plots(run.plots, losses, summary, config.ranking_column(), config.output.log_scale, pairs, config.compare_loss(), on_common)
+    save_plots(run.plots, losses, summary, config.ranking_column(), config.output.log_scale, pairs, config.compare_loss(), on_common, config.output.plot_formats)
     if samples is not None:
-        save_figure(plot_samples(*samples), run.plots, "samples")
+        save_figure(plot_samples(*samples), run.plots, "samples", config.output.plot_formats)
     write_report_page(run, config, record)
     return summary
 

@@ -136,10 +136,24 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     return ax
 
 
-def plot_pair_differences(ax, pairs: pd.DataFrame):
+MAX_PAIRS_DRAWN = 40  # beyond this, the best model against each other one (every pair is in pairs.csv)
+
+
+def pairs_to_draw(pairs: pd.DataFrame, best: str | None) -> tuple[pd.DataFrame, str]:
+    """Every pair when they are few; with many models (40 make 780 pairs, a 275-inch figure that
+    took most of the end of such a run), the pairs of the best-ranked model, and a title saying so."""
+    rows = pairs.dropna(subset=["diff"])
+    if len(rows) <= MAX_PAIRS_DRAWN or best is None:
+        return rows, "pairwise differences"
+    mine = rows[(rows["model_a"] == best) | (rows["model_b"] == best)].head(MAX_PAIRS_DRAWN)
+    return mine, f"{best} against each other model ({len(mine)} of {len(rows)} pairs; all in pairs.csv)"
+
+
+def plot_pair_differences(ax, pairs: pd.DataFrame, best: str | None = None):
     """A forest plot: each pair's difference in the ranking metric with its 95% interval; the
     pairs whose interval excludes zero (a supported difference) are drawn solid."""
-    rows = pairs.dropna(subset=["diff"]).iloc[::-1]
+    rows, title = pairs_to_draw(pairs, best)
+    rows = rows.iloc[::-1]
     y = np.arange(len(rows))
     supported = rows["supported"].astype(bool).to_numpy()
     for colour, keep in (("tab:blue", supported), ("0.6", ~supported)):
@@ -151,7 +165,7 @@ def plot_pair_differences(ax, pairs: pd.DataFrame):
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, [f"{a} - {b}" for a, b in zip(rows["model_a"], rows["model_b"])])
     ax.set_xlabel(f"difference in {rows['metric'].iloc[0] if len(rows) else 'metric'} (a - b), 95% interval")
-    ax.set_title("pairwise differences (solid: supported, grey: not)", fontsize=10)
+    ax.set_title(f"{title} (solid: supported, grey: not)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return ax
 
@@ -218,11 +232,12 @@ def _mask_view(mask: np.ndarray) -> np.ndarray:
     return mask.argmax(axis=-1).astype(float)
 
 
-def save_figure(fig, folder: Path, stem: str) -> list[Path]:
+def save_figure(fig, folder: Path, stem: str, formats=("png",)) -> list[Path]:
+    """The figure as `stem.<format>` for each format (PNG first), closed after."""
     folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / f"{stem}.png", folder / f"{stem}.svg"]
-    fig.savefig(paths[0], dpi=110, bbox_inches="tight")
-    fig.savefig(paths[1], bbox_inches="tight")
+    paths = [folder / f"{stem}.{kind}" for kind in formats]
+    for path in paths:
+        fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return paths
 
@@ -246,27 +261,32 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     return ax
 
 
-def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool, pairs: pd.DataFrame | None = None, compared_on: str | None = None, members: set[str] | None = None) -> list[Path]:
-    """The standard set; returns the PNG paths (SVGs are written beside them)."""
+def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool, pairs: pd.DataFrame | None = None, compared_on: str | None = None, members: set[str] | None = None, formats=("png",)) -> list[Path]:
+    """The standard set; returns the PNG paths (other formats are written beside them)."""
     written = []
+
+    def save(fig, stem: str) -> None:
+        written.append(save_figure(fig, folder, stem, formats)[0])
 
     def figure(stem: str, draw, size=(7.5, 4.5)):
         fig, ax = plt.subplots(figsize=size)
         draw(ax)
-        written.append(save_figure(fig, folder, stem)[0])
+        save(fig, stem)
 
     figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale, compared_on=compared_on, members=members))
     if (losses["metric"] == "lr").any():
         figure("learning_rates", lambda ax: plot_learning_rates(ax, losses))
     if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
-        figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs), size=(7.5, 1.6 + 0.35 * len(pairs)))
+        best = base_model(str(summary["model"].iloc[0])) if len(summary) else None
+        drawn = len(pairs_to_draw(pairs, best)[0])
+        figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs, best), size=(7.5, 1.6 + 0.35 * drawn))
     val_metrics = charted_val_metrics(losses)
     if val_metrics:
         fig, axes = plt.subplots(1, len(val_metrics), figsize=(4.5 * len(val_metrics), 3.8), squeeze=False)
         for ax, metric in zip(axes[0], val_metrics):
             plot_val_metric(ax, losses, metric)
         fig.tight_layout()
-        written.append(save_figure(fig, folder, "val_metrics")[0])
+        save(fig, "val_metrics")
     quality = rank_by if rank_by in summary and summary[rank_by].notna().any() else None
     if quality:
         figure("final_" + quality, lambda ax: plot_final_bars(ax, summary, quality), size=(6.5, 4.2))
@@ -276,7 +296,7 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
             for ax, cost in zip(axes[0], costs):
                 plot_quality_vs_cost(ax, summary, cost, quality)
             fig.tight_layout()
-            written.append(save_figure(fig, folder, "quality_vs_cost")[0])
+            save(fig, "quality_vs_cost")
     return written
 
 
