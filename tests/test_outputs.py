@@ -150,7 +150,7 @@ def test_report_is_self_contained(repeated):
     assert len(sources) == 4 and all(s.startswith("data:image/png;base64,") for s in sources)  # the curves are charts
     assert len(re.findall(r"<figure class='chart'", page)) == 5
     assert "http://" not in page and "https://" not in page and "src='/" not in page
-    for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config_fingerprint", "name: tiny", "Settings"):
+    for text in ("Summary", "Pairs, on the same batches", "tensorflow", "config fingerprint", "name: tiny", "Settings"):
         assert text in page
 
 
