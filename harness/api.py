@@ -42,9 +42,11 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, accept_chang
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
+    from harness.rundir import RunDir
     from harness.training.preflight import refuse_locked
 
-    refuse_locked(Path(run_dir))  # exit 5 before TensorFlow's import
+    RunDir(Path(run_dir)).read_info()  # not a run directory: said before TensorFlow's import
+    refuse_locked(Path(run_dir))  # exit 5 too
     from harness.scale.launch import resume as resume_any
 
     return resume_any(Path(run_dir), overrides, accept_changed_data)

@@ -76,3 +76,8 @@ def test_resuming_a_locked_run_is_refused_before_tensorflow(tmp_path):
         os.close(fd)
     assert result.returncode == 5, result.stderr
     assert "pid 4242 on host elsewhere" in result.stderr and "tensorflow was imported" not in result.stderr
+
+
+def test_resuming_a_folder_that_is_not_a_run_is_refused_before_tensorflow(tmp_path):
+    result = run_cli("resume", tmp_path, env=no_tensorflow(tmp_path))
+    assert result.returncode == 2 and "is not a run directory (no run.json)" in result.stderr, result.stderr
