@@ -59,7 +59,7 @@ def test_losses_table_is_tidy_and_complete(tiny_run):
     assert set(train["epoch"]) == {1, 2, 3}
     val = losses[losses["split"] == "val"]
     assert sorted(val["step"].unique()) == [4, 8, 12]  # every epoch, the last one being the end
-    assert set(val["metric"]) == {"loss", "iou", "f1"}
+    assert set(val["metric"]) == {"loss", "iou", "f1", "compare_loss"}  # deconv trains on focal+dice: the common loss too
     assert val["value"].between(0, 10).all()
 
 
@@ -116,8 +116,9 @@ def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path)
     boom = result.losses.query("model == 'boom'")
     assert boom["step"].max() == 6, "no rows after the model froze"
     assert np.isnan(boom.query("step == 6 and metric == 'loss'")["value"]).all()
-    # validated after epoch 1 (steps 1-4) only: loss, iou, f1 from before it broke
-    assert boom.query("split == 'val'")["step"].tolist() == [4, 4, 4]
+    # validated after epoch 1 (steps 1-4) only: loss, iou, f1 (and the common loss) from before it broke
+    assert boom.query("split == 'val'")["step"].tolist() == [4] * len(set(boom.query("split == 'val'")["metric"]))
+    assert set(boom.query("split == 'val'")["metric"]) >= {"loss", "iou", "f1"}
     for name in ("fcn", "unet", "deconv"):
         assert train_losses(result, name) == train_losses(tiny_run, name)
         assert_same_weights(result.models[name].get_weights(), tiny_run.models[name].get_weights())

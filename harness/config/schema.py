@@ -227,6 +227,9 @@ class OutputSpec(Strict):
     # plots/ files: PNG (what the report shows); add svg for vector copies (about a third more
     # plotting time: 40 models' plots took 8 s more with them).
     plot_formats: Annotated[list[Literal["png", "svg"]], Field(min_length=1)] = ["png"]
+    # Validation scores every member on the common loss too: null (when members train on
+    # different losses), true or false.
+    val_compare_loss: bool | None = None
     # What each model costs to serve, measured after training: latency at batch 1, images/s at
     # serve_batch, the measurement's peak memory, the exported file's size.
     serve_probe: bool = True
@@ -373,7 +376,11 @@ class ExperimentConfig(Strict):
 
     def losses_differ(self) -> bool:
         """Whether some member trains on a loss others do not: then validation scores every member
-        on the common loss too (`val_compare_loss`), and its own `val_loss` ranks nothing unwarned."""
+        on the common loss too (`val_compare_loss`), and its own `val_loss` ranks nothing unwarned.
+        A group of a larger run is told the whole run's answer (`output.val_compare_loss`): its own
+        members may all share one loss while the run's do not."""
+        if self.output.val_compare_loss is not None:
+            return self.output.val_compare_loss and self.compare_loss() is not None
         return any(self.scored_on_compare_loss(m) for m in self.models)
 
     def networks(self) -> list[tuple[str, str, dict]]:

@@ -49,7 +49,7 @@ def group_config(config: ExperimentConfig, models: list[str], parallel: bool) ->
     raw = config.to_dict()
     raw["models"] = [m for m in raw["models"] if m["name"] in models]
     raw["placement"].update(grouping="single", engine="local", memory_budget_mb=None, max_members_per_group=None, parallel_groups=None)
-    raw["output"].update(compare_loss=config.compare_loss(), mlflow=None)
+    raw["output"].update(compare_loss=config.compare_loss(), val_compare_loss=config.losses_differ(), mlflow=None)
     if parallel and raw["output"]["progress"] in ("auto", "bar"):
         raw["output"]["progress"] = "lines"  # bars of several processes would overwrite each other
     return ExperimentConfig.model_validate(raw)
