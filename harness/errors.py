@@ -6,6 +6,7 @@ Anything that is not a `HarnessError` is a bug in harness: the CLI reports it wi
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import os
 import sys
@@ -121,15 +122,21 @@ _TRACED_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<
 
 
 def _is_users(path: str) -> bool:
-    import sysconfig
     from pathlib import Path
 
     if path.startswith("<") or "__autograph_generated" in path:
         return False
-    resolved = str(Path(path).resolve())
-    own = str(Path(__file__).resolve().parent)
-    libraries = [str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key))]
-    return not any(resolved.startswith(root) for root in [own, *libraries])
+    return not str(Path(path).resolve()).startswith(_not_users_roots())
+
+
+@functools.lru_cache(maxsize=1)
+def _not_users_roots() -> tuple[str, ...]:
+    """harness's own folder, the standard library's and the installed packages' (read once)."""
+    import sysconfig
+    from pathlib import Path
+
+    libraries = (p for key in ("stdlib", "platstdlib", "purelib", "platlib") if (p := sysconfig.get_paths().get(key)))
+    return tuple(str(Path(p).resolve()) for p in (Path(__file__).parent, *libraries))
 
 
 def report_user_code(exc: BaseException, lines: list[str]) -> int:

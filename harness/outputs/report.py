@@ -393,19 +393,16 @@ def _facts(info: dict[str, Any]) -> str:
 
 
 def _fact_value(value: Any) -> str:
+    """A fact's top level one item per line (`key: value`); anything nested inline."""
     if isinstance(value, dict):
-        return "<br>".join(f"{html.escape(str(k).replace('_', ' '))}: {_fact_scalar(v)}" for k, v in value.items())
+        return "<br>".join(f"{html.escape(_label(k))}: {html.escape(_plain(v))}" for k, v in value.items())
     if isinstance(value, list):
-        return "<br>".join(_fact_scalar(v) for v in value)
-    return _fact_scalar(value)
-
-
-def _fact_scalar(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{html.escape(str(k).replace('_', ' '))} {html.escape(_plain(v))}" for k, v in value.items())
-    if isinstance(value, list):
-        return ", ".join(html.escape(_plain(v)) for v in value)
+        return "<br>".join(html.escape(_plain(v)) for v in value)
     return html.escape(_plain(value))
+
+
+def _label(key: Any) -> str:
+    return str(key).replace("_", " ")
 
 
 def _plain(value: Any) -> str:
@@ -414,7 +411,7 @@ def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list):
-        return " ".join(_plain(v) for v in value)
+        return ", ".join(_plain(v) for v in value)
     if isinstance(value, dict):
-        return ", ".join(f"{k} {_plain(v)}" for k, v in value.items())
+        return ", ".join(f"{_label(k)} {_plain(v)}" for k, v in value.items())
     return str(value)

@@ -143,15 +143,19 @@ class Runner:
         self.val_scores = ValScoresWriter(self.run_dir.val_scores_csv, self.config.data.classes, self.config.losses_differ())
 
         def train(step: int, k: int) -> list[Row]:
-            if self.timing.first_call_s is None:
+            first = self.timing.first_call_s is None
+            if first:
                 self._phase("compiling the fused step (its first call traces it; the calls after it only run)")
             began = time.perf_counter()
-            first = self.timing.first_call_s is None
             outputs = self.compiled.call(iterator, k)
-            if not self.compiled.first_call_of_rebuild(k, seconds := time.perf_counter() - began):
+            seconds = time.perf_counter() - began
+            # A rebuilt step's first call traces too: neither it nor the run's first is steady time.
+            retraced = self.compiled.first_call_of_rebuild(k, seconds)
+            if not retraced:
                 self.timing.add(k, seconds)
-            self.clock.add("first_call" if first else "steady_steps", seconds)
-            self.clock.steady_steps += 0 if first else k
+            steady = not (first or retraced)
+            self.clock.add("steady_steps" if steady else "first_call", seconds)
+            self.clock.steady_steps += k if steady else 0
             self.roster.read_statuses()
             return self.roster.train_rows(outputs, step, schedule)
 
