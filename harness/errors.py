@@ -108,14 +108,19 @@ class UserCodeError(ConfigError):
         return "\n".join([str(self)] + [f"    {p.strip()}" if p.startswith(" ") else f"  - {p}" for p in self.problems])
 
 
-def user_traceback(exc: BaseException, limit: int = 12) -> list[str]:
+def user_frames(exc: BaseException) -> list[tuple[str, int, str, str]]:
     """The frames of `exc`'s traceback that are the user's code: not harness, not an installed
-    package, not the standard library, as `File F, line N, in FUNC: SOURCE`. An error raised while
+    package, not the standard library, as (path, line, function, source). An error raised while
     TensorFlow traced a function carries the traced code's frames in its message ("in user code:"),
     not in its traceback: those are read from the message."""
     frames = [(f.filename, f.lineno, f.name, f.line or "") for f in traceback.extract_tb(exc.__traceback__)]
     frames += [(m["path"], int(m["line"]), m["func"], m["source"]) for m in _TRACED_FRAME.finditer(str(exc))]
-    return [f"  File {path}, line {line}, in {func}: {source.strip()}" for path, line, func, source in frames if _is_users(path)][-limit:]
+    return [frame for frame in frames if _is_users(frame[0])]
+
+
+def user_traceback(exc: BaseException, limit: int = 12) -> list[str]:
+    """`user_frames` as `File F, line N, in FUNC: SOURCE` lines, innermost last."""
+    return [f"  File {path}, line {line}, in {func}: {source.strip()}" for path, line, func, source in user_frames(exc)][-limit:]
 
 
 _TRACED_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)[ *]*\n\s*(?P<source>[^\n]*)')
@@ -142,11 +147,15 @@ def _not_users_roots() -> tuple[str, ...]:
 def report_user_code(exc: BaseException, lines: list[str]) -> int:
     """An exception raised in the user's own code, met while harness ran it: theirs to fix (exit 2).
     A traced function's error ends its message with what was raised: that line is the one shown."""
-    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    what = text[-1] if text else ""
-    what = what if what.startswith(type(exc).__name__) else f"{type(exc).__name__}: {what}"
-    print(f"harness: your code raised {what}", file=sys.stderr)
+    print(f"harness: your code raised {what_was_raised(exc)}", file=sys.stderr)
     print("  (in your code, innermost last:)", file=sys.stderr)
     for line in lines:
         print(f"  {line}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def what_was_raised(exc: BaseException) -> str:
+    """`Type: message` of what was raised; a traced function's error ends its long message with it."""
+    text = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    what = text[-1] if text else ""
+    return what if what.startswith(type(exc).__name__) else f"{type(exc).__name__}: {what}"

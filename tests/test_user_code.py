@@ -37,11 +37,14 @@ def test_a_model_whose_output_is_half_the_mask_is_refused_with_both_shapes_befor
     assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
 
 
-def test_a_kind_whose_step_raises_while_tracing_is_the_users_error(tmp_path):
-    result, _ = _run(tmp_path, [{"name": "odd", "kind": "custom_kinds:BrokenStep", "arch": "tiny_fcn"}])
+def test_a_kind_whose_step_raises_while_tracing_is_named_and_leaves_no_run_folder(tmp_path):
+    result, results = _run(tmp_path, [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "odd", "kind": "custom_kinds:BrokenStep", "arch": "tiny_fcn"}])
     assert result.returncode == 2, result.stderr
-    assert "your code raised" in result.stderr and "bug in harness" not in result.stderr
+    assert "your model code failed while the first step was traced" in result.stderr and "bug in harness" not in result.stderr
+    assert "models.1(odd): kind custom_kinds:BrokenStep raised AttributeError" in result.stderr
+    assert "models.0(fcn)" not in result.stderr  # the built-in member is not blamed
     assert "custom_kinds.py" in result.stderr and "in train_step" in result.stderr
+    assert list(results.iterdir()) == []  # neither the run's folder nor its experiment's
 
 
 def test_a_bug_in_harness_is_still_reported_as_one(tmp_path, monkeypatch):

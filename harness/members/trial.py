@@ -10,12 +10,15 @@ not built in are tried, one per distinct (kind, arch, backbone, options, weights
 
 from __future__ import annotations
 
+import inspect
 import json
+from pathlib import Path
 
 from harness.config import catalog
 from harness.config.schema import ExperimentConfig, ModelSpec
 from harness.core.backend import import_keras
-from harness.errors import UserCodeError, user_traceback
+from harness.errors import UserCodeError, user_frames, user_traceback, what_was_raised
+from harness.members import zoo
 from harness.members.registry import BUILTIN_KINDS, member_class
 
 
@@ -41,9 +44,43 @@ def trial_build(config: ExperimentConfig) -> None:
         raise UserCodeError("your model code failed before training started (nothing was written):", problems)
 
 
+def blame_traced_failure(exc: BaseException, config: ExperimentConfig) -> UserCodeError | None:
+    """A failure of the first trace of the fused step (what the trial does not run: a kind's
+    `train_step`, a model's `call`) whose frames are in a file of a member's own code: the
+    user's error, naming each member whose code it is; None when no member's code is in it."""
+    raised_in = {str(Path(frame[0]).resolve()) for frame in user_frames(exc)}
+    problems = [
+        f"models.{i}({spec.name}): {_code_of(spec)} raised {what_was_raised(exc)}"
+        for i, spec in enumerate(config.models)
+        if is_user_code(spec) and raised_in & _source_files(spec)
+    ]
+    if not problems:
+        return None
+    return UserCodeError("your model code failed while the first step was traced (the new run folder was removed):",
+                         problems + user_traceback(exc))
+
+
+def _code_of(spec: ModelSpec) -> str:
+    return spec.arch if catalog.is_factory(spec.arch) else f"kind {spec.kind}"
+
+
+def _source_files(spec: ModelSpec) -> set[str]:
+    """The files of a member's own code: its kind's classes that are not harness's, its factory."""
+    code = [cls for cls in member_class(spec.kind).__mro__ if cls not in BUILTIN_KINDS.values() and cls is not object]
+    if catalog.is_factory(spec.arch):
+        code.append(zoo.load_factory(spec.arch))
+    files = set()
+    for obj in code:
+        try:
+            files.add(str(Path(inspect.getsourcefile(obj) or "").resolve()))
+        except TypeError:  # a builtin or a class made at run time: no file to match
+            pass
+    return files
+
+
 def _try_one(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
     where = f"models.{i}({spec.name})"
-    code = spec.arch if catalog.is_factory(spec.arch) else f"kind {spec.kind}"
+    code = _code_of(spec)
     try:
         member = member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
     except Exception as exc:  # anything the user's code raises is theirs to see

@@ -161,6 +161,16 @@ def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) ->
     raise FileExistsError(f"could not create a new run directory under {base}")
 
 
+def discard_new_run_dir(run: RunDir) -> None:
+    """Remove a run directory this command made and nothing was trained in, and its experiment's
+    folder if that is left empty (a first run's); another run's folder is never touched."""
+    shutil.rmtree(run.path, ignore_errors=True)
+    try:
+        run.path.parent.rmdir()
+    except OSError:  # other runs of the experiment are there
+        pass
+
+
 def versions() -> dict[str, str]:
     from importlib import metadata
 

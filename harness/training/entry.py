@@ -18,7 +18,7 @@ from harness.core.placement import Placement, build_placement, configure_determi
 from harness.data.fingerprint import changed_items
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
-from harness.members.trial import trial_build
+from harness.members.trial import blame_traced_failure, trial_build
 from harness import rundir as rd
 from harness.training import preflight
 from harness.training.actions import END_OF_RUN
@@ -49,12 +49,35 @@ def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, ru
         # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
         with _scratch_run_dir(config) as scratch:
             return Runner(config, scratch, placement, scan, resuming=False).run()
-    if run is None:
-        trial_build(config)  # the user's factories and kinds, once each, before anything is written
-    run = run or rd.create_run_dir(config, results_dir)
-    with FolderLock(run.path):
-        record_data_fingerprint(run, scan)
-        return Runner(config, run, placement, scan, resuming=False, end_of_run=end_of_run).run()
+    if run is not None:
+        with FolderLock(run.path):
+            record_data_fingerprint(run, scan)
+            return Runner(config, run, placement, scan, resuming=False, end_of_run=end_of_run).run()
+    trial_build(config)  # the user's factories and kinds, once each, before anything is written
+    run = rd.create_run_dir(config, results_dir)
+    try:
+        with FolderLock(run.path):
+            record_data_fingerprint(run, scan)
+            return Runner(config, run, placement, scan, resuming=False, end_of_run=end_of_run).run()
+    except Exception as exc:
+        blamed = _blamed_before_any_step(exc, config, run)
+        if blamed is None:
+            raise
+        raise blamed from exc
+
+
+def _blamed_before_any_step(exc: Exception, config: ExperimentConfig, run: rd.RunDir) -> Exception | None:
+    """A member's own code failing before its first step (a kind's train_step, a model's call,
+    met while the fused step is traced): the user's error naming the member, and the run folder
+    this command made, which holds nothing trained yet, removed, as the trial's failures leave none."""
+    try:
+        trained = run.read_record().steps_done > 0
+    except Exception:  # an unreadable record: keep the folder, the error says what happened
+        return None
+    blamed = None if trained else blame_traced_failure(exc, config)
+    if blamed is not None:
+        rd.discard_new_run_dir(run)
+    return blamed
 
 
 def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END_OF_RUN, accept_changed_data: bool = False) -> RunResult:
