@@ -24,7 +24,7 @@ from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
 from harness.training.flops import forward_flops
 from harness.training.held_out import score_test_split
-from harness.training.probe import probe_input_wait_share, probe_ms_per_step
+from harness.training.probe import probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
 from harness.training.run_book import RunBook
@@ -48,6 +48,15 @@ class FinishedRun:
     book: RunBook  # run.json: `book.update(...)` changes fields and writes it; `book.record` reads it
     warnings: list[str] = field(default_factory=list)
     earlier_traces: int = 0  # of fused steps a race rebuilt without its dropped members
+    switches: dict | None = None  # member -> its on/off variable in the step (one replica)
+    _probe_data: Any = None
+
+    def probe_data(self):
+        """The training batches the probes time on (the run's first ones, made again), made once."""
+        if self._probe_data is None:
+            steps = self.config.output.probe_steps
+            self._probe_data = build_datasets(self.config.data, self.config.training_seeds(), 0, 3 * steps + 1, self.scan).train
+        return self._probe_data
 
 
 def record_trace_count(done: FinishedRun) -> None:
@@ -69,17 +78,26 @@ def probe_input_share(done: FinishedRun) -> None:
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
-    data = build_datasets(done.config.data, done.config.training_seeds(), 0, 3 * steps + 1, done.scan).train
-    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, data, steps)
+    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), steps)
     done.book.update(timing=done.timing.as_dict())
 
 
 def probe_step_times(done: FinishedRun) -> None:
-    images, masks = next(iter(done.datasets.val))
-    ms = probe_ms_per_step(done.members, done.placement.strategy, images, masks, steps=done.config.output.probe_steps)
+    """Each model's ms per step alone: in the run's own compiled loop by the members' switches (no
+    new trace), or, over several replicas and for a member the loop no longer holds, its step
+    traced alone."""
+    steps, switches = done.config.output.probe_steps, done.switches or {}
+    held = [m for m in done.members if m.name in switches]
+    ms, batch = {}, done.config.data.batch_size
+    if held and steps > 0:
+        batches = done.placement.input_iterator(done.probe_data().take(steps).cache().repeat())
+        ms = probe_switched_ms_per_step(done.train_loop, switches, held, done.global_step, batches, steps)
+    if alone := [m for m in done.members if m.name not in switches]:
+        images, masks = next(iter(done.datasets.val))
+        ms.update(probe_ms_per_step(alone, done.placement.strategy, images, masks, steps=steps))
     for name, value in ms.items():
         done.records[name].ms_per_step = round(value, 3)
-        done.records[name].images_per_s = round(1000.0 * int(images.shape[0]) / value, 1)
+        done.records[name].images_per_s = round(1000.0 * batch / value, 1)
 
 
 def count_flops(done: FinishedRun) -> None:

@@ -1,9 +1,12 @@
 """Probes run at the end of a run. Isolated cost of each model: ms per training step when it
 runs alone. And the input pipeline's share of the fused step's time.
 
-The fused step is one graph, so its time cannot be split between models. The probe runs each
-member's own step for a few iterations on one batch, then puts every variable it touched (weights,
-optimizer slots, flags) back exactly as it was: the trained models are left bit for bit unchanged.
+The fused step is one graph, so its time cannot be split between models. On one replica every
+member has a switch in the step (`harness.core.step.switched`): the probe runs the run's own
+compiled loop with one member switched on at a time, on a few batches held in memory, with no new
+trace. Over several replicas it traces each member's own step alone. Either way every variable the
+probe touched (weights, optimizer slots, flags, switches, the global step) is put back exactly as
+it was: the trained models are left bit for bit unchanged.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ tf = import_tf()
 
 
 def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str, float]:
+    """Each member's own step traced alone and timed on one batch (several replicas, or a member
+    the fused step no longer holds)."""
     if steps <= 0:
         return {}
     batch = int(images.shape[0])
@@ -28,6 +33,37 @@ def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str,
         with preserved_state(member):
             results[member.name] = _time_member(member, strategy, images, masks, batch, steps)
     return results
+
+
+def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, rounds: int = 3) -> dict[str, float]:
+    """Each member alone in the run's compiled loop (every other switch off): the median over
+    `rounds` calls of `steps` steps on `batches` (an iterator over batches held in memory), after
+    one untimed call that runs this member's branch once."""
+    if steps <= 0:
+        return {}
+    was_on = {name: bool(switch.numpy()) for name, switch in switches.items()}
+    step_before = global_step.numpy()
+    results = {}
+    try:
+        with contextlib.ExitStack() as stack:
+            for member in members:
+                stack.enter_context(preserved_state(member))
+            for member in members:
+                for name, switch in switches.items():
+                    switch.assign(name == member.name)
+                times = [_timed_call(train_loop, batches, steps) for _ in range(rounds + 1)][1:]
+                results[member.name] = 1000.0 * statistics.median(times) / steps
+    finally:
+        for name, switch in switches.items():
+            switch.assign(was_on[name])
+        global_step.assign(step_before)
+    return results
+
+
+def _timed_call(train_loop, iterator, steps: int) -> float:
+    began = time.perf_counter()
+    tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, steps))
+    return time.perf_counter() - began
 
 
 def _time_member(member, strategy, images, masks, batch: int, steps: int) -> float:
@@ -63,9 +99,7 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     in_memory = placement.input_iterator(dataset.take(steps).cache().repeat())
 
     def timed(iterator) -> float:
-        began = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, steps))
-        return time.perf_counter() - began
+        return _timed_call(train_loop, iterator, steps)
 
     step_before = global_step.numpy()
     with contextlib.ExitStack() as stack:
