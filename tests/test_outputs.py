@@ -264,3 +264,16 @@ def test_the_reports_run_facts_are_labelled_lines_not_json():
     assert "steps done</td><td>8<" in text and "deterministic</td><td>yes<" in text
     assert "first call s: 3.9<br>fused ms per step: 22.448" in text and "models: fcn /cpu:0" in text
     assert "{" not in text and "[" not in text and "resumes" not in text  # no JSON; empty facts left out
+
+
+def test_samples_show_every_model_when_they_fit_else_the_best_in_ranking_order():
+    from harness.outputs.derived import SAMPLE_MODELS, models_in_samples
+
+    few = ["fcn", "unet", "deconv"]
+    summary = pd.DataFrame({"model": ["unet", "deconv", "fcn"]})
+    assert models_in_samples(few, summary, "val_iou") == (few, "validation samples: the same images for every model")
+    many = [f"m{i}" for i in range(40)]
+    ranked = pd.DataFrame({"model": list(reversed(many))})
+    shown, title = models_in_samples(many, ranked, "val_iou")
+    assert shown == list(reversed(many))[:SAMPLE_MODELS] == ["m39", "m38", "m37", "m36", "m35", "m34", "m33", "m32"]
+    assert title == "validation samples: the 8 best of 40 models by val_iou (summary.csv ranks them all)"

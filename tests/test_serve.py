@@ -40,3 +40,22 @@ def test_a_run_reports_serving_columns_and_its_results_do_not_depend_on_the_prob
         for a, b in zip(probed.models[name].get_weights(), quiet.models[name].get_weights()):
             np.testing.assert_array_equal(a, b)
     assert "latency ms" in (probed.run_dir / "report.html").read_text()
+
+
+def test_serving_is_measured_once_per_network_not_per_learning_rate(tmp_path, monkeypatch):
+    import harness.training.actions as actions
+
+    measured = []
+
+    def counting(model, *args, **kwargs):
+        measured.append(model.name)
+        return real(model, *args, **kwargs)
+
+    real = actions.measure_serving
+    monkeypatch.setattr(actions, "measure_serving", counting)
+    models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.01, 0.001]}}, {"name": "unet", "arch": "tiny_unet"}]
+    result = run(validate_config(tiny_config(models=models, train={"epochs": 1}, output={"serve_batch": 4})), results_dir=tmp_path)
+    assert sorted(measured) == ["tiny_fcn", "tiny_unet"]  # two networks, three members
+    summary = result.summary.set_index("model")
+    fcns = [m for m in summary.index if m.startswith("fcn")]
+    assert len(fcns) == 2 and summary.loc[fcns[0], "latency_ms"] == summary.loc[fcns[1], "latency_ms"] > 0

@@ -52,7 +52,10 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
         save_table(member_summary, run.path / "summary_members.csv")
     save_plots(run.plots, losses, summary, config.ranking_column(), config.output.log_scale, pairs, config.compare_loss(), on_common, config.output.plot_formats)
     if samples is not None:
-        save_figure(plot_samples(*samples), run.plots, "samples", config.output.plot_formats)
+        images, masks, predictors = samples
+        shown, title = models_in_samples(list(predictors), summary, config.ranking_column())
+        predictions = {model: np.asarray(predictors[model](images)) for model in shown}
+        save_figure(plot_samples(images, masks, predictions, title), run.plots, "samples", config.output.plot_formats)
     write_report_page(run, config, record)
     return summary
 
@@ -127,18 +130,31 @@ def sample_batch(config: ExperimentConfig, count: int, scan=None):
     return np.concatenate(images)[:count], np.concatenate(masks)[:count]
 
 
+SAMPLE_MODELS = 8  # columns of predictions samples.png shows at most: the best ones, in ranking order
+
+
 def samples_from_models(config: ExperimentConfig, predict_by_member: dict[str, Any], scan=None):
-    """(images, masks, {model: predictions}) for the first repeat of every model."""
+    """(images, masks, {model: predict}) for the first repeat of every model; the predictions are
+    made when samples.png is drawn, for the models it shows."""
     count = config.output.sample_images
     if count == 0:
         return None
     images, masks = sample_batch(config, count, scan)
-    predictions = {}
+    predictors = {}
     for member, predict in predict_by_member.items():
-        model = base_model(member)
-        if model not in predictions:
-            predictions[model] = np.asarray(predict(images))
-    return images, masks, predictions
+        predictors.setdefault(base_model(member), predict)
+    return images, masks, predictors
+
+
+def models_in_samples(models: list[str], summary: pd.DataFrame, rank_by: str) -> tuple[list[str], str]:
+    """Every model, in config order, when they fit; else the SAMPLE_MODELS best by the ranking (a
+    grid of 40 models' masks is unreadable, and drawing it took 3.4 s of a run's end)."""
+    title = "validation samples: the same images for every model"
+    if len(models) <= SAMPLE_MODELS:
+        return models, title
+    ranked = [m for m in summary["model"].astype(str) if m in models] if "model" in summary else []
+    shown = (ranked + [m for m in models if m not in ranked])[:SAMPLE_MODELS]
+    return shown, f"validation samples: the {len(shown)} best of {len(models)} models by {rank_by} (summary.csv ranks them all)"
 
 
 def samples_from_exports(run: RunDir, config: ExperimentConfig):

@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 from harness.config import metrics
 from harness.config.metrics import higher_is_better
-from harness.config.naming import model_of
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
@@ -100,12 +99,17 @@ def probe_step_times(done: FinishedRun) -> None:
         done.records[name].images_per_s = round(1000.0 * batch / value, 1)
 
 
+def network_of(member) -> tuple:
+    """What a model's costs depend on: its network and where it runs, not its weights or how it
+    was trained (repeats, and a grid's learning rates, share a network)."""
+    spec = member.spec
+    return (spec.kind, spec.arch, spec.backbone, repr(sorted(spec.options.items())), member.device)
+
+
 def count_flops(done: FinishedRun) -> None:
     counted: dict[tuple, int | None] = {}
     for member in done.members:
-        spec = member.spec
-        network = (spec.arch, spec.backbone, repr(sorted(spec.options.items())))
-        if network not in counted:  # repeats share a network: count it once
+        if (network := network_of(member)) not in counted:
             counted[network] = forward_flops(member.model)
         done.records[member.name].flops_per_example = counted[network]
     done.book.write()
@@ -125,17 +129,18 @@ def export_models(done: FinishedRun) -> None:
 
 
 def probe_serving(done: FinishedRun) -> None:
-    """Each model's serving cost, measured once per architecture (a model's repeats share it), one
-    model at a time, in inference mode: the trained weights are only read."""
+    """Each model's serving cost, measured once per network (`network_of`: 4 measurements, not 40,
+    for a grid of 4 architectures x 10 learning rates; the same network's figures would differ
+    only by the noise of timing), one model at a time, in inference mode: the weights are only read."""
     if not done.config.output.serve_probe:
         return
     data, measured = done.config.data, {}
     for member in done.members:
-        model = model_of(member.name)
-        if model not in measured:
-            measured[model] = measure_serving(member.model, (*data.image_size, data.channels), done.config.output.serve_batch, device=member.device)
+        network = network_of(member)
+        if network not in measured:
+            measured[network] = measure_serving(member.model, (*data.image_size, data.channels), done.config.output.serve_batch, device=member.device)
         record = done.records[member.name]
-        for key, value in measured[model].items():
+        for key, value in measured[network].items():
             setattr(record, key, value)
         record.model_mb = file_mb(done.run.path / "models" / member.name / "model.keras")
     done.book.write()
