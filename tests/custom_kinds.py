@@ -37,3 +37,21 @@ class BrokenBuild(Member):
     @classmethod
     def build(cls, spec, data, seed, batchnorm_momentum, device, precision):
         raise RuntimeError(f"no pretrained weights for {spec.arch}")
+
+
+class BranchesOnTensors(Member):
+    """A user's step with Python control flow on tensors, as users write inside any tf.function:
+    autograph must turn the `if` into a tf.cond (unconverted, graph mode refuses a tensor as a bool)."""
+
+    metric_names = ("loss", "has_foreground")
+
+    def train_step(self, batch):
+        with tf.GradientTape() as tape:
+            predictions = self.model(batch.images, training=True)
+            loss = batch.mean(self.loss_fn(batch.masks, predictions))
+        if tf.reduce_max(batch.masks) > 0.5:
+            has_foreground = tf.constant(1.0)
+        else:
+            has_foreground = tf.constant(0.0)
+        update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
+        return StepOutput({"loss": loss, "has_foreground": has_foreground}, [update], predictions)

@@ -57,3 +57,19 @@ def half_size(input_shape, classes, activation):
     inputs = keras.Input(input_shape)
     x = keras.layers.Conv2D(classes, 3, strides=2, padding="same")(inputs)
     return keras.Model(inputs, keras.layers.Activation(activation)(x))
+
+
+class GuardedIdentity(keras.layers.Layer):
+    """A subclassed layer with Python control flow on a tensor in `call` (Keras converts it with
+    autograph when the surrounding function has autograph on)."""
+
+    def call(self, inputs):
+        if tf.reduce_max(tf.abs(inputs)) > 1e30:
+            return tf.zeros_like(inputs)
+        return inputs
+
+
+def guarded_convnet(input_shape, classes, activation):
+    inputs = keras.Input(input_shape)
+    x = GuardedIdentity()(keras.layers.Conv2D(classes, 3, padding="same")(inputs))
+    return keras.Model(inputs, keras.layers.Activation(activation)(x))

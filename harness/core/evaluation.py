@@ -14,7 +14,7 @@ import numpy as np
 
 from harness.config.metrics import per_class
 from harness.core.backend import import_tf
-from harness.core.member_step import on_device
+from harness.core.member_step import graph_method, on_device
 
 tf = import_tf()
 
@@ -37,11 +37,12 @@ def make_eval_fn(members, classes: int):
     return evaluate
 
 
+@tf.autograph.experimental.do_not_convert  # graph code as written, as the train step's (see step.py)
 def _write_batch(arrays, members, images, masks, classes: int, i):
     written = {}
     for m in members:
         with on_device(m.device):
-            values = m.eval_images(images, masks, classes)
+            values = graph_method(m, "eval_images")(images, masks, classes)
         written[m.name] = {key: array.write(i, tf.cast(values[key], tf.float32)) for key, array in arrays[m.name].items()}
     return written
 

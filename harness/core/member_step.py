@@ -11,6 +11,7 @@ written against this contract cannot forget any of that: none of it is its job.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,6 +19,7 @@ from harness.core.backend import import_keras, import_tf
 from harness.core.schedules import current_learning_rate
 
 tf = import_tf()
+from tensorflow.python.autograph.core import ag_ctx  # noqa: E402  (after import_tf; tf_keras's layers use it too)
 LEARNING_RATE = "lr"  # every member's learning rate, a train row at every step
 keras = import_keras()
 
@@ -98,7 +100,7 @@ def run_member_step(member, images, masks, global_batch: int, step, compare_loss
         # is divided by the global batch), so each replica contributes its share of the rate.
         context = tf.distribute.get_replica_context()
         rate = current_learning_rate(member.optimizer) / float(context.num_replicas_in_sync if context else 1)
-        output = member.train_step(batch)
+        output = graph_method(member, "train_step")(batch)
         apply_if_finite(member, output.updates, step)
         metrics = {**output.metrics, LEARNING_RATE: rate}
         if compare_loss is not None:
@@ -106,6 +108,32 @@ def run_member_step(member, images, masks, global_batch: int, step, compare_loss
             # A kind that returns no predictions has nothing to compare: NaN, left out of pairs.
             metrics["compare_loss"] = tf.constant(float("nan")) if predictions is None else batch.mean(compare_loss(masks, tf.cast(predictions, tf.float32)))
     return metrics
+
+
+def graph_method(member, name: str):
+    """`member.<name>` (`train_step`, `eval_images`) as harness's compiled functions call it.
+
+    harness's own side of a step is graph code as written (its branches on tensors are explicit
+    tf.conds) and is traced without autograph's source rewrite, which took over a third of a
+    small run's first call. From the member's method on, autograph is on again, as in any
+    tf.function: a model's `call` is converted by Keras as usual, and a method that is the user's
+    own (a custom kind's) is converted here, so its Python `if` and `for` over tensors work and
+    its errors name its own file and line."""
+    method = getattr(type(member), name)
+    if method.__module__.startswith("harness."):
+        bound = getattr(member, name)
+    else:
+        bound = functools.partial(tf.__internal__.autograph.tf_convert(method, _AUTOGRAPH_ON, convert_by_default=True), member)
+
+    def call(*args):
+        with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
+            return bound(*args)
+
+    return call
+
+
+# The status tf.function's own autograph sets: what Keras and tf_convert read to decide to convert.
+_AUTOGRAPH_ON = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
 
 
 # ---------------------------------------------------------------------------------------------

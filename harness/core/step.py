@@ -69,7 +69,11 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
         global_step.assign_add(1)
         return outputs
 
-    return TrainLoop(one_step, names, steps_per_call)
+    # harness's side of a step is graph code as written (its branches on tensors are explicit
+    # tf.conds): traced as is, not rewritten by autograph, whose source transforms of about 50 of
+    # harness's functions took over a third of smoke's first call. Only the loop's `for` over
+    # tf.range (in `_loop`) needs autograph; a user's kind still gets it (`graph_method`).
+    return TrainLoop(tf.autograph.experimental.do_not_convert(one_step), names, steps_per_call)
 
 
 def switched(fragment, switch, metric_names):
