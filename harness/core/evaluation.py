@@ -28,9 +28,16 @@ def make_eval_fn(members, classes: int):
             m.name: {key: tf.TensorArray(tf.float32, size=0, dynamic_size=True, infer_shape=False) for key in m.eval_keys(classes)}
             for m in members
         }
+        # A while loop over the dataset's iterator, not `for batch in dataset`: autograph turns that
+        # into dataset.reduce, whose body runs on tf.data's threads without the graph optimizer
+        # (smoke's validation: 150 ms per pass that way, 11 ms this way, the same values).
+        iterator = iter(dataset)
+        batch = iterator.get_next_as_optional()
         i = tf.constant(0)
-        for images, masks in dataset:
+        while batch.has_value():
+            images, masks = batch.get_value()
             arrays = _write_batch(arrays, members, images, masks, classes, i)  # reassigned: a loop variable
+            batch = iterator.get_next_as_optional()
             i += 1
         return {name: {key: array.concat() for key, array in per_key.items()} for name, per_key in arrays.items()}
 
