@@ -23,7 +23,7 @@ from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
 from harness.training.flops import forward_flops
 from harness.training.held_out import score_test_split
-from harness.training.probe import probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
+from harness.training.probe import held_in_memory, probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
 from harness.training.run_book import RunBook
@@ -89,7 +89,7 @@ def probe_step_times(done: FinishedRun) -> None:
     held = [m for m in done.members if m.name in switches]
     ms, batch = {}, done.config.data.batch_size
     if held and steps > 0:
-        batches = done.placement.input_iterator(done.probe_data().take(steps).cache().repeat())
+        batches = done.placement.input_iterator(held_in_memory(done.probe_data(), steps))
         ms = probe_switched_ms_per_step(done.train_loop, switches, held, done.global_step, batches, steps)
     if alone := [m for m in done.members if m.name not in switches]:
         images, masks = next(iter(done.datasets.val))

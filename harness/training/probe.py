@@ -35,10 +35,12 @@ def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str,
     return results
 
 
-def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, rounds: int = 3) -> dict[str, float]:
+def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, rounds: int = 1) -> dict[str, float]:
     """Each member alone in the run's compiled loop (every other switch off): the median over
     `rounds` calls of `steps` steps on `batches` (an iterator over batches held in memory), after
-    one untimed call that runs this member's branch once."""
+    one untimed step with this member alone. Its ops ran at every step of the run, so one step
+    settles the new combination of branches (the quickstart's probe took 54 s with three timed calls
+    after a whole warm-up call; it is a per-step mean over `steps` steps either way)."""
     if steps <= 0:
         return {}
     was_on = {name: bool(switch.numpy()) for name, switch in switches.items()}
@@ -51,7 +53,8 @@ def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step,
             for member in members:
                 for name, switch in switches.items():
                     switch.assign(name == member.name)
-                times = [_timed_call(train_loop, batches, steps) for _ in range(rounds + 1)][1:]
+                _timed_call(train_loop, batches, 1)
+                times = [_timed_call(train_loop, batches, steps) for _ in range(rounds)]
                 results[member.name] = 1000.0 * statistics.median(times) / steps
     finally:
         for name, switch in switches.items():
@@ -96,7 +99,7 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     if steps <= 0:
         return None
     real = placement.input_iterator(dataset)
-    in_memory = placement.input_iterator(dataset.take(steps).cache().repeat())
+    in_memory = placement.input_iterator(held_in_memory(dataset, steps))
 
     def timed(iterator) -> float:
         return _timed_call(train_loop, iterator, steps)
@@ -105,11 +108,21 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     with contextlib.ExitStack() as stack:
         for member in members:
             stack.enter_context(preserved_state(member))
-        timed(in_memory)  # fills the in-memory copy; both pipelines warm before timing
-        timed(real)
+        _timed_call(train_loop, in_memory, 1)  # each iterator's first batch and threads: untimed
+        _timed_call(train_loop, real, 1)
         shares = []
         for _ in range(rounds):
             real_s, memory_s = timed(real), timed(in_memory)
             shares.append(max(0.0, 1.0 - memory_s / real_s))
     global_step.assign(step_before)
     return round(statistics.median(shares), 4)
+
+
+def held_in_memory(dataset, steps: int):
+    """The first `steps` batches of `dataset`, read once now and held in memory, repeated: input
+    that costs the step nothing. Read here without the models (filling it with a call of the
+    fused step cost `steps` whole steps: 13 s on the quickstart)."""
+    cached = dataset.take(steps).cache()
+    for _ in cached:  # one full pass fills the cache; every later pass reads memory
+        pass
+    return cached.repeat()
