@@ -192,3 +192,19 @@ def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_acr
     assert scores.groupby("model").size().to_dict() == {m: 4 for m in ("fcn-lr0.01", "fcn-lr1e-3", "unet-lr0.01", "unet-lr1e-3")}
     table = pd.read_csv(run_dir / "compare_by.csv")
     assert len(table) == 1 and table["group_a"][0] != table["group_b"][0]
+
+
+def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(tmp_path):
+    from harness.training.actions import score_test
+    from harness.training.entry import run_experiment
+
+    seen = {}
+
+    def score_and_count(done):
+        score_test(done)
+        seen["traces"] = done.evaluate.experimental_get_tracing_count()
+        seen["scored"] = set(done.book.record.get("test")["members"])
+
+    config = validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}))
+    run_experiment(config, tmp_path, end_of_run=(score_and_count,))
+    assert seen == {"traces": 1, "scored": {"fcn", "unet", "deconv"}}  # traced at the first validation only

@@ -48,6 +48,8 @@ class FinishedRun:
     warnings: list[str] = field(default_factory=list)
     earlier_traces: int = 0  # of fused steps a race rebuilt without its dropped members
     switches: dict | None = None  # member -> its on/off variable in the step (one replica)
+    evaluate: Any = None  # the run's eval function, and the members it scores
+    evaluated: tuple = ()
     _probe_data: Any = None
 
     def probe_data(self):
@@ -151,8 +153,11 @@ def score_test(done: FinishedRun) -> None:
     if done.datasets.test is None:
         return
     steps_per_epoch = done.datasets.steps_per_epoch
+    # The run's eval function, already traced, when it covers every member (no race dropped any):
+    # a new one would cost a trace (about 7 s on the quickstart's four networks).
+    covers_all = done.evaluate is not None and set(done.evaluated) == {m.name for m in done.members}
     record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
-                              lambda step: (step - 1) // steps_per_epoch + 1)
+                              lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.evaluate if covers_all else None)
     done.book.update(test=record)
 
 

@@ -27,6 +27,7 @@ class CompiledMembers:
         self.active: list = []
         self.train_loop = None
         self.evaluate: Callable | None = None
+        self.evaluated: tuple[str, ...] = ()  # the members `evaluate` scores
         self.earlier_traces = 0  # traces of the steps rebuilt away
         self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
         self._pending: list[dict[str, Any]] = []  # records to complete with the next call's time
@@ -43,6 +44,7 @@ class CompiledMembers:
         self.switches = self._make_switches(members)
         self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare, self.switches)
         self.evaluate = make_eval_fn(self.active, config.data.classes)
+        self.evaluated = tuple(m.name for m in self.active)
         if why is not None:
             record = {"step": step, "why": why, "members_after": len(members)}
             self.rebuilds.append(record)
@@ -70,6 +72,7 @@ class CompiledMembers:
             if name not in staying:
                 switch.assign(False)
         self.evaluate = make_eval_fn(remaining, self.config.data.classes)
+        self.evaluated = tuple(m.name for m in remaining)
         record = {"step": step, "why": why, "members_after": len(remaining), "retraced": "eval function only (switched off in the step)"}
         self.rebuilds.append(record)
         if also_note is not None:

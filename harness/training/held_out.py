@@ -25,9 +25,10 @@ from harness.rundir import RunDir
 tf = import_tf()
 
 
-def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of) -> dict[str, Any]:
+def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of, evaluate=None) -> dict[str, Any]:
     """Write test_scores.csv (per member and test image, like val_scores.csv; `step` is the step
-    whose weights were scored) and return what run.json records under `test`."""
+    whose weights were scored) and return what run.json records under `test`. `evaluate`: an
+    eval function over exactly `members` to reuse (it reads their weights when called)."""
     path = RunDir(run_path).test_scores_csv
     path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
     selected = {m.name: _selected(m.name, config, run_path, final_step) for m in members}
@@ -36,7 +37,8 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
             stack.enter_context(preserved_state(member))
             if selected[member.name]["weights"] == "best":
                 _load_best(member, run_path)
-        per_image = tf.nest.map_structure(lambda t: t.numpy(), make_eval_fn(members, config.data.classes)(test_dataset))
+        evaluate = evaluate or make_eval_fn(members, config.data.classes)
+        per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(test_dataset))
     writer = ValScoresWriter(path, config.data.classes, config.losses_differ())
     try:
         for member in members:
