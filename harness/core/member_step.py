@@ -110,6 +110,11 @@ def run_member_step(member, images, masks, global_batch: int, step, compare_loss
     return metrics
 
 
+# The status tf.function's own autograph sets: what Keras and tf_convert read to decide to convert.
+# (Entered as a context, it may nest: each entry pushes it once and its exit pops it once.)
+_AUTOGRAPH_ON = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
+
+
 def graph_method(member, name: str):
     """`member.<name>` (`train_step`, `eval_images`) as harness's compiled functions call it.
 
@@ -126,14 +131,10 @@ def graph_method(member, name: str):
         bound = functools.partial(tf.__internal__.autograph.tf_convert(method, _AUTOGRAPH_ON, convert_by_default=True), member)
 
     def call(*args):
-        with ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED):
+        with _AUTOGRAPH_ON:
             return bound(*args)
 
     return call
-
-
-# The status tf.function's own autograph sets: what Keras and tf_convert read to decide to convert.
-_AUTOGRAPH_ON = ag_ctx.ControlStatusCtx(status=ag_ctx.Status.ENABLED)
 
 
 # ---------------------------------------------------------------------------------------------

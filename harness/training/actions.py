@@ -40,17 +40,27 @@ class FinishedRun:
     members: list
     datasets: Datasets
     scan: Any
-    train_loop: Any
+    compiled: Any  # CompiledMembers: the fused step, the eval function, the members' switches
     global_step: Any
     records: dict[str, MemberRecord]
     timing: StepTiming
     book: RunBook  # run.json: `book.update(...)` changes fields and writes it; `book.record` reads it
     warnings: list[str] = field(default_factory=list)
-    earlier_traces: int = 0  # of fused steps a race rebuilt without its dropped members
-    switches: dict | None = None  # member -> its on/off variable in the step (one replica)
-    evaluate: Any = None  # the run's eval function, and the members it scores
-    evaluated: tuple = ()
     _probe_data: Any = None
+    _probe_batches: Any = None
+
+    @property
+    def train_loop(self):
+        return self.compiled.train_loop
+
+    @property
+    def switches(self) -> dict | None:
+        """member -> its on/off variable in the step (one replica), else None."""
+        return self.compiled.switches
+
+    @property
+    def evaluate(self):
+        return self.compiled.evaluate
 
     def probe_data(self):
         """The training batches the probes time on (the run's first ones, made again), made once."""
@@ -59,9 +69,16 @@ class FinishedRun:
             self._probe_data = build_datasets(self.config.data, self.config.training_seeds(), 0, 3 * steps + 1, self.scan).train
         return self._probe_data
 
+    def probe_batches(self):
+        """The first `probe_steps` of them held in memory (input that costs nothing), read once for
+        both probes."""
+        if self._probe_batches is None:
+            self._probe_batches = held_in_memory(self.probe_data(), self.config.output.probe_steps)
+        return self._probe_batches
+
 
 def record_trace_count(done: FinishedRun) -> None:
-    done.book.update(trace_count=done.train_loop.tracing_count() + done.earlier_traces)
+    done.book.update(trace_count=done.compiled.trace_count)
 
 
 def record_race(done: FinishedRun) -> None:
@@ -79,7 +96,7 @@ def probe_input_share(done: FinishedRun) -> None:
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
-    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), steps)
+    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), done.probe_batches(), steps)
     done.book.update(timing=done.timing.as_dict())
 
 
@@ -91,7 +108,7 @@ def probe_step_times(done: FinishedRun) -> None:
     held = [m for m in done.members if m.name in switches]
     ms, batch = {}, done.config.data.batch_size
     if held and steps > 0:
-        batches = done.placement.input_iterator(held_in_memory(done.probe_data(), steps))
+        batches = done.placement.input_iterator(done.probe_batches())
         ms = probe_switched_ms_per_step(done.train_loop, switches, held, done.global_step, batches, steps)
     if alone := [m for m in done.members if m.name not in switches]:
         images, masks = next(iter(done.datasets.val))
@@ -155,9 +172,8 @@ def score_test(done: FinishedRun) -> None:
     steps_per_epoch = done.datasets.steps_per_epoch
     # The run's eval function, already traced, when it covers every member (no race dropped any):
     # a new one would cost a trace (about 7 s on the quickstart's four networks).
-    covers_all = done.evaluate is not None and set(done.evaluated) == {m.name for m in done.members}
     record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
-                              lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.evaluate if covers_all else None)
+                              lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members))
     done.book.update(test=record)
 
 

@@ -87,6 +87,11 @@ class CompiledMembers:
         self._pending = []
         return True
 
+    def eval_fn_over(self, members: list) -> Callable | None:
+        """The eval function, already traced, if it scores exactly `members` (no race dropped any),
+        else None: the held-out test split reuses it instead of tracing another."""
+        return self.evaluate if set(self.evaluated) == {m.name for m in members} else None
+
     @property
     def trace_count(self) -> int:
         return self.earlier_traces + (self.train_loop.tracing_count() if self.train_loop else 0)

@@ -88,7 +88,7 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int) -> flo
     return 1000.0 * statistics.median(times)
 
 
-def probe_input_wait_share(train_loop, placement, members, global_step, dataset, steps: int, rounds: int = 1) -> float | None:
+def probe_input_wait_share(train_loop, placement, members, global_step, dataset, in_memory_dataset, steps: int, rounds: int = 1) -> float | None:
     """The share of the fused step's time that goes to the input pipeline: the compiled loop is
     timed on the real pipeline and on a few of its batches held in memory (free input),
     alternating; share = 1 - t(in memory) / t(real), the median over rounds, floored at 0.
@@ -99,11 +99,7 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     if steps <= 0:
         return None
     real = placement.input_iterator(dataset)
-    in_memory = placement.input_iterator(held_in_memory(dataset, steps))
-
-    def timed(iterator) -> float:
-        return _timed_call(train_loop, iterator, steps)
-
+    in_memory = placement.input_iterator(in_memory_dataset)  # `held_in_memory(dataset, steps)`
     step_before = global_step.numpy()
     with contextlib.ExitStack() as stack:
         for member in members:
@@ -112,7 +108,7 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
         _timed_call(train_loop, real, 1)
         shares = []
         for _ in range(rounds):
-            real_s, memory_s = timed(real), timed(in_memory)
+            real_s, memory_s = _timed_call(train_loop, real, steps), _timed_call(train_loop, in_memory, steps)
             shares.append(max(0.0, 1.0 - memory_s / real_s))
     global_step.assign(step_before)
     return round(statistics.median(shares), 4)

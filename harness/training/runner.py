@@ -103,10 +103,8 @@ class Runner:
             self._stopped(step)
         if step < config.total_steps:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
-        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled.train_loop, global_step,
-                           self.roster.records, self.timing, self.book, earlier_traces=self.compiled.earlier_traces,
-                           switches=self.compiled.switches, evaluate=self.compiled.evaluate,
-                           evaluated=self.compiled.evaluated)
+        done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
+                           self.roster.records, self.timing, self.book)
         for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
