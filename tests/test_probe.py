@@ -56,3 +56,51 @@ def test_over_several_replicas_each_members_step_is_traced_alone(tmp_path):
     assert seen["before"]["switches"] == {}  # a switch around a cross-replica sum would be a sync point in control flow
     assert all(ms > 0 for ms in seen["ms"].values()) and set(seen["ms"]) == {"small", "fcn"}
     assert all(np.array_equal(a, b) for a, b in zip(seen["before"]["weights"], seen["after"]["weights"]))
+
+
+def test_a_probe_times_fewer_steps_when_one_step_already_fills_its_seconds():
+    from harness.training.probe import steps_within
+
+    assert steps_within(2.0, settle_s=0.016, most=5) == 5  # smoke's 16-ms step: the most steps
+    assert steps_within(2.0, settle_s=0.5, most=5) == 4
+    assert steps_within(2.0, settle_s=2.6, most=5) == 1  # the quickstart's fused step: once
+    assert steps_within(2.0, settle_s=0.0, most=5) == 5
+
+
+class _Flag:
+    def __init__(self, value):
+        self.value = value
+
+    def numpy(self):
+        return self.value
+
+    def assign(self, value):
+        self.value = value
+
+
+class _FakeMember:
+    def __init__(self, name):
+        self.name = name
+
+    def state_variables(self):
+        return []
+
+
+def test_each_member_alone_is_timed_over_as_many_steps_as_its_own_step_time_allows():
+    import time
+
+    from harness.training.probe import probe_switched_ms_per_step
+
+    cost = {"cheap": 0.002, "dear": 0.2}  # seconds per step alone
+    switches = {name: _Flag(True) for name in cost}
+    calls: list[tuple[str, int]] = []
+
+    def train_loop(batches, steps):
+        on = [name for name, flag in switches.items() if flag.value]
+        calls.append((on[0], steps))
+        time.sleep(steps * sum(cost[name] for name in on))
+        return {}
+
+    ms = probe_switched_ms_per_step(train_loop, switches, [_FakeMember("cheap"), _FakeMember("dear")], _Flag(7), None, steps=5, seconds=0.3)
+    assert calls == [("cheap", 1), ("cheap", 5), ("dear", 1), ("dear", 2)]  # settle, then timed
+    assert ms["dear"] > 20 * ms["cheap"] and all(flag.value for flag in switches.values())

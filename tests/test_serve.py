@@ -59,3 +59,31 @@ def test_serving_is_measured_once_per_network_not_per_learning_rate(tmp_path, mo
     summary = result.summary.set_index("model")
     fcns = [m for m in summary.index if m.startswith("fcn")]
     assert len(fcns) == 2 and summary.loc[fcns[0], "latency_ms"] == summary.loc[fcns[1], "latency_ms"] > 0
+
+
+class _FakeInference:
+    """An inference function that takes `seconds` a call and counts its calls."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.calls = seconds, 0
+
+    def __call__(self, images):
+        import time
+
+        self.calls += 1
+        time.sleep(self.seconds)
+        return self
+
+    def numpy(self):
+        return np.zeros(1)
+
+
+def test_serving_timing_stops_early_for_slow_models_but_never_below_its_least_calls():
+    from harness.training.serve import WARMUP_CALLS, _timed_calls
+
+    fast, slow = _FakeInference(0.001), _FakeInference(0.03)
+    assert len(_timed_calls(fast, None, most=50, least=10, seconds=2.0)) == 50  # 50 ms of work: all 50
+    assert len(_timed_calls(slow, None, most=50, least=10, seconds=0.2)) == 10  # 0.3 s after the least 10
+    stopped = len(_timed_calls(slow, None, most=50, least=3, seconds=0.2))
+    assert 3 <= stopped <= 7  # the first call past 0.2 s (sooner when a sleep overshoots)
+    assert slow.calls == 2 * WARMUP_CALLS + 10 + stopped

@@ -220,6 +220,9 @@ class NightlySpec(Strict):
 class OutputSpec(Strict):
     results_dir: Path = Path("results")
     probe_steps: Annotated[int, Field(ge=0, le=1000)] = 5
+    # Each probe call times at most probe_steps steps, fewer when one step shows that fewer fill
+    # probe_seconds (the quickstart's 2.6-s fused step is timed once, not five times).
+    probe_seconds: Annotated[float, Field(gt=0, le=3600)] = 2.0
     export: bool = True
     # keras: models/<name>/model.keras (tf_keras). saved_model: models/<name>/model_saved_model/, a
     # TensorFlow SavedModel with a `serve` endpoint, for serving and for Keras 3 or plain TF readers.

@@ -96,7 +96,7 @@ def probe_input_share(done: FinishedRun) -> None:
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
-    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), done.probe_batches(), steps)
+    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), done.probe_batches(), steps, done.config.output.probe_seconds)
     done.book.update(timing=done.timing.as_dict())
 
 
@@ -109,10 +109,10 @@ def probe_step_times(done: FinishedRun) -> None:
     ms, batch = {}, done.config.data.batch_size
     if held and steps > 0:
         batches = done.placement.input_iterator(done.probe_batches())
-        ms = probe_switched_ms_per_step(done.train_loop, switches, held, done.global_step, batches, steps)
+        ms = probe_switched_ms_per_step(done.train_loop, switches, held, done.global_step, batches, steps, done.config.output.probe_seconds)
     if alone := [m for m in done.members if m.name not in switches]:
         images, masks = next(iter(done.datasets.val))
-        ms.update(probe_ms_per_step(alone, done.placement.strategy, images, masks, steps=steps))
+        ms.update(probe_ms_per_step(alone, done.placement.strategy, images, masks, steps, done.config.output.probe_seconds))
     for name, value in ms.items():
         done.records[name].ms_per_step = round(value, 3)
         done.records[name].images_per_s = round(1000.0 * batch / value, 1)

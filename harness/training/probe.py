@@ -12,6 +12,7 @@ it was: the trained models are left bit for bit unchanged.
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 
@@ -22,25 +23,33 @@ from harness.members.base import preserved_state
 tf = import_tf()
 
 
-def probe_ms_per_step(members, strategy, images, masks, steps: int) -> dict[str, float]:
+def probe_ms_per_step(members, strategy, images, masks, steps: int, seconds: float = math.inf) -> dict[str, float]:
     """Each member's own step traced alone and timed on one batch (several replicas, or a member
-    the fused step no longer holds)."""
+    the fused step no longer holds): the median of at most `steps` calls (`steps_within`)."""
     if steps <= 0:
         return {}
     batch = int(images.shape[0])
     results = {}
     for member in members:
         with preserved_state(member):
-            results[member.name] = _time_member(member, strategy, images, masks, batch, steps)
+            results[member.name] = _time_member(member, strategy, images, masks, batch, steps, seconds)
     return results
 
 
-def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, rounds: int = 1) -> dict[str, float]:
+def steps_within(seconds: float, settle_s: float, most: int) -> int:
+    """How many steps a timed call takes: `most`, or fewer when the settling step shows that fewer
+    fill `seconds` (a 1.6-s step is timed once, not five times: the noise of a per-step mean over
+    seconds of work is already small, and every timed step is a step the user waits for)."""
+    return max(1, min(most, math.ceil(seconds / max(settle_s, 1e-6))))
+
+
+def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, seconds: float = math.inf, rounds: int = 1) -> dict[str, float]:
     """Each member alone in the run's compiled loop (every other switch off): the median over
-    `rounds` calls of `steps` steps on `batches` (an iterator over batches held in memory), after
-    one untimed step with this member alone. Its ops ran at every step of the run, so one step
-    settles the new combination of branches (the quickstart's probe took 54 s with three timed calls
-    after a whole warm-up call; it is a per-step mean over `steps` steps either way)."""
+    `rounds` calls of at most `steps` steps (`steps_within(seconds, ...)`) on `batches` (an
+    iterator over batches held in memory), after one untimed step with this member alone. Its ops
+    ran at every step of the run, so one step settles the new combination of branches (the
+    quickstart's probe took 54 s with three timed calls after a whole warm-up call; it is a
+    per-step mean either way)."""
     if steps <= 0:
         return {}
     was_on = {name: bool(switch.numpy()) for name, switch in switches.items()}
@@ -53,9 +62,9 @@ def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step,
             for member in members:
                 for name, switch in switches.items():
                     switch.assign(name == member.name)
-                _timed_call(train_loop, batches, 1)
-                times = [_timed_call(train_loop, batches, steps) for _ in range(rounds)]
-                results[member.name] = 1000.0 * statistics.median(times) / steps
+                timed = steps_within(seconds, _timed_call(train_loop, batches, 1), steps)
+                times = [_timed_call(train_loop, batches, timed) for _ in range(rounds)]
+                results[member.name] = 1000.0 * statistics.median(times) / timed
     finally:
         for name, switch in switches.items():
             switch.assign(was_on[name])
@@ -69,7 +78,7 @@ def _timed_call(train_loop, iterator, steps: int) -> float:
     return time.perf_counter() - began
 
 
-def _time_member(member, strategy, images, masks, batch: int, steps: int) -> float:
+def _time_member(member, strategy, images, masks, batch: int, steps: int, seconds: float) -> float:
     step = tf.constant(0, tf.int64)
     fragment = member_fragment(member, batch, jit_compile=False)  # compiled whole, below
 
@@ -80,18 +89,19 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int) -> flo
 
     with strategy.scope():
         tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))  # trace + warm-up, untimed
-        times = []
-        for _ in range(steps):
+        times: list[float] = []
+        while not times or len(times) < steps_within(seconds, times[0], steps):
             start = time.perf_counter()
             tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
             times.append(time.perf_counter() - start)
     return 1000.0 * statistics.median(times)
 
 
-def probe_input_wait_share(train_loop, placement, members, global_step, dataset, in_memory_dataset, steps: int, rounds: int = 1) -> float | None:
+def probe_input_wait_share(train_loop, placement, members, global_step, dataset, in_memory_dataset, steps: int, seconds: float = math.inf, rounds: int = 1) -> float | None:
     """The share of the fused step's time that goes to the input pipeline: the compiled loop is
     timed on the real pipeline and on a few of its batches held in memory (free input),
-    alternating; share = 1 - t(in memory) / t(real), the median over rounds, floored at 0.
+    alternating, at most `steps` steps a call (`steps_within(seconds, ...)`); share = 1 - t(in
+    memory) / t(real), the median over rounds, floored at 0.
 
     Measured by difference because on a CPU the pipeline does not only make the step wait: its
     threads also take cores from the models. State (weights, optimizer slots, flags, the global
@@ -104,11 +114,11 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     with contextlib.ExitStack() as stack:
         for member in members:
             stack.enter_context(preserved_state(member))
-        _timed_call(train_loop, in_memory, 1)  # each iterator's first batch and threads: untimed
+        settle_s = _timed_call(train_loop, in_memory, 1)  # each iterator's first batch and threads: untimed
         _timed_call(train_loop, real, 1)
-        shares = []
+        timed, shares = steps_within(seconds, settle_s, steps), []
         for _ in range(rounds):
-            real_s, memory_s = _timed_call(train_loop, real, steps), _timed_call(train_loop, in_memory, steps)
+            real_s, memory_s = _timed_call(train_loop, real, timed), _timed_call(train_loop, in_memory, timed)
             shares.append(max(0.0, 1.0 - memory_s / real_s))
     global_step.assign(step_before)
     return round(statistics.median(shares), 4)

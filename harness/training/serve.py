@@ -1,8 +1,10 @@
 """What a trained model costs to serve: measured after training, one model at a time, on the
 run's device, in inference mode (`training=False`: no weight, no BatchNorm statistic changes).
 
-- latency at batch 1: median and 90th percentile over `calls` calls after a warm-up;
-- throughput at the serving batch (`output.serve_batch`): images per second at the median call;
+- latency at batch 1: median and 90th percentile over at most `calls` calls after a warm-up, at
+  least 10, fewer than `calls` once they took `seconds` (a 43-ms FPN is timed 24 times, not 50);
+- throughput at the serving batch (`output.serve_batch`): images per second at the median of at
+  most `calls // 5` calls, at least 3, within the same time;
 - peak memory the measurement added: on a GPU TensorFlow's own peak (reset first); on Linux CPUs
   the process's peak resident set, reset through /proc/self/clear_refs, above where it started;
 - the exported file's size (models/<name>/model.keras).
@@ -23,18 +25,18 @@ from harness.core.backend import import_tf
 from harness.core.member_step import on_device
 
 tf = import_tf()
-WARMUP_CALLS = 5
+WARMUP_CALLS = 3
 
 
-def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls: int = 50, device: str | None = None) -> dict[str, float | None]:
+def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls: int = 50, device: str | None = None, seconds: float = 1.0) -> dict[str, float | None]:
     """Latency (ms) at batch 1, images/s at `serve_batch`, and the measurement's peak memory (MB)."""
     with on_device(device):
         infer = tf.function(lambda images: model(images, training=False))
         one = tf.zeros((1, *input_shape), tf.float32)
         batch = tf.zeros((serve_batch, *input_shape), tf.float32)
         peak = PeakMemory(device)
-        single = _timed_calls(infer, one, calls)
-        batched = _timed_calls(infer, batch, max(10, calls // 5))
+        single = _timed_calls(infer, one, most=calls, least=min(calls, 10), seconds=seconds)
+        batched = _timed_calls(infer, batch, most=max(3, calls // 5), least=3, seconds=seconds)
         added_mb = peak.added_mb()
     return {
         "latency_ms": round(1000 * statistics.median(single), 3),
@@ -44,11 +46,12 @@ def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls
     }
 
 
-def _timed_calls(infer, images, calls: int) -> list[float]:
+def _timed_calls(infer, images, most: int, least: int, seconds: float) -> list[float]:
+    """At most `most` timed calls; after `least` of them, stop once they took `seconds`."""
     for _ in range(WARMUP_CALLS):  # the first call traces; the next settle caches and threads
         infer(images).numpy()
-    times = []
-    for _ in range(calls):
+    times: list[float] = []
+    while len(times) < most and (len(times) < least or sum(times) < seconds):
         began = time.perf_counter()
         infer(images).numpy()
         times.append(time.perf_counter() - began)
