@@ -104,3 +104,21 @@ def test_each_member_alone_is_timed_over_as_many_steps_as_its_own_step_time_allo
     ms = probe_switched_ms_per_step(train_loop, switches, [_FakeMember("cheap"), _FakeMember("dear")], _Flag(7), None, steps=5, seconds=0.3)
     assert calls == [("cheap", 1), ("cheap", 5), ("dear", 1), ("dear", 2)]  # settle, then timed
     assert ms["dear"] > 20 * ms["cheap"] and all(flag.value for flag in switches.values())
+
+
+def test_the_probes_time_the_runs_own_pipeline_or_its_first_batches_in_a_process_that_trained_none():
+    import itertools
+
+    from harness.data.pipeline import build_datasets
+    from harness.training.actions import FinishedRun
+    from harness.training.records import StepTiming
+
+    config = validate_config(tiny_config(output={"probe_steps": 2}))
+    total = config.total_steps
+    trained, resumed_at_the_end = StepTiming(), StepTiming()
+    trained.add(1, 1.0)  # this process made one call of the step: its pipeline holds that one step
+    for timing, start in ((trained, total - 1), (resumed_at_the_end, total)):  # the second holds none
+        datasets = build_datasets(config.data, config.training_seeds(), start, total)
+        done = FinishedRun(config, None, None, [], datasets, None, None, None, {}, timing, None)
+        batches = list(itertools.islice(iter(done.probe_data()), 3 * 2 + 1))
+        assert len(batches) == 7  # enough for both probes: repeated, or built from step 0

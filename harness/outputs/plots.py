@@ -85,7 +85,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
     if log_scale:
-        ax.set_yscale("log")
+        log_axis(ax, "y")
     ax.set_title(f"training loss: {compared_on or 'each model its own'} (same batches for every model)", fontsize=10)
     _legend(ax)
     ax.grid(alpha=0.3)
@@ -210,7 +210,7 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     ax.set_xlabel(cost)
     ax.set_ylabel(quality)
     if cost in ("params", "flops_per_example"):
-        ax.set_xscale("log")
+        log_axis(ax, "x")
     ax.set_title(f"{quality} vs {cost}")
     ax.grid(alpha=0.3)
     return ax
@@ -246,6 +246,16 @@ def _mask_view(mask: np.ndarray) -> np.ndarray:
     return mask.argmax(axis=-1).astype(float)
 
 
+def log_axis(ax, which: str) -> None:
+    """A log scale on `which` ("x" or "y") whose tick labels are plain text ("1e-03"): by
+    default matplotlib writes them as mathtext, whose first use in a process loads its fonts
+    (0.4 s of smoke's 2.7-s end of run)."""
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False))
+    axis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+
+
 def save_figure(fig, folder: Path, stem: str, formats=("png",)) -> list[Path]:
     """The figure as `stem.<format>` for each format (PNG first), closed after."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -267,7 +277,7 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     ax.set_xlabel("step")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("learning rate")
-    ax.set_yscale("log")
+    log_axis(ax, "y")
     ax.set_title("learning rate per step")
     ax.grid(alpha=0.3)
     if curves:

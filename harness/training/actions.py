@@ -63,10 +63,16 @@ class FinishedRun:
         return self.compiled.evaluate
 
     def probe_data(self):
-        """The training batches the probes time on (the run's first ones, made again), made once."""
+        """The training batches the probes time on: the run's own pipeline again, repeated (it
+        may hold only the few steps this process trained). A process that trained none (the end
+        of a run resumed after its last step) builds the run's first batches (0.4 s of pipeline
+        building on smoke, saved otherwise)."""
         if self._probe_data is None:
-            steps = self.config.output.probe_steps
-            self._probe_data = build_datasets(self.config.data, self.config.training_seeds(), 0, 3 * steps + 1, self.scan).train
+            if self.timing.first_call_s is not None:
+                self._probe_data = self.datasets.train.repeat()
+            else:
+                steps = self.config.output.probe_steps
+                self._probe_data = build_datasets(self.config.data, self.config.training_seeds(), 0, 3 * steps + 1, self.scan).train
         return self._probe_data
 
     def probe_batches(self):
@@ -178,7 +184,7 @@ def score_test(done: FinishedRun) -> None:
 
 
 def write_tables(done: FinishedRun) -> None:
-    samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan)
+    samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += validation_warnings(summary, done.config)
     for warning in done.warnings:
