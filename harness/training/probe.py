@@ -128,7 +128,8 @@ def held_in_memory(dataset, steps: int):
     """The first `steps` batches of `dataset`, read once now and held in memory as tensors,
     repeated: input that costs the step nothing, with the same structure and shapes as
     `dataset` (no new trace). Not `dataset.take(steps).cache()`: an iterator over that still
-    holds the pipeline behind the cache, and deleting it took up to 7 s after a quickstart probe."""
+    holds the pipeline behind the cache. (Deleting an iterator at the end of a quickstart probe
+    has taken 7-10 s with either; docs/benchmarks.md. The cause is not known.)"""
     batches = list(dataset.take(steps))
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
     return tf.data.Dataset.from_tensor_slices(stacked).repeat()
