@@ -87,13 +87,15 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int, second
         outputs = strategy.run(fragment, args=(images, masks, step))
         return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
 
+    def timed() -> float:
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
+        return time.perf_counter() - start
+
     with strategy.scope():
-        tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))  # trace + warm-up, untimed
-        times: list[float] = []
-        while not times or len(times) < steps_within(seconds, times[0], steps):
-            start = time.perf_counter()
-            tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
-            times.append(time.perf_counter() - start)
+        timed()  # trace + warm-up, untimed
+        times = [timed()]  # the first timed call decides how many there are
+        times += [timed() for _ in range(steps_within(seconds, times[0], steps) - 1)]
     return 1000.0 * statistics.median(times)
 
 
