@@ -15,7 +15,6 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.core import branches
 from harness.core.backend import import_keras, import_tf
 from harness.core.schedules import current_learning_rate
 
@@ -87,11 +86,10 @@ def on_device(device: str | None):
     return tf.device(device) if device else contextlib.nullcontext()
 
 
-def run_member_step(member, images, masks, global_batch: int, step, compare_loss=None, one_device: bool = True) -> dict[str, Any]:
+def run_member_step(member, images, masks, global_batch: int, step, compare_loss=None) -> dict[str, Any]:
     """One member's fragment of the fused step: pinned, local batch, maths, then apply-or-skip.
     With `compare_loss` (a per-example loss function), its predictions are also scored on the
-    common loss: a few element-wise ops, outside the tape. `one_device`: every member of the step is
-    on one device, so its guard's branch may run as a function of its own (core.branches)."""
+    common loss: a few element-wise ops, outside the tape."""
     with on_device(member.device):
         if member.device:
             # The batch lives on the input pipeline's device; copying it once here makes every op of
@@ -103,7 +101,7 @@ def run_member_step(member, images, masks, global_batch: int, step, compare_loss
         context = tf.distribute.get_replica_context()
         rate = current_learning_rate(member.optimizer) / float(context.num_replicas_in_sync if context else 1)
         output = graph_method(member, "train_step")(batch)
-        apply_if_finite(member, output.updates, step, as_function=one_device)
+        apply_if_finite(member, output.updates, step)
         metrics = {**output.metrics, LEARNING_RATE: rate}
         if compare_loss is not None:
             predictions = output.predictions
@@ -151,7 +149,7 @@ class _Opaque:
         self.value = value
 
 
-def apply_if_finite(member, updates: list[Update], step, as_function: bool = True) -> None:
+def apply_if_finite(member, updates: list[Update], step) -> None:
     """Apply every update only if all losses and gradients are finite and the member is healthy;
     otherwise mark the member diverged at `step`, from then on.
 
@@ -173,7 +171,7 @@ def apply_if_finite(member, updates: list[Update], step, as_function: bool = Tru
     healthy = tf.logical_and(finite, tf.logical_not(member.diverged))
     opaque = _Opaque(updates)
     if not replicated:
-        branches.cond(healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False), as_function=as_function)
+        tf.cond(healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False))
     elif tf.__internal__.distribute.strategy_supports_no_merge_call():
         tf.cond(healthy, lambda: _apply(opaque), lambda: tf.constant(False))
     else:

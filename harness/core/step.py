@@ -14,7 +14,6 @@ cannot spread (README, Benchmarks); both forms run the same ops per step: identi
 
 from __future__ import annotations
 
-from harness.core import branches
 from harness.core.backend import import_tf
 from harness.core.member_step import LEARNING_RATE, run_member_step
 
@@ -46,11 +45,9 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
     strategy = placement.strategy
     compare_loss = compare_loss or {}
     names = {m.name: (*m.metric_names, LEARNING_RATE, *(("compare_loss",) if m.name in compare_loss else ())) for m in members}
-    # Members on several devices keep their branches lowered (core.branches says why).
-    one_device = len(set(placement.model_devices.values())) <= 1
-    fragments = [member_fragment(m, global_batch, compare_loss=compare_loss.get(m.name), one_device=one_device) for m in members]
+    fragments = [member_fragment(m, global_batch, compare_loss=compare_loss.get(m.name)) for m in members]
     if switches:
-        fragments = [switched(f, switches[m.name], names[m.name], as_function=one_device) for m, f in zip(members, fragments)]
+        fragments = [switched(f, switches[m.name], names[m.name]) for m, f in zip(members, fragments)]
 
     def replica_step(streams, step):
         outputs = {m.name: fragment(*streams[m.stream], step) for m, fragment in zip(members, fragments)}
@@ -79,12 +76,12 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
     return TrainLoop(tf.autograph.experimental.do_not_convert(one_step), names, steps_per_call)
 
 
-def switched(fragment, switch, metric_names, as_function: bool = True):
+def switched(fragment, switch, metric_names):
     """A fragment behind an on/off switch read at every step: on, the member's step exactly as
     without it (the same ops, in a branch of its own); off, none of its ops run and its metrics are
     NaN (the run drops those rows). A member leaves the step by its switch, without a new trace.
     Single-replica placements only: a switch around a cross-replica sum would be a sync point
-    inside control flow. `as_function`: its branch runs as a function of its own (core.branches)."""
+    inside control flow."""
 
     def run(images, masks, step):
         def on():
@@ -93,7 +90,7 @@ def switched(fragment, switch, metric_names, as_function: bool = True):
         def off():
             return {k: tf.constant(float("nan"), tf.float32) for k in metric_names}
 
-        return branches.cond(switch, on, off, as_function=as_function)
+        return tf.cond(switch, on, off)
 
     return run
 
@@ -120,13 +117,13 @@ def _write_all(arrays, outputs, i):
     }
 
 
-def member_fragment(member, global_batch: int, jit_compile: bool | None = None, compare_loss=None, one_device: bool = True):
+def member_fragment(member, global_batch: int, jit_compile: bool | None = None, compare_loss=None):
     """f(images, masks, step) -> the member's metrics: its step with the mechanics around it,
     XLA-compiled on its own when asked (the loop around it holds the input iterator, which XLA
     cannot compile, so jit applies per member, as Keras does per step)."""
 
     def fragment(images, masks, step):
-        return run_member_step(member, images, masks, global_batch, step, compare_loss, one_device)
+        return run_member_step(member, images, masks, global_batch, step, compare_loss)
 
     jit = member.spec.jit_compile if jit_compile is None else jit_compile
     return tf.function(fragment, jit_compile=True) if jit else fragment
