@@ -122,32 +122,3 @@ def test_the_probes_time_the_runs_own_pipeline_or_its_first_batches_in_a_process
         done = FinishedRun(config, None, None, [], datasets, None, None, None, {}, timing, None)
         batches = list(itertools.islice(iter(done.probe_data()), 3 * 2 + 1))
         assert len(batches) == 7  # enough for both probes: repeated, or built from step 0
-
-
-def test_the_probes_iterators_over_the_real_pipeline_live_as_long_as_the_run():
-    """Freed right after its first read, such an iterator waits for tf.data's autotuning (seconds
-    on the quickstart): the run keeps each one it made."""
-    import gc
-    import itertools
-    import weakref
-    from types import SimpleNamespace
-
-    from harness.core.backend import import_tf
-    from harness.data.pipeline import build_datasets
-    from harness.training.actions import FinishedRun
-    from harness.training.records import StepTiming
-
-    tf = import_tf()
-    config = validate_config(tiny_config(output={"probe_steps": 2}))
-    timing = StepTiming()
-    timing.add(1, 1.0)
-    datasets = build_datasets(config.data, config.training_seeds(), 0, config.total_steps)
-    done = FinishedRun(config, None, SimpleNamespace(input_iterator=iter), [], datasets, None, None, None, {}, timing, None)
-    held = list(itertools.islice(iter(done.probe_batches()), 4))
-    first = list(itertools.islice(iter(done.probe_data()), 2))
-    for got, expected in zip(held, first + first):  # the pipeline's first 2 batches, repeated
-        flat_got, flat_expected = tf.nest.flatten(got), tf.nest.flatten(expected)
-        assert len(flat_got) == len(flat_expected) and all(np.array_equal(a, b) for a, b in zip(flat_got, flat_expected))
-    real = weakref.ref(done.pipeline_iterator(placed=True))
-    gc.collect()
-    assert real() is not None and len(done._pipeline_iterators) == 2

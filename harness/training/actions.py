@@ -48,7 +48,6 @@ class FinishedRun:
     warnings: list[str] = field(default_factory=list)
     _probe_data: Any = None
     _probe_batches: Any = None
-    _pipeline_iterators: list = field(default_factory=list)  # see `pipeline_iterator`
 
     @property
     def train_loop(self):
@@ -80,20 +79,8 @@ class FinishedRun:
         """The first `probe_steps` of them held in memory (input that costs nothing), read once for
         both probes."""
         if self._probe_batches is None:
-            self._probe_batches = held_in_memory(self.pipeline_iterator(), self.config.output.probe_steps)
+            self._probe_batches = held_in_memory(self.probe_data(), self.config.output.probe_steps)
         return self._probe_batches
-
-    def pipeline_iterator(self, placed: bool = False):
-        """A new iterator over `probe_data()` (`placed`: as the compiled step reads it), kept as
-        long as this object. Deleting an iterator over the real pipeline soon after its first read
-        waits for tf.data's autotuning: 2.3 s in 6 of 11 tries with the quickstart's pipeline
-        (0.00 s in 4 of 4 with autotuning off, and a few seconds later), 7-10 s inside a full quickstart run,
-        where the wait landed in whichever probe happened to free it. Kept, it is freed with the
-        run's other objects, long after, or never: the CLI ends with os._exit."""
-        data = self.probe_data()
-        iterator = self.placement.input_iterator(data) if placed else iter(data)
-        self._pipeline_iterators.append(iterator)
-        return iterator
 
 
 def record_trace_count(done: FinishedRun) -> None:
@@ -115,9 +102,7 @@ def probe_input_share(done: FinishedRun) -> None:
     steps = done.config.output.probe_steps
     if steps <= 0:
         return
-    in_memory = done.placement.input_iterator(done.probe_batches())
-    real = done.pipeline_iterator(placed=True)
-    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.members, done.global_step, real, in_memory, steps, done.config.output.probe_seconds)
+    done.timing.input_wait_share = probe_input_wait_share(done.train_loop, done.placement, done.members, done.global_step, done.probe_data(), done.probe_batches(), steps, done.config.output.probe_seconds)
     done.book.update(timing=done.timing.as_dict())
 
 

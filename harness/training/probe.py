@@ -99,19 +99,19 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int, second
     return 1000.0 * statistics.median(times)
 
 
-def probe_input_wait_share(train_loop, members, global_step, real, in_memory, steps: int, seconds: float = math.inf, rounds: int = 1) -> float | None:
+def probe_input_wait_share(train_loop, placement, members, global_step, dataset, in_memory_dataset, steps: int, seconds: float = math.inf, rounds: int = 1) -> float | None:
     """The share of the fused step's time that goes to the input pipeline: the compiled loop is
-    timed reading `real` (an iterator over the real pipeline) and `in_memory` (over a few of its
-    batches held in memory: free input; `held_in_memory`), alternating, at most `steps` steps a
-    call (`steps_within(seconds, ...)`); share = 1 - t(in memory) / t(real), the median over
-    rounds, floored at 0. The caller owns both iterators (and keeps the real one: see
-    `FinishedRun.pipeline_iterator`).
+    timed on the real pipeline and on a few of its batches held in memory (free input),
+    alternating, at most `steps` steps a call (`steps_within(seconds, ...)`); share = 1 - t(in
+    memory) / t(real), the median over rounds, floored at 0.
 
     Measured by difference because on a CPU the pipeline does not only make the step wait: its
     threads also take cores from the models. State (weights, optimizer slots, flags, the global
     step) is put back afterwards, so the run's results are unchanged."""
     if steps <= 0:
         return None
+    real = placement.input_iterator(dataset)
+    in_memory = placement.input_iterator(in_memory_dataset)  # `held_in_memory(dataset, steps)`
     step_before = global_step.numpy()
     with contextlib.ExitStack() as stack:
         for member in members:
@@ -126,11 +126,12 @@ def probe_input_wait_share(train_loop, members, global_step, real, in_memory, st
     return round(statistics.median(shares), 4)
 
 
-def held_in_memory(batches, steps: int):
-    """The next `steps` batches of the iterator `batches`, read now and held in memory as tensors,
-    repeated: input that costs the step nothing, with the same structure and shapes as the
-    pipeline's (no new trace). Not `dataset.take(steps).cache()`: an iterator over that still
-    holds the pipeline behind the cache."""
-    read = [next(batches) for _ in range(steps)]
-    stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *read)
+def held_in_memory(dataset, steps: int):
+    """The first `steps` batches of `dataset`, read once now and held in memory as tensors,
+    repeated: input that costs the step nothing, with the same structure and shapes as
+    `dataset` (no new trace). Not `dataset.take(steps).cache()`: an iterator over that still
+    holds the pipeline behind the cache. (Deleting an iterator at the end of a quickstart probe
+    has taken 7-10 s with either; docs/benchmarks.md. The cause is not known.)"""
+    batches = list(dataset.take(steps))
+    stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
     return tf.data.Dataset.from_tensor_slices(stacked).repeat()
