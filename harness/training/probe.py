@@ -72,9 +72,11 @@ def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step,
     return results
 
 
-def _timed_call(train_loop, iterator, steps: int) -> float:
+def _timed_call(call, *args) -> float:
+    """Seconds of one compiled call (the fused loop, or a member's step alone), its outputs
+    fetched to the host: the sync a run makes."""
     began = time.perf_counter()
-    tf.nest.map_structure(lambda t: t.numpy(), train_loop(iterator, steps))
+    tf.nest.map_structure(lambda t: t.numpy(), call(*args))
     return time.perf_counter() - began
 
 
@@ -87,15 +89,10 @@ def _time_member(member, strategy, images, masks, batch: int, steps: int, second
         outputs = strategy.run(fragment, args=(images, masks, step))
         return tf.nest.map_structure(lambda v: strategy.experimental_local_results(v)[0], outputs)
 
-    def timed() -> float:
-        start = time.perf_counter()
-        tf.nest.map_structure(lambda t: t.numpy(), one(images, masks))
-        return time.perf_counter() - start
-
     with strategy.scope():
-        timed()  # trace + warm-up, untimed
-        times = [timed()]  # the first timed call decides how many there are
-        times += [timed() for _ in range(steps_within(seconds, times[0], steps) - 1)]
+        _timed_call(one, images, masks)  # trace + warm-up, untimed
+        times = [_timed_call(one, images, masks)]  # the first timed call decides how many there are
+        times += [_timed_call(one, images, masks) for _ in range(steps_within(seconds, times[0], steps) - 1)]
     return 1000.0 * statistics.median(times)
 
 
@@ -130,8 +127,10 @@ def held_in_memory(dataset, steps: int):
     """The first `steps` batches of `dataset`, read once now and held in memory as tensors,
     repeated: input that costs the step nothing, with the same structure and shapes as
     `dataset` (no new trace). Not `dataset.take(steps).cache()`: an iterator over that still
-    holds the pipeline behind the cache. (Deleting an iterator at the end of a quickstart probe
-    has taken 7-10 s with either; docs/benchmarks.md. The cause is not known.)"""
+    holds the pipeline behind the cache. (In a full quickstart run one probe spends 7-10 s after
+    its last timed call with either form. Deleting an iterator over the real pipeline soon after
+    its first read waits for tf.data's autotuning, but keeping the iterators did not remove the
+    stall: docs/benchmarks.md.)"""
     batches = list(dataset.take(steps))
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
     return tf.data.Dataset.from_tensor_slices(stacked).repeat()
