@@ -15,6 +15,7 @@ from conftest import run_cli, run_main, tiny_config, write_yaml
 from pictures import data_config, picture, scan, write_folder, write_tfds
 from PIL import Image
 
+from harness.config.loading import validate_config
 from harness.core.backend import import_tf
 from harness.data.pipeline import build_datasets
 from harness.errors import ConfigError, DataError
@@ -202,6 +203,36 @@ def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):
     for image, mask in first:  # the bright square moved with its mask: image and mask stay aligned
         bright = image.mean(axis=-1) > 0.55
         assert (bright == (mask[..., 0] > 0.5)).mean() > 0.9
+
+
+def test_pipeline_functions_are_traced_as_written_with_the_batches_autograph_would_make(tmp_path, monkeypatch):
+    """The functions mapped over the datasets skip autograph's rewrite (a cost paid at every run's
+    start) and make the same batches, bit for bit, as the rewritten ones, augmentation included."""
+    import harness.data.pipeline as pipeline
+    from tensorflow.python.autograph.impl import api as autograph_api
+
+    images, masks = write_folder(tmp_path, 8, size=(16, 16))
+    augment = {"flip_left_right": True, "rotate90": True, "crop_scale": [0.5, 1.0], "brightness": 0.05}
+    folder, folder_scan = resolve_data(data_config({"source": "folder", "images": str(images), "masks": str(masks), "augment": augment, "val_fraction": 0.25}))
+    synthetic = validate_config(tiny_config(data={"image_size": [16, 16], "train_size": 8, "val_size": 4, "test_size": 4, "batch_size": 2, "augment": augment}))
+    converted = []
+    real_convert = autograph_api._convert_actual
+    monkeypatch.setattr(autograph_api, "_convert_actual", lambda entity, program_ctx: converted.append(entity.__qualname__) or real_convert(entity, program_ctx))
+
+    def every_batch(spec, data_scan):
+        data = build_datasets(spec, (5,), 0, 3, data_scan)
+        splits = [[b for (b,) in data.train], list(data.val)] + ([list(data.test)] if data.test is not None else [])
+        return [t.numpy() for split in splits for batch in split for t in batch]
+
+    as_written = [every_batch(folder.data, folder_scan), every_batch(synthetic.data, None)]
+    assert not [name for name in converted if "make_" in name or "example" in name or "indices" in name or "augment" in name]
+    monkeypatch.setattr(pipeline, "graph_code", lambda function: function)  # autograph rewrites them again
+    rewritten = [every_batch(folder.data, folder_scan), every_batch(synthetic.data, None)]
+    assert any("example" in name for name in converted)  # the check above can see a rewrite
+    for ours, theirs in zip(as_written, rewritten):
+        assert len(ours) == len(theirs) > 0
+        for a, b in zip(ours, theirs):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_real_image_example_end_to_end(tmp_path):

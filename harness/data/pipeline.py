@@ -27,6 +27,12 @@ tf = import_tf()
 
 SHAPE_KINDS = ("circle", "rectangle", "diamond")
 
+# Every function this module maps over a dataset is graph code as written (its Python `if`s and
+# `for`s run on Python values while tracing), so tf.data traces it without autograph's source
+# rewrite, as the train step is (core/step.py): the same graph, without the rewrite's cost (0.5 s
+# of building smoke's pipelines). A function called from one of them is not rewritten either.
+graph_code = tf.autograph.experimental.do_not_convert
+
 
 @dataclass(frozen=True)
 class Datasets:
@@ -67,12 +73,14 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
     n, batch = spec.train_size, spec.batch_size
     steps_per_epoch = spec.steps_per_epoch
 
+    @graph_code
     def indices_for_step(step):
         epoch = step // steps_per_epoch
         position = step % steps_per_epoch
         order = tf.argsort(tf.random.stateless_uniform([n], seed=tf.stack([tf.cast(seed, tf.int64), epoch])))
         return order[position * batch : (position + 1) * batch], step * batch + tf.range(batch, dtype=tf.int64)
 
+    @graph_code
     def example(index, draw):
         image, mask = make_example(index)
         if augment is None:
@@ -129,14 +137,14 @@ def make_val_dataset(make_example, spec: DataSpec, in_memory: bool = True):
     """Examples after the training ones (indices train_size ..), so the two never overlap. Kept in
     memory after the first pass, unless the data streams from disk (memory must not grow with it)."""
     first = spec.train_size
-    dataset = tf.data.Dataset.range(first, first + spec.val_size).map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
+    dataset = tf.data.Dataset.range(first, first + spec.val_size).map(graph_code(make_example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
     return (dataset.cache() if in_memory else dataset).prefetch(tf.data.AUTOTUNE)
 
 
 def make_test_dataset(make_example, spec: DataSpec):
     """Examples after the validation ones: read once, at the end of a run, so not cached."""
     first = spec.train_size + spec.val_size
-    return tf.data.Dataset.range(first, first + spec.test_size).map(make_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
+    return tf.data.Dataset.range(first, first + spec.test_size).map(graph_code(make_example), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).batch(spec.batch_size)
 
 
 def make_synthetic_example_fn(spec: DataSpec, seed: int):
