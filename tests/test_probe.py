@@ -122,3 +122,17 @@ def test_the_probes_time_the_runs_own_pipeline_or_its_first_batches_in_a_process
         done = FinishedRun(config, None, None, [], datasets, None, None, None, {}, timing, None)
         batches = list(itertools.islice(iter(done.probe_data()), 3 * 2 + 1))
         assert len(batches) == 7  # enough for both probes: repeated, or built from step 0
+
+
+def test_the_batches_held_in_memory_are_the_pipelines_first_ones_repeated_without_autotuning():
+    """Nothing to tune in them, and an autotuned iterator's destructor waits for its tuning
+    thread (seconds at the end of a probe): they carry no autotuning, whatever the pipeline's."""
+    from harness.core.backend import import_tf
+    from harness.training.probe import held_in_memory
+
+    tf = import_tf()
+    pipeline = tf.data.Dataset.range(10).map(lambda i: (tf.fill([2, 3], tf.cast(i, tf.float32)), i)).prefetch(tf.data.AUTOTUNE)
+    held = held_in_memory(pipeline, 3)
+    assert held.options().autotune.enabled is False and pipeline.options().autotune.enabled is not False
+    assert held.element_spec == pipeline.element_spec  # the same structure and shapes: no new trace
+    assert [int(i) for _, i in held.take(7)] == [0, 1, 2, 0, 1, 2, 0]
