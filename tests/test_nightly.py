@@ -210,6 +210,9 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     while not list(experiment.glob("*/checkpoints/ckpt-2.index")):
         assert first.poll() is None and time.monotonic() < deadline, first.stderr.read() if first.poll() is not None else "timeout"
         time.sleep(0.05)
+    # Stopped where it stands: it holds the lock, and cannot finish the night while the second
+    # nightly starts up (a tiny run's last steps can take less time than a process's imports).
+    first.send_signal(signal.SIGSTOP)
     second = run_cli(*nightly, "--night", "2026-11-19")
     assert second.returncode == 5, second.stderr
     assert "locked by another nightly" in second.stderr
