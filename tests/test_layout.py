@@ -160,3 +160,15 @@ def test_reading_a_config_runs_none_of_the_code_it_names():
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", "validating a config imported code it names, or TensorFlow"
+
+
+def test_a_process_that_only_trains_loads_no_plotting_or_statistics_library():
+    # A group's worker and a run killed before its end never write tables or plots: matplotlib and
+    # scipy.stats (about 0.7 s of imports per process) are loaded by the end-of-run action that does.
+    script = (
+        "import sys, harness, harness.training.entry, harness.training.runner, harness.scale.worker\n"
+        "print(sorted(m for m in ('matplotlib', 'scipy.stats') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", "importing the training path loaded the output libraries"

@@ -31,7 +31,6 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from harness.config.metrics import higher_is_better
 
@@ -40,6 +39,14 @@ RESAMPLES = 2000
 SEED = 0  # the same resamples every time a report is rebuilt
 POWER = 0.80  # repeats_to_resolve: repeats that would find a difference of this size 80% of the time
 SPLIT_WORDS = {"val": "validation", "test": "test"}
+
+
+def _scipy_stats():
+    """scipy.stats, imported when a statistic is first computed: a third of a second of imports
+    that a process which only trains (a group's worker, a run killed before its end) never uses."""
+    from scipy import stats
+
+    return stats
 
 
 def images_only(split: str = "val") -> str:
@@ -141,7 +148,7 @@ def _bootstrap(statistic, count: int, resamples: int, seed: int):
     the percentile interval where BCa is undefined (a statistic that does not vary)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # BCa warns on degenerate statistics: handled below
-        result = stats.bootstrap(
+        result = _scipy_stats().bootstrap(
             (np.arange(count),), statistic, n_resamples=resamples, vectorized=True, confidence_level=CONFIDENCE,
             random_state=seed, batch=250, method="BCa",
         )
@@ -183,8 +190,8 @@ def seed_interval(values, image_se: float = 0.0) -> SeedInterval:
     if total == 0:
         return SeedInterval(mean, sd, image_se, mean, mean, df, 1.0 if mean == 0 else 0.0)
     se = math.sqrt(total)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, df)) * se
-    p = float(2 * stats.t.sf(abs(mean) / se, df))
+    half = float(_scipy_stats().t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+    p = float(2 * _scipy_stats().t.sf(abs(mean) / se, df))
     return SeedInterval(mean, sd, image_se, mean - half, mean + half, df, p)
 
 
@@ -197,7 +204,7 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, pairs: int
     alpha = (1 - CONFIDENCE) / max(pairs, 1)
     image_var = (image_se if math.isfinite(image_se) else 0.0) ** 2
     for r in range(2, 1001):
-        z = stats.t.ppf(1 - alpha / 2, r - 1) + stats.t.ppf(POWER, r - 1)
+        z = _scipy_stats().t.ppf(1 - alpha / 2, r - 1) + _scipy_stats().t.ppf(POWER, r - 1)
         if z * math.sqrt(seed_std**2 / r + image_var) <= abs(diff):
             return float(r)
     return math.inf

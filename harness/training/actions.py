@@ -17,7 +17,6 @@ from harness.config.metrics import higher_is_better
 from harness.config.schema import ExperimentConfig
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
-from harness.outputs.derived import samples_from_models, write_outputs, write_report_page
 from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
@@ -184,6 +183,10 @@ def score_test(done: FinishedRun) -> None:
 
 
 def write_tables(done: FinishedRun) -> None:
+    # Imported here, not above: the plotting and statistics libraries (about 0.7 s) are loaded only
+    # by a process that writes the run's outputs, never by a group's worker or a run killed before.
+    from harness.outputs.derived import samples_from_models, write_outputs
+
     samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += validation_warnings(summary, done.config)
@@ -196,6 +199,8 @@ def mark_completed(done: FinishedRun) -> None:
 
 
 def write_final_report(done: FinishedRun) -> None:
+    from harness.outputs.derived import write_report_page
+
     if done.placement.is_chief:
         write_report_page(done.run, done.config, done.book.record)  # run.json facts now final
 
