@@ -106,6 +106,22 @@ def test_a_large_seed_spread_is_not_supported_where_one_seed_would_look_sure():
     assert not pairs.loc[0, "supported"] and pairs.loc[0, "repeats_to_resolve"] > 3
 
 
+def test_an_interval_of_iou_stays_within_0_and_1_and_a_loss_interval_is_not_cut():
+    # Three spread-out seeds near 0: the t-interval would reach below 0, which no IoU can.
+    spread = [0.02, 0.45, 0.04]
+    free = seed_interval(spread)
+    assert free.low < 0
+    cut = seed_interval(spread, bounds=(0.0, 1.0))
+    assert cut.low == 0.0 and cut.high == free.high and cut.p == free.p and cut.mean == free.mean
+    per_seed = pd.DataFrame([{"model": m, "repeat": r, "member": f"{m}@{r}", "value": v}
+                             for m, values in {"a": spread, "b": [0.98, 0.52, 0.97]}.items() for r, v in enumerate(values, 1)])
+    per_model, pairs = across_seeds(per_seed, "test_iou")
+    assert per_model["low"].min() == 0.0 and per_model["high"].max() == 1.0
+    assert pairs.loc[0, "diff_low"] == max(-1.0, seed_interval(np.subtract(spread, [0.98, 0.52, 0.97])).low)
+    losses, _ = across_seeds(per_seed.assign(value=per_seed["value"] - 0.5), "val_loss")
+    assert losses["low"].min() < -0.5  # a kind's own loss may be negative: not cut
+
+
 def test_holm_adjustment_matches_the_textbook_example():
     np.testing.assert_allclose(holm([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
     assert np.isnan(holm([0.01, np.nan])[1]) and holm([0.01, np.nan])[0] == 0.01

@@ -25,12 +25,13 @@ class Metric:
     higher_is_better: bool
     label: str
     format: str  # a format spec for one value: ".4f", ".1f", ".2f"; "count" for 15.0 k / 8.8 M
+    bounds: tuple[float, float] | None = None  # the values it can take, where the metric itself fixes them
 
 
 # Scores measured on images: each is a validation column, a test column and a per-image score.
 SCORES = {
-    "iou": Metric("iou", True, "IoU", ".4f"),
-    "f1": Metric("f1", True, "F1", ".4f"),
+    "iou": Metric("iou", True, "IoU", ".4f", (0.0, 1.0)),
+    "f1": Metric("f1", True, "F1", ".4f", (0.0, 1.0)),
     "loss": Metric("loss", False, "loss", ".4f"),
     "compare_loss": Metric("compare_loss", False, "common loss", ".4f"),
 }
@@ -95,6 +96,21 @@ def describe(name: str) -> Metric | None:
     if name in COSTS:
         return COSTS[name]
     return SCORES.get(metric_of(name))
+
+
+def bounds(name: str) -> tuple[float, float] | None:
+    """The range a column's values can take: IoU and F1 (any split, any class) lie in [0, 1].
+    None for losses (a member kind's own loss may go below 0) and for anything unknown."""
+    match = _PER_CLASS.match(metric_of(name))
+    known = SCORES.get(match["metric"] if match else metric_of(name))
+    return known.bounds if known else None
+
+
+def difference_bounds(name: str) -> tuple[float, float] | None:
+    """The range of one model's value minus another's: [-1, 1] for IoU and F1."""
+    if (range_ := bounds(name)) is None:
+        return None
+    return range_[0] - range_[1], range_[1] - range_[0]
 
 
 # Metrics member kinds declared higher-is-better (Member.higher_is_better), in this process: the

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from harness.config import metrics
 from harness.config.metrics import higher_is_better
 
 CONFIDENCE = 0.95
@@ -175,10 +176,14 @@ class SeedInterval:
     p: float  # two-sided, against zero
 
 
-def seed_interval(values, image_se: float = 0.0) -> SeedInterval:
+def seed_interval(values, image_se: float = 0.0, bounds: tuple[float, float] | None = None) -> SeedInterval:
     """The mean of per-seed `values` with its 95% interval: variance s^2/R + image_se^2, Student-t
     with R - 1 degrees of freedom. (Welch-Satterthwaite would raise them as the image part grows,
-    and with few seeds that made the interval narrower than the seeds' alone: not taken.)"""
+    and with few seeds that made the interval narrower than the seeds' alone: not taken.)
+
+    `bounds`: the range the true mean lies in (IoU: [0, 1]); the interval is cut to it. Its
+    coverage is unchanged (a value it loses is one the true mean cannot take), and it no longer
+    reports an IoU of -0.27, which a t-interval over three spread-out seeds otherwise does."""
     values = np.asarray(values, float)
     r = len(values)
     mean = float(values.mean()) if r else math.nan
@@ -192,7 +197,8 @@ def seed_interval(values, image_se: float = 0.0) -> SeedInterval:
     se = math.sqrt(total)
     half = float(_scipy_stats().t.ppf(0.5 + CONFIDENCE / 2, df)) * se
     p = float(2 * _scipy_stats().t.sf(abs(mean) / se, df))
-    return SeedInterval(mean, sd, image_se, mean - half, mean + half, df, p)
+    low, high = (mean - half, mean + half) if bounds is None else (max(mean - half, bounds[0]), min(mean + half, bounds[1]))
+    return SeedInterval(mean, sd, image_se, low, high, df, p)
 
 
 def repeats_to_resolve(diff: float, seed_std: float, image_se: float, pairs: int = 1) -> float:
@@ -229,7 +235,7 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
     for model in models:
         values = table[model].dropna()
         names = member.loc[values.index, model].tolist()
-        interval = seed_interval(values, image_se(lambda ns: np.mean([draws[n] for n in ns], axis=0), names))
+        interval = seed_interval(values, image_se(lambda ns: np.mean([draws[n] for n in ns], axis=0), names), metrics.bounds(metric))
         model_rows.append({"model": model, "seeds": len(values), "mean": interval.mean, "std": interval.seed_std, "low": interval.low, "high": interval.high})
     pair_rows = []
     for a, b in combinations(models, 2):
@@ -237,7 +243,7 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
         pairs_of = [(member.loc[r, a], member.loc[r, b]) for r in both.index]
         d = (both[a] - both[b]).to_numpy()
         se = image_se(lambda _: np.mean([draws[x] - draws[y] for x, y in pairs_of], axis=0), [n for p in pairs_of for n in p])
-        interval = seed_interval(d, se)
+        interval = seed_interval(d, se, metrics.difference_bounds(metric))
         pair_rows.append({
             "model_a": a, "model_b": b, "metric": metric, "seeds": len(d), "diff": interval.mean,
             "diff_low": interval.low, "diff_high": interval.high, "covers": covers,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from harness.config.metrics import column as metric_column, split_column
-from harness.config.metrics import higher_is_better
+from harness.config.metrics import bounds as metric_bounds, higher_is_better
 from harness.outputs.columns import is_finite
 from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
 from harness.outputs.writers import COLUMNS
@@ -118,7 +118,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
             if repeated and (split_column(column)[0] is not None or column.startswith(("final_", "best_val"))):
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
-                interval = seed_interval(values.dropna())
+                interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
         row["repeats"] = len(group)
         rows.append(row)
