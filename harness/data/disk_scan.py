@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from harness.config.schema import DataSpec
+from harness.data.duplicates import across_splits
 from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, scan_facts, split_of, used_sizes
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
@@ -64,9 +65,20 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     seconds = time.perf_counter() - began
     label_counts = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))  # over every cached example
     facts = scan_facts(spec, len(items), sum(sizes.values()), problems, notes, size, size_reason, seconds, label_counts)
+    facts["duplicates"] = across_splits({name: _named_digests(shards[first[name] : first[name] + len(bounds[name])], sizes[name]) for name in SPLITS})
     facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes,
                       "pruned_files": pruned_files, "freed_bytes": freed_bytes}
     return Scan(None, None, train_size, val_size, tuple(size), facts, store=store, test_size=sizes["test"])
+
+
+def _named_digests(shards, used: int) -> list[tuple[str, str | None]]:
+    """(name, image digest) of a split's first `used` examples; None for a shard written before
+    the store kept digests (reused, not decoded again: its copies are counted as unchecked)."""
+    named = []
+    for shard in shards:
+        digests = shard.info.get("image_digests") or [None] * len(shard.info["items"])
+        named += zip(shard.info["items"], digests)
+    return named[:used]
 
 
 def _stamp(item: Item) -> bytes:

@@ -29,6 +29,7 @@ import numpy as np
 from harness.config.schema import DataSpec
 from harness.errors import DataError
 
+from harness.data.duplicates import across_splits, image_digest
 from harness.data.sources import BadItem, Item
 
 
@@ -94,6 +95,8 @@ def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str],
     keep = np.r_[0 : sizes["train"], n_train : n_train + sizes["val"], n_train + n_val : n_train + n_val + sizes["test"]]
     label_counts = {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))}
     facts = scan_facts(spec, listed, len(keep), problems, notes, size, size_reason, seconds, label_counts)
+    starts = {"train": 0, "val": n_train, "test": n_train + n_val}
+    facts["duplicates"] = across_splits({name: [(kept[order[i]][0].name, image_digest(images[i])) for i in range(starts[name], starts[name] + sizes[name])] for name in SPLITS})
     return Scan(images[keep], labels[keep], sizes["train"], sizes["val"], size, facts, test_size=sizes["test"])
 
 

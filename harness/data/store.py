@@ -44,6 +44,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from harness.data.duplicates import image_digest
 from harness.errors import DataError, ResourceError
 
 SHARD_MEAN = 256  # examples per shard, on average
@@ -98,7 +99,7 @@ class Shard:
 def write_shard(folder: Path, key: str, shape: RecordShape, items: list, decode: Callable) -> Shard:
     """Decode `items` one at a time and write each good one's record at once (memory holds one
     example, not a shard); `decode(item)` gives (image, labels, notes) or the reason it is bad."""
-    info: dict[str, Any] = {"items": [], "problems": [], "notes": {}, "label_counts": {}, "record_size": shape.size, "crc32": []}
+    info: dict[str, Any] = {"items": [], "problems": [], "notes": {}, "label_counts": {}, "record_size": shape.size, "crc32": [], "image_digests": []}
     counts = np.zeros(256, np.int64)
     bin_path, json_path = shard_paths(folder, key)
     with _atomic(bin_path) as handle:
@@ -108,8 +109,10 @@ def write_shard(folder: Path, key: str, shape: RecordShape, items: list, decode:
                 info["problems"].append(f"{item.name}: {result}")
                 continue
             image, labels, notes = result
-            record = np.ascontiguousarray(image, dtype=shape.image_dtype).tobytes() + np.ascontiguousarray(labels, dtype=np.uint8).tobytes()
+            pixels = np.ascontiguousarray(image, dtype=shape.image_dtype)
+            record = pixels.tobytes() + np.ascontiguousarray(labels, dtype=np.uint8).tobytes()
             handle.write(record)
+            info["image_digests"].append(image_digest(pixels))  # copies across splits (data/duplicates.py)
             info["crc32"].append(zlib.crc32(record))
             info["items"].append(item.name)
             for note in notes:

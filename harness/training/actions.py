@@ -15,6 +15,7 @@ from typing import Any, Callable
 from harness.config import metrics
 from harness.config.metrics import higher_is_better
 from harness.config.schema import ExperimentConfig
+from harness.data.duplicates import duplicates_warning
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
 from harness.outputs.tables import load_losses
@@ -189,7 +190,7 @@ def write_tables(done: FinishedRun) -> None:
 
     samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
-    done.warnings += validation_warnings(summary, done.config)
+    done.warnings += data_warnings(done.config, done.book.record) + validation_warnings(summary, done.config)
     for warning in done.warnings:
         print(f"harness: warning: {warning}", file=sys.stderr)
 
@@ -240,6 +241,12 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     write_tables: lambda d: "writing tables, statistics, plots and the report",
     log_mlflow: lambda d: "logging to MLflow" if d.config.output.mlflow is not None else None,
 }
+
+
+def data_warnings(config: ExperimentConfig, record) -> list[str]:
+    """What the data's scan found that weakens the comparison: images copied across splits."""
+    copies = duplicates_warning((record.data or {}).get("duplicates"), {"val": config.data.val_size, "test": config.data.test_size})
+    return [copies] if copies else []
 
 
 def validation_warnings(summary, config: ExperimentConfig) -> list[str]:

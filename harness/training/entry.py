@@ -44,7 +44,7 @@ def run_experiment(config: ExperimentConfig, results_dir: Path | None = None, ru
     check_code(config)  # the factories and kinds the config names, before anything is written
     placement = prepare_process(config)
     if scan is None:
-        config, scan = resolve_data_sizes(config, results_dir)
+        config, scan = resolve_data_sizes(config, results_dir, say=end_of_run is END_OF_RUN)
     if not placement.is_chief:
         # Only the chief writes the run directory; other workers train in lockstep in a scratch one.
         with _scratch_run_dir(config) as scratch:
@@ -101,18 +101,19 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
         if record.status == rd.RunStatus.COMPLETED:
             print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
             return load_result(run, config)
-        rescanned, scan = resolve_data_sizes(config, run.results_dir)
+        rescanned, scan = resolve_data_sizes(config, run.results_dir, say=end_of_run is END_OF_RUN)
         refuse_changed_data(config, rescanned)
         refuse_changed_content(run, scan, accept_changed_data or os.environ.get(ACCEPT_CHANGED_DATA) == "1")
         return Runner(config, run, placement, scan, resuming=True, end_of_run=end_of_run).run()
 
 
-def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None):
+def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None, say: bool = True):
     """Real sources: the pre-flight scan (exit 3 naming every bad file), with every network's size
     rule, users' factories' included (this imports them); returns the resolved config and the
-    scan. After prepare_process: a TFDS source reads its files with TensorFlow."""
+    scan. After prepare_process: a TFDS source reads its files with TensorFlow. `say`: False in a
+    group's process (a shorter end of run than END_OF_RUN), whose driver said what the scan found."""
     multiple = input_multiple(config) if config.data.source != "synthetic" else 1
-    return preflight.resolve_data_sizes(config, results_dir, multiple)
+    return preflight.resolve_data_sizes(config, results_dir, multiple, say)
 
 
 def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -> None:

@@ -18,6 +18,7 @@ from harness import rundir as rd
 from harness.config import catalog
 from harness.config.consistency import sized_problems
 from harness.config.schema import ExperimentConfig
+from harness.data.duplicates import duplicates_warning, unchecked_note
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError
 
@@ -57,12 +58,13 @@ def check_module_paths(config: ExperimentConfig) -> None:
         raise ConfigError("the code this config names cannot be found:", problems)
 
 
-def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multiple: int):
+def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multiple: int, say: bool = True):
     """Real sources: the pre-flight scan (exit 3 naming every bad file); returns the config with
-    the sizes it found, and the scan."""
+    the sizes it found, and the scan. `say`: print what the scan found (a group's process does
+    not: its driver did, once)."""
     cache = Path(results_dir or config.output.results_dir) / config.name / ".data-cache"
     resolved, scan = resolve_data(config, multiple, cache)
-    if scan is not None and config.output.progress != "none":
+    if scan is not None and say and config.output.progress != "none":
         facts = scan.facts
         print(
             f"harness: data: {facts['used']} examples ({scan.train_size} train, {scan.val_size} val"
@@ -71,8 +73,10 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multi
             f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
             file=sys.stderr,
         )
-        for note in facts["notes"]:
+        for note in [*facts["notes"], *filter(None, [unchecked_note(facts.get("duplicates"))])]:
             print(f"harness: data: {note}", file=sys.stderr)
+    if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), {"val": scan.val_size, "test": scan.test_size})):
+        print(f"harness: warning: {copies}", file=sys.stderr)
     if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
         raise ConfigError("the config does not fit the data found:", problems)
     return resolved, scan
