@@ -9,7 +9,7 @@ import shutil
 
 from pictures import data_config, scan, write_folder
 
-from harness.data.duplicates import across_splits, duplicates_warning, unchecked_note
+from harness.data.duplicates import across_splits, duplicates_warning
 from harness.training.preflight import resolve_data_sizes
 
 
@@ -30,25 +30,23 @@ def manifest_with_copies(root):
 def test_copies_across_splits_are_counted_and_named_in_memory_and_in_the_store(tmp_path):
     config = manifest_with_copies(tmp_path / "d")
     held = scan(config).facts["duplicates"]
-    assert (held["val_in_train"], held["test_in_train"], held["test_in_val"], held["unchecked"]) == (1, 0, 1, 0)
+    assert (held["val_in_train"], held["test_in_train"], held["test_in_val"]) == (1, 0, 1)
     assert any("copy_of_ex01.png" in e and e.startswith("val ") and "= train " in e and "ex01.png" in e for e in held["examples"])
     assert any("copy_of_ex06.png" in e and e.startswith("test ") and "= val " in e for e in held["examples"])
     disk = config.model_copy(update={"data": config.data.model_copy(update={"cache": "disk"})})
     assert scan(disk, tmp_path / "cache").facts["duplicates"] == held
-    # A store written before digests were kept: its examples are reused, not decoded again, and
-    # said to be unchecked rather than free of copies.
+    # A store written before digests were kept: each such shard is decoded again, once.
     for shard in (tmp_path / "cache").glob("shard-*.json"):
         info = json.loads(shard.read_text())
         shard.write_text(json.dumps({k: v for k, v in info.items() if k != "image_digests"}))
-    old = scan(disk, tmp_path / "cache").facts
-    assert old["cache"]["decoded"] == 0 and old["duplicates"]["unchecked"] == 10 and old["duplicates"]["val_in_train"] == 0
-    assert unchecked_note(old["duplicates"]).startswith("10 example(s) not checked for copies")
-
+    again = scan(disk, tmp_path / "cache").facts
+    assert again["cache"]["decoded"] == 10 and again["duplicates"] == held
+    assert scan(disk, tmp_path / "cache").facts["cache"]["decoded"] == 0
 
 def test_a_clean_split_has_no_copies_and_says_nothing(tmp_path):
     images, masks = write_folder(tmp_path, 10)
     facts = scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3})).facts["duplicates"]
-    assert facts == {"val_in_train": 0, "test_in_train": 0, "test_in_val": 0, "examples": [], "unchecked": 0}
+    assert facts == {"val_in_train": 0, "test_in_train": 0, "test_in_val": 0, "examples": []}
     assert duplicates_warning(facts, {"val": 3, "test": 0}) is None
 
 

@@ -71,14 +71,9 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path)
     return Scan(None, None, train_size, val_size, tuple(size), facts, store=store, test_size=sizes["test"])
 
 
-def _named_digests(shards, used: int) -> list[tuple[str, str | None]]:
-    """(name, image digest) of a split's first `used` examples; None for a shard written before
-    the store kept digests (reused, not decoded again: its copies are counted as unchecked)."""
-    named = []
-    for shard in shards:
-        digests = shard.info.get("image_digests") or [None] * len(shard.info["items"])
-        named += zip(shard.info["items"], digests)
-    return named[:used]
+def _named_digests(shards, used: int) -> list[tuple[str, str]]:
+    """(name, image digest) of a split's first `used` examples."""
+    return [pair for shard in shards for pair in zip(shard.info["items"], shard.info["image_digests"])][:used]
 
 
 def _stamp(item: Item) -> bytes:

@@ -23,24 +23,20 @@ def image_digest(image: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(image).tobytes(), digest_size=16).hexdigest()
 
 
-def across_splits(named: dict[str, Iterable[tuple[str, str | None]]]) -> dict:
-    """run.json's `data.duplicates` from each split's used examples as (name, digest), a digest
-    None where it is not known (a store shard written before digests were kept): how many
+def across_splits(named: dict[str, Iterable[tuple[str, str]]]) -> dict:
+    """run.json's `data.duplicates` from each split's used examples as (name, digest): how many
     validation and test images repeat an earlier split's, and the first few pairs by name."""
     seen: dict[str, tuple[str, str]] = {}
     counts = {"val_in_train": 0, "test_in_train": 0, "test_in_val": 0}
-    examples, unchecked = [], 0
+    examples = []
     for split in SPLITS:
         for name, digest in named.get(split, ()):
-            if digest is None:
-                unchecked += 1
-                continue
             earlier = seen.setdefault(digest, (split, name))
             if earlier[0] != split:
                 counts[f"{split}_in_{earlier[0]}"] += 1
                 if len(examples) < SHOWN:
                     examples.append(f"{split} {name} = {earlier[0]} {earlier[1]}")
-    return {**counts, "examples": examples, "unchecked": unchecked}
+    return {**counts, "examples": examples}
 
 
 def duplicates_warning(facts: dict | None, sizes: dict[str, int]) -> str | None:
@@ -58,9 +54,3 @@ def duplicates_warning(facts: dict | None, sizes: dict[str, int]) -> str | None:
     return (f"{'; '.join(parts)} (pixel for pixel, e.g. {facts['examples'][0]}): their scores measure what the models saw, "
             "not how they generalize; take the copies out of one split (run.json data.duplicates names them)")
 
-
-def unchecked_note(facts: dict | None) -> str | None:
-    if not facts or not facts.get("unchecked"):
-        return None
-    return (f"{facts['unchecked']} example(s) not checked for copies across splits (on-disk store shards written by an "
-            "earlier version of harness; delete the run's .data-cache folder to check them)")

@@ -125,14 +125,15 @@ def write_shard(folder: Path, key: str, shape: RecordShape, items: list, decode:
 
 
 def read_shard(folder: Path, key: str, shape: RecordShape) -> Shard | None:
-    """A complete shard (its .json present with a checksum per record, its .bin the size the .json
-    says), else None: rebuilt. (Shards written before checksums are rebuilt once.)"""
+    """A complete shard (its .json present with a checksum and an image digest per record, its .bin
+    the size the .json says), else None: rebuilt. (Shards written before checksums, or before
+    digests, are rebuilt once.)"""
     try:
         bin_path, json_path = shard_paths(folder, key)
         info = json.loads(json_path.read_text(encoding="utf-8"))
         if info.get("record_size") != shape.size or bin_path.stat().st_size != shape.size * len(info["items"]):
             return None
-        if len(info.get("crc32") or ()) != len(info["items"]):
+        if not len(info.get("crc32") or ()) == len(info.get("image_digests") or ()) == len(info["items"]):
             return None
     except (OSError, ValueError, KeyError):
         return None

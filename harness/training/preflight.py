@@ -18,7 +18,7 @@ from harness import rundir as rd
 from harness.config import catalog
 from harness.config.consistency import sized_problems
 from harness.config.schema import ExperimentConfig
-from harness.data.duplicates import duplicates_warning, unchecked_note
+from harness.data.duplicates import duplicates_warning
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError
 
@@ -73,7 +73,7 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multi
             f"({facts['image_size_reason']}); scan {facts['scan_seconds']} s",
             file=sys.stderr,
         )
-        for note in [*facts["notes"], *filter(None, [unchecked_note(facts.get("duplicates"))])]:
+        for note in facts["notes"]:
             print(f"harness: data: {note}", file=sys.stderr)
     if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), {"val": scan.val_size, "test": scan.test_size})):
         print(f"harness: warning: {copies}", file=sys.stderr)
