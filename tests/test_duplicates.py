@@ -59,3 +59,5 @@ def test_the_warning_counts_each_kind_and_is_printed_before_training(tmp_path, c
     resolve_data_sizes(manifest_with_copies(tmp_path / "d"), tmp_path / "results", 1)
     said = capsys.readouterr().err
     assert "harness: warning: 1 of 2 test images are copies of validation images; 1 of 2 validation images are copies of training" in said
+    resolve_data_sizes(manifest_with_copies(tmp_path / "e"), tmp_path / "results", 1, say=False)  # a group's worker: its driver said it
+    assert "copies" not in capsys.readouterr().err
