@@ -43,17 +43,18 @@ def test_copies_across_splits_are_counted_and_named_in_memory_and_in_the_store(t
     assert again["cache"]["decoded"] == 10 and again["duplicates"] == held
     assert scan(disk, tmp_path / "cache").facts["cache"]["decoded"] == 0
 
+
 def test_a_clean_split_has_no_copies_and_says_nothing(tmp_path):
     images, masks = write_folder(tmp_path, 10)
     facts = scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3})).facts["duplicates"]
     assert facts == {"val_in_train": 0, "test_in_train": 0, "test_in_val": 0, "examples": []}
-    assert duplicates_warning(facts, {"val": 3, "test": 0}) is None
+    assert duplicates_warning(facts, data_config({"source": "synthetic", "val_size": 3}).data) is None
 
 
 def test_the_warning_counts_each_kind_and_is_printed_before_training(tmp_path, capsys):
     facts = across_splits({"train": [("a", "1"), ("b", "2")], "val": [("c", "1"), ("d", "3")], "test": [("e", "2"), ("f", "3"), ("g", "4")]})
     assert (facts["val_in_train"], facts["test_in_train"], facts["test_in_val"]) == (1, 1, 1)
-    text = duplicates_warning(facts, {"val": 2, "test": 3})
+    text = duplicates_warning(facts, data_config({"source": "synthetic", "val_size": 2, "test_size": 3}).data)
     assert "2 of 3 test images are copies of training (1) or validation (1) images" in text
     assert "1 of 2 validation images" in text and "e.g. val c = train a" in text
     resolve_data_sizes(manifest_with_copies(tmp_path / "d"), tmp_path / "results", 1)

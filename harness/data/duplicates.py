@@ -15,7 +15,8 @@ from typing import Iterable
 
 import numpy as np
 
-SPLITS = ("train", "val", "test")
+from harness.config.schema import DataSpec
+
 SHOWN = 10  # copies named in run.json and in the warning's first lines
 
 
@@ -24,13 +25,14 @@ def image_digest(image: np.ndarray) -> str:
 
 
 def across_splits(named: dict[str, Iterable[tuple[str, str]]]) -> dict:
-    """run.json's `data.duplicates` from each split's used examples as (name, digest): how many
-    validation and test images repeat an earlier split's, and the first few pairs by name."""
+    """run.json's `data.duplicates` from each split's used examples as (name, digest), the splits
+    in the scan's order (train, val, test): how many validation and test images repeat an earlier
+    split's, and the first few pairs by name."""
     seen: dict[str, tuple[str, str]] = {}
     counts = {"val_in_train": 0, "test_in_train": 0, "test_in_val": 0}
     examples = []
-    for split in SPLITS:
-        for name, digest in named.get(split, ()):
+    for split, examples_of_split in named.items():
+        for name, digest in examples_of_split:
             earlier = seen.setdefault(digest, (split, name))
             if earlier[0] != split:
                 counts[f"{split}_in_{earlier[0]}"] += 1
@@ -39,8 +41,9 @@ def across_splits(named: dict[str, Iterable[tuple[str, str]]]) -> dict:
     return {**counts, "examples": examples}
 
 
-def duplicates_warning(facts: dict | None, sizes: dict[str, int]) -> str | None:
-    """What the user is told when images repeat across splits (None when none do)."""
+def duplicates_warning(facts: dict | None, data: DataSpec) -> str | None:
+    """What the user is told when images repeat across splits (None when none do); `data` with
+    the sizes the scan resolved."""
     if not facts or not any(facts.get(key) for key in ("val_in_train", "test_in_train", "test_in_val")):
         return None
     parts = []
@@ -48,9 +51,9 @@ def duplicates_warning(facts: dict | None, sizes: dict[str, int]) -> str | None:
         sources = {"training": facts["test_in_train"], "validation": facts["test_in_val"]}
         named = [kind for kind, count in sources.items() if count]
         of = f"{named[0]} images" if len(named) == 1 else "training ({training}) or validation ({validation}) images".format(**sources)
-        parts.append(f"{sum(sources.values())} of {sizes.get('test', 0)} test images are copies of {of}")
+        parts.append(f"{sum(sources.values())} of {data.test_size or 0} test images are copies of {of}")
     if facts.get("val_in_train"):
-        parts.append(f"{facts['val_in_train']} of {sizes.get('val', 0)} validation images are copies of training images")
+        parts.append(f"{facts['val_in_train']} of {data.val_size or 0} validation images are copies of training images")
     return (f"{'; '.join(parts)} (pixel for pixel, e.g. {facts['examples'][0]}): their scores measure what the models saw, "
             "not how they generalize; take the copies out of one split (run.json data.duplicates names them)")
 

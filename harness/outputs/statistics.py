@@ -194,9 +194,9 @@ def seed_interval(values, image_se: float = 0.0, bounds: tuple[float, float] | N
     df = float(r - 1)
     if total == 0:
         return SeedInterval(mean, sd, image_se, mean, mean, df, 1.0 if mean == 0 else 0.0)
-    se = math.sqrt(total)
-    half = float(_scipy_stats().t.ppf(0.5 + CONFIDENCE / 2, df)) * se
-    p = float(2 * _scipy_stats().t.sf(abs(mean) / se, df))
+    se, t = math.sqrt(total), _scipy_stats().t
+    half = float(t.ppf(0.5 + CONFIDENCE / 2, df)) * se
+    p = float(2 * t.sf(abs(mean) / se, df))
     low, high = (mean - half, mean + half) if bounds is None else (max(mean - half, bounds[0]), min(mean + half, bounds[1]))
     return SeedInterval(mean, sd, image_se, low, high, df, p)
 
@@ -209,8 +209,9 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, pairs: int
         return math.inf
     alpha = (1 - CONFIDENCE) / max(pairs, 1)
     image_var = (image_se if math.isfinite(image_se) else 0.0) ** 2
+    t = _scipy_stats().t
     for r in range(2, 1001):
-        z = _scipy_stats().t.ppf(1 - alpha / 2, r - 1) + _scipy_stats().t.ppf(POWER, r - 1)
+        z = t.ppf(1 - alpha / 2, r - 1) + t.ppf(POWER, r - 1)
         if z * math.sqrt(seed_std**2 / r + image_var) <= abs(diff):
             return float(r)
     return math.inf

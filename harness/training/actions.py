@@ -245,7 +245,7 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:
     """What the data's scan found that weakens the comparison: images copied across splits."""
-    copies = duplicates_warning((record.data or {}).get("duplicates"), {"val": config.data.val_size, "test": config.data.test_size})
+    copies = duplicates_warning((record.data or {}).get("duplicates"), config.data)
     return [copies] if copies else []
 
 

@@ -75,7 +75,7 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multi
         )
         for note in facts["notes"]:
             print(f"harness: data: {note}", file=sys.stderr)
-    if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), {"val": scan.val_size, "test": scan.test_size})):
+    if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), resolved.data)):
         print(f"harness: warning: {copies}", file=sys.stderr)
     if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
         raise ConfigError("the config does not fit the data found:", problems)
