@@ -164,7 +164,18 @@ def test_compare_by_chooses_each_groups_best_on_validation_and_compares_the_chos
     assert table["metric"][0] == "test_iou" and set(table[["model_a", "model_b"]].iloc[0]) == set(summary.loc[summary["chosen_in_group"], "model"])
     if repeats > 1:
         assert table["seeds"][0] == 2 and table["covers"][0] == "training seeds and test images"
-    assert "each at its best on validation" in (result.run_dir / "report.html").read_text()
+    report = (result.run_dir / "report.html").read_text()
+    assert "each at its best on validation" in report
+    # The tuning budget: with one trial a group expects the mean of what it tried, on validation
+    # (what chose) and on test (what the chosen scored); with both trials, the chosen one's test score.
+    budget = result.expected_best
+    assert sorted(zip(budget["group"], budget["trials"])) == [("arch=tiny_fcn", 1), ("arch=tiny_fcn", 2), ("arch=tiny_unet", 1), ("arch=tiny_unet", 2)]
+    for group, members in summary.groupby("compare_group"):
+        mine = budget[budget["group"] == group].set_index("trials")
+        assert mine.loc[1, "expected_best"] == pytest.approx(members["selected_val_iou"].mean())
+        assert mine.loc[1, "expected_reported"] == pytest.approx(members["test_iou"].mean())
+        assert mine.loc[2, "expected_best"] >= mine.loc[1, "expected_best"]
+    assert (result.run_dir / "plots" / "expected_best.png").exists() and "Tuning budget" in report
 
 
 def test_compare_by_names_a_setting_of_a_model_entry():

@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.config.metrics import declare_higher_is_better
+from harness.config.metrics import declare_higher_is_better, split_column
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, HarnessError
 from harness.outputs.html_charts import report_charts
-from harness.outputs.plots import plot_samples, save_figure, save_plots
+from harness.outputs.plots import plot_expected_best, plot_samples, save_figure, save_plots
 from harness.outputs.report import render_departures_section, render_group_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
-from harness.outputs.verdicts import choose_per_group, group_label, group_pairs, model_settings
+from harness.outputs.tuning_budget import budget_table
+from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_candidates, group_label, group_pairs, model_settings
 from harness.rundir import FolderLock, RunDir, RunRecord, atomic_write_text
 
 
@@ -74,6 +75,7 @@ def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.Data
     chosen = choose_per_group(summary, config.models, keys, rank)
     _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
     save_table(group_pairs(chosen, stats), run.path / "compare_by.csv")
+    write_tuning_budget(run, config, summary)
     settings = model_settings(config.models)
     summary = summary.copy()
     summary["compare_group"] = [group_label(settings.get(m, {}), keys) for m in summary["model"]]
@@ -81,7 +83,23 @@ def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.Data
     return summary
 
 
-PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", "samples")
+EXPECTED_BEST = "expected_best"  # expected_best.csv and plots/expected_best.png
+
+
+def write_tuning_budget(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame) -> pd.DataFrame:
+    """expected_best.csv and its plot: each group's expected best score against the number of
+    models it tried (harness/outputs/tuning_budget.py)."""
+    rank = config.ranking_column()
+    by = chosen_by_column(summary, rank)
+    reported = rank if by != rank and split_column(rank)[0] == "test" and rank in summary else None
+    table = budget_table(group_candidates(summary, config.models, config.output.compare_by, by), by, reported)
+    save_table(table, run.path / f"{EXPECTED_BEST}.csv")
+    if len(table):
+        save_figure(plot_expected_best(table), run.plots, EXPECTED_BEST, config.output.plot_formats)
+    return table
+
+
+PLOT_ORDER = ("final_", "pair_differences", "quality_vs_cost", EXPECTED_BEST, "samples")
 AS_CHARTS = ("loss_curves", "val_metrics", "learning_rates")  # plots/ keeps their PNG and SVG
 
 
@@ -105,7 +123,8 @@ def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) 
     group_file = run.path / "compare_by.csv"
     if config.output.compare_by and group_file.exists():
         extra.insert(0, (f"Per group: {', '.join(config.output.compare_by)}, each at its best on validation",
-                         render_group_section(summary, _read_or_empty(group_file), config.ranking_column())))
+                         render_group_section(summary, _read_or_empty(group_file), config.ranking_column(),
+                                              _read_or_empty(run.path / f"{EXPECTED_BEST}.csv"))))
     nightly_file = run.path / "nightly.json"
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))

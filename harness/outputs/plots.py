@@ -216,6 +216,30 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     return ax
 
 
+def plot_expected_best(table: pd.DataFrame):
+    """Expected best score against the tuning budget, one line per compare_by group with a band of
+    one standard deviation (Dodge et al. 2019): validation, and with a test split the test score
+    of the model those trials would choose."""
+    panels = [("expected_best", "chosen_by", "expected best on validation")]
+    if "expected_reported" in table:
+        panels.append(("expected_reported", "reported", "expected test score of the model chosen on validation"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
+    colours = _colours(list(dict.fromkeys(table["group"])))
+    for ax, (value, metric, title) in zip(axes[0], panels):
+        for group, rows in table.groupby("group", sort=False):
+            mean, spread = rows[value].to_numpy(), rows[f"{value}_std"].to_numpy()
+            ax.plot(rows["trials"], mean, marker="o", color=colours[group], label=f"{group} ({len(rows)} trials)")
+            ax.fill_between(rows["trials"], mean - spread, mean + spread, color=colours[group], alpha=0.15)
+        ax.set_xlabel("trials (models tried in the group)")
+        ax.set_ylabel(str(table[metric].iloc[0]))
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_title(f"{title}, by tuning budget", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend(ax, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, np.ndarray], title: str = "validation samples: the same images for every model"):
     """A figure: one row per validation image: image, true mask, each model's prediction."""
     rows, columns = len(images), 2 + len(predictions)

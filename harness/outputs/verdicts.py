@@ -28,21 +28,28 @@ def group_label(settings: dict[str, Any], keys: list[str]) -> str:
     return ", ".join(f"{k}={settings.get(k, '')}" for k in keys)
 
 
-def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column: str) -> pd.DataFrame:
-    """One row per group: group, model (the chosen one), the validation score it was chosen by,
-    its ranking score, how many models the group held."""
+def chosen_by_column(summary: pd.DataFrame, rank_column: str) -> str:
+    """What each group chooses by: the chosen weights' validation score with a test split, else
+    the validation score (the ranking column itself when neither is in the summary)."""
     chosen = on_split(rank_column, "selected_val")
     by = chosen if split_column(rank_column)[0] == "test" and chosen in summary else on_split(rank_column, "val")
-    if by not in summary:
-        by = rank_column
+    return by if by in summary else rank_column
+
+
+def group_candidates(summary: pd.DataFrame, specs, keys: list[str], by: str) -> pd.DataFrame:
+    """The models each group chooses among (status ok, scored by `by`), with a `group` column."""
     settings = model_settings(specs)
     frame = summary[summary["status"].astype(str).str.startswith("ok")].copy()
     frame["group"] = [group_label(settings.get(m, {}), keys) for m in frame["model"]]
+    return frame.dropna(subset=[by])
+
+
+def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column: str) -> pd.DataFrame:
+    """One row per group: group, model (the chosen one), the validation score it was chosen by,
+    its ranking score, how many models the group held."""
+    by = chosen_by_column(summary, rank_column)
     rows = []
-    for group, members in frame.groupby("group", sort=False):
-        members = members.dropna(subset=[by])
-        if members.empty:
-            continue
+    for group, members in group_candidates(summary, specs, keys, by).groupby("group", sort=False):
         best = members.sort_values(by, ascending=not higher_is_better(by), kind="stable").iloc[0]
         rows.append({"group": group, "model": best["model"], "chosen_by": by, "chosen_value": float(best[by]),
                      rank_column: float(best[rank_column]) if rank_column in best and pd.notna(best[rank_column]) else float("nan"),

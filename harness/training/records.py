@@ -78,6 +78,15 @@ class RunResult:
         return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
     @property
+    def expected_best(self) -> "pd.DataFrame":
+        """expected_best.csv (with `output.compare_by`): each group's expected best score for a
+        tuning budget of 1, 2, ... of the models it tried (Dodge et al. 2019)."""
+        import pandas as pd
+
+        path = self.run_dir / "expected_best.csv"
+        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+
+    @property
     def val_scores(self) -> "pd.DataFrame":
         """val_scores.csv: every validation image's scores, per evaluation and member."""
         import pandas as pd

@@ -1,0 +1,110 @@
+"""Expected best score against the tuning budget (Dodge et al. 2019, "Show Your Work").
+
+"Unet vs FPN, each at its best learning rate" depends on how many learning rates each was given:
+the best of eight draws is higher than the best of two from the same spread, and an architecture
+that wins with a large search can lose with a small one. Within each `output.compare_by` group the
+models are the trials of one search; for a budget of k trials, drawn with replacement from those
+the group ran, the expected best validation score has a closed form over the empirical
+distribution: with the n trials sorted worst to best, the i-th is the best of k draws with
+probability (i/n)^k - ((i-1)/n)^k. The same weights give the expected *test* score of the model
+the k draws would choose on validation: what a search of that size would report on images it did
+not choose with.
+
+Each group's curve runs from 1 trial to the number it ran: beyond it the estimate could only
+repeat the best seen. A model with repeats is one trial scored by its mean over seeds (its seeds
+are chosen together, as the per-group choice does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from harness.config.metrics import higher_is_better
+
+TRIALS_COLUMNS = ("group", "trials", "candidates", "chosen_by", "expected_best", "expected_best_std")
+
+
+def best_of_k_weights(n: int, k: int) -> np.ndarray:
+    """P(the i-th worst of n trials is the best of k draws with replacement), i = 1..n."""
+    ranks = np.arange(1, n + 1) / n
+    return ranks**k - (ranks - 1 / n) ** k
+
+
+def expected_best_of_k(values, k: int, higher: bool = True) -> tuple[float, float]:
+    """Mean and standard deviation of the best of k draws, with replacement, from `values`."""
+    ordered = np.sort(np.asarray(values, dtype=float))
+    if not higher:
+        ordered = ordered[::-1]
+    return _moments(ordered, best_of_k_weights(len(ordered), k))
+
+
+def expected_score_of_chosen(chosen_by, scored, k: int, higher: bool = True) -> tuple[float, float]:
+    """Mean and standard deviation of `scored` for the trial that the best `chosen_by` picks among
+    k draws. Ties in `chosen_by` go to the earlier trial, as the per-group choice breaks them."""
+    chosen_by, scored = np.asarray(chosen_by, dtype=float), np.asarray(scored, dtype=float)
+    # Worst to best; among equals the earlier trial ranks as better (it is the one chosen).
+    order = np.lexsort((-np.arange(len(chosen_by)), chosen_by if higher else -chosen_by))
+    return _moments(scored[order], best_of_k_weights(len(order), k))
+
+
+def _moments(values: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
+    mean = float(np.dot(weights, values))
+    variance = float(np.dot(weights, (values - mean) ** 2))
+    return mean, float(np.sqrt(max(variance, 0.0)))
+
+
+def budget_table(candidates: pd.DataFrame, chosen_by: str, reported: str | None) -> pd.DataFrame:
+    """One row per group and budget k = 1..(the trials the group ran). `candidates`: the models
+    the per-group choice considered, with `group`, `chosen_by` and (with a test split) `reported`."""
+    higher = higher_is_better(chosen_by)
+    rows = []
+    for group, trials in candidates.groupby("group", sort=False):
+        trials = trials.dropna(subset=[chosen_by] + ([reported] if reported else []))
+        for k in range(1, len(trials) + 1):
+            best, best_std = expected_best_of_k(trials[chosen_by], k, higher)
+            row = {"group": group, "trials": k, "candidates": len(trials), "chosen_by": chosen_by,
+                   "expected_best": best, "expected_best_std": best_std}
+            if reported:
+                score, score_std = expected_score_of_chosen(trials[chosen_by], trials[reported], k, higher)
+                row.update(reported=reported, expected_reported=score, expected_reported_std=score_std)
+            rows.append(row)
+    return pd.DataFrame(rows, columns=None if rows else list(TRIALS_COLUMNS))
+
+
+def curve_column(table: pd.DataFrame) -> str:
+    """What the curves rank by: the expected test score of the chosen when there is one."""
+    return "expected_reported" if "expected_reported" in table else "expected_best"
+
+
+def leaders(table: pd.DataFrame) -> list[tuple[int, str]]:
+    """(k, the group ahead at budget k) for every k that two or more groups reached."""
+    if table.empty:
+        return []
+    value = curve_column(table)
+    metric = table["reported"].iloc[0] if value == "expected_reported" else table["chosen_by"].iloc[0]
+    out = []
+    for k, rows in table.groupby("trials"):
+        if rows["group"].nunique() >= 2:
+            best = rows[value].idxmax() if higher_is_better(metric) else rows[value].idxmin()
+            out.append((int(k), str(table.loc[best, "group"])))
+    return out
+
+
+def describe_leaders(table: pd.DataFrame) -> str:
+    """One sentence: which group is ahead at which budgets (the point of the curve is that it can change)."""
+    ahead = leaders(table)
+    if not ahead:
+        return ""
+    spans: list[list] = []  # [group, first k, last k]
+    for k, group in ahead:
+        if spans and spans[-1][0] == group and spans[-1][2] == k - 1:
+            spans[-1][2] = k
+        else:
+            spans.append([group, k, k])
+    where = "expected test score of the model chosen on validation" if curve_column(table) == "expected_reported" else "expected best validation score"
+    if len(spans) == 1:
+        group, first, last = spans[0]
+        return f"By {where}, {group} is ahead at every budget from {first} to {last} trials."
+    parts = [f"{group} at {first} trial{'s' if first > 1 else ''}" if first == last else f"{group} at {first}-{last} trials" for group, first, last in spans]
+    return f"Which group is ahead depends on the tuning budget (by {where}): " + ", then ".join(parts) + "."

@@ -1,0 +1,110 @@
+"""Expected best score against the tuning budget: the closed form checked against every sequence
+of draws, and the table, the leaders and the sentence the report prints."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.outputs.tuning_budget import budget_table, describe_leaders, expected_best_of_k, expected_score_of_chosen, leaders
+
+VAL = [0.61, 0.70, 0.55, 0.70, 0.64]  # a tie at the top: the earlier trial is the one chosen
+TEST = [0.60, 0.66, 0.58, 0.71, 0.62]
+
+
+def every_draw(n: int, k: int):
+    return itertools.product(range(n), repeat=k)  # n^k equally likely sequences, with replacement
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+@pytest.mark.parametrize("higher", [True, False])
+def test_expected_best_equals_the_mean_and_spread_over_every_sequence_of_k_draws(k, higher):
+    pick = max if higher else min
+    bests = np.array([pick(VAL[i] for i in draw) for draw in every_draw(len(VAL), k)])
+    mean, std = expected_best_of_k(VAL, k, higher)
+    assert mean == pytest.approx(bests.mean(), abs=1e-12) and std == pytest.approx(bests.std(), abs=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("higher", [True, False])
+def test_the_chosen_ones_score_is_averaged_over_every_sequence_with_ties_to_the_earlier_trial(k, higher):
+    def chosen(draw):
+        key = (lambda i: (VAL[i], -i)) if higher else (lambda i: (-VAL[i], -i))
+        return max(draw, key=key)
+
+    scores = np.array([TEST[chosen(draw)] for draw in every_draw(len(VAL), k)])
+    mean, std = expected_score_of_chosen(VAL, TEST, k, higher)
+    assert mean == pytest.approx(scores.mean(), abs=1e-12) and std == pytest.approx(scores.std(), abs=1e-12)
+
+
+def test_one_trial_expects_the_mean_and_many_approach_the_best():
+    assert expected_best_of_k(VAL, 1)[0] == pytest.approx(np.mean(VAL))
+    assert expected_best_of_k(VAL, 200)[0] == pytest.approx(max(VAL), abs=1e-9)
+    assert expected_best_of_k(VAL, 200, higher=False)[0] == pytest.approx(min(VAL), abs=1e-9)
+
+
+def candidates(test: bool = False) -> pd.DataFrame:
+    # wide: one great and one poor learning rate; narrow: two good ones. Narrow wins a budget of
+    # one (0.71 against 0.675), wide a budget of two (0.8125 against 0.715).
+    frame = pd.DataFrame({"group": ["arch=wide", "arch=wide", "arch=narrow", "arch=narrow"],
+                          "model": ["w1", "w2", "n1", "n2"], "val_iou": [0.40, 0.95, 0.70, 0.72]})
+    if test:
+        frame["test_iou"] = [0.42, 0.60, 0.69, 0.74]
+    return frame
+
+
+def test_the_table_has_a_row_per_group_and_budget_and_the_leader_changes_with_the_budget():
+    table = budget_table(candidates(), "val_iou", None)
+    assert list(zip(table["group"], table["trials"])) == [("arch=wide", 1), ("arch=wide", 2), ("arch=narrow", 1), ("arch=narrow", 2)]
+    assert table["expected_best"].tolist() == pytest.approx([0.675, 0.8125, 0.71, 0.715])
+    assert "expected_reported" not in table
+    assert leaders(table) == [(1, "arch=narrow"), (2, "arch=wide")]
+    assert describe_leaders(table) == ("Which group is ahead depends on the tuning budget (by expected best validation score): "
+                                       "arch=narrow at 1 trial, then arch=wide at 2 trials.")
+
+
+def test_with_a_test_split_the_leader_is_by_the_test_score_of_what_validation_chose():
+    table = budget_table(candidates(test=True), "val_iou", "test_iou")
+    # wide's better validation model is the worse one on test: at two trials it chooses w2 3/4 of the time.
+    assert table["expected_reported"].tolist() == pytest.approx([0.51, 0.42 / 4 + 0.60 * 3 / 4, 0.715, 0.69 / 4 + 0.74 * 3 / 4])
+    assert leaders(table) == [(1, "arch=narrow"), (2, "arch=narrow")]
+    assert describe_leaders(table) == ("By expected test score of the model chosen on validation, arch=narrow is ahead "
+                                       "at every budget from 1 to 2 trials.")
+
+
+def test_a_loss_is_best_low_and_a_group_of_one_has_no_one_to_lead():
+    frame = candidates().rename(columns={"val_iou": "val_loss"})
+    table = budget_table(frame, "val_loss", None)
+    assert table["expected_best"].tolist() == pytest.approx([0.675, 0.4 * 3 / 4 + 0.95 / 4, 0.71, 0.70 * 3 / 4 + 0.72 / 4])
+    alone = budget_table(frame[frame["group"] == "arch=wide"], "val_loss", None)
+    assert leaders(alone) == [] and describe_leaders(alone) == ""
+    assert budget_table(frame.iloc[0:0], "val_loss", None).empty
+
+
+def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_report_table(tmp_path):
+    from conftest import tiny_config
+
+    from harness.config.loading import validate_config
+    from harness.outputs.derived import write_tuning_budget
+    from harness.outputs.report import render_budget
+    from harness.rundir import RunDir
+
+    models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.001, 0.01, 0.1]}},
+              {"name": "unet", "arch": "tiny_unet", "grid": {"optimizer.learning_rate": [0.001, 0.01]}}]
+    config = validate_config(tiny_config(models=models, output={"compare_by": ["arch"]}))
+    summary = pd.DataFrame({"model": ["fcn-lr1e-3", "fcn-lr0.01", "fcn-lr0.1", "unet-lr1e-3", "unet-lr0.01"],
+                            "status": ["ok", "ok", "diverged", "ok", "ok"], "val_iou": [0.5, 0.9, 0.1, 0.72, 0.74]})
+    run = RunDir(tmp_path)
+    run.plots.mkdir(parents=True, exist_ok=True)
+    table = write_tuning_budget(run, config, summary)
+    # The diverged member is no candidate (the per-group choice does not consider it either).
+    assert table[["group", "trials", "candidates"]].values.tolist() == [["arch=tiny_fcn", 1, 2], ["arch=tiny_fcn", 2, 2],
+                                                                         ["arch=tiny_unet", 1, 2], ["arch=tiny_unet", 2, 2]]
+    assert table["expected_best"].tolist() == pytest.approx([0.7, 0.8, 0.73, 0.735])
+    assert pd.read_csv(tmp_path / "expected_best.csv")["chosen_by"].eq("val_iou").all()
+    assert (run.plots / "expected_best.png").stat().st_size > 0
+    page = render_budget(table)
+    assert "0.7300 ± 0.0100" in page and "arch=tiny_unet at 1 trial, then arch=tiny_fcn at 2 trials" in page
