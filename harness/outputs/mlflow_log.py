@@ -6,7 +6,8 @@ run.json (`mlflow`) at once, so a resumed run logs into the same MLflow runs; ev
 the run writes is logged with its real time; rows at or before the last step already logged (redone
 after a resume) are not logged twice. At the end: each member's settings as params named by their
 section (`optimizer.name`), its cost figures, and the run's files as artifacts (report.html,
-plots/, config.yaml, summary.csv, pairs.csv; models/ with `output.mlflow.log_models`). A failure to
+plots/, config.yaml, summary.csv, pairs.csv, compare_by.csv and expected_best.csv when written; models/
+with `output.mlflow.log_models`). A failure to
 log is a warning, never the run's failure: MLflow holds a copy, the run directory the results.
 
 Bounded in time: every request to a tracking server times out after `output.mlflow.timeout_s`
@@ -29,7 +30,7 @@ from harness.outputs.tables import load_losses
 from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
-ARTIFACTS = ("report.html", "config.yaml", "summary.csv", "pairs.csv", "plots")
+ARTIFACTS = ("report.html", "config.yaml", "summary.csv", "pairs.csv", "compare_by.csv", "expected_best.csv", "plots")  # those a run has
 
 
 def client_for(spec):
