@@ -19,6 +19,18 @@ def test_calibration_section_measures_coverage_and_claims_and_one_seed_claims_no
     assert table["coverage"].between(0, 1).all() and (table["intervals"] == 4).all()  # 4 subsets x 1 pair
     assert table.loc["R = 1", "supported"] == 0 and table.loc["R = 1", "false_claims"] == 0
     assert table.loc["R = 1", "image_only_supported"] >= 0 and 0 < table.loc["R = 3", "ideal_coverage"] < 1
+    assert (table["pair_seed_std"] > 0).all() and (table["section"] == "calibration").all()
+
+
+def test_the_spread_of_a_pairs_difference_across_seeds():
+    import pandas as pd
+
+    from harness.bench.calibration import pair_seed_spread
+
+    per_seed = pd.DataFrame({"model": ["a", "b", "c"] * 3, "repeat": [1, 1, 1, 2, 2, 2, 3, 3, 3],
+                             "value": [0.5, 0.4, 0.4, 0.6, 0.4, 0.4, 0.7, 0.4, 0.4]})
+    # a - b and a - c: 0.1, 0.2, 0.3 (std 0.1); b - c: 0 every seed. The median of 0.1, 0.1, 0.
+    assert pair_seed_spread(per_seed) == pytest.approx(0.1)
 
 
 def test_ideal_coverage_of_a_calibrated_interval_against_a_noisy_held_out_mean():

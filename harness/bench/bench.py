@@ -31,6 +31,8 @@ Sections (rows of bench.csv):
   calibration  (when named) four small models of close quality trained with 16 seeds (data fixed): for R = 1, 3, 5
              seeds, the coverage of the run's 95% intervals of pair differences against the
              held-out seeds' mean, and the share of supported claims with the wrong sign
+  calibration_bootstrap  (when named) the same, each seed trained on its own bootstrap of the training set
+             (data.bootstrap_train): the seeds vary the data sampled too
   repeats    (when named) the suite's models with train.repeats: 3 in one run vs the same three seeds as three
              runs one after another, end to end through the CLI
   scale      the same 12 members (3 built-in models x 4 widths) as one group, as 4 groups of 3 and
@@ -134,6 +136,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
     # full size: run when named (--section), like the GPU section when asked for.
     on_request = {
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
+        "calibration_bootstrap": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {}), bootstrap_train=True),
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
     }

@@ -39,10 +39,10 @@ CALIBRATION_MODELS = [
 ]
 
 
-def calibration_config(seeds: int, steps: int, side: int, train_size: int, val_size: int, models: list[dict]) -> dict:
+def calibration_config(seeds: int, steps: int, side: int, train_size: int, val_size: int, models: list[dict], bootstrap_train: bool = False) -> dict:
     return {
         "name": "calibration", "seed": 0,
-        "data": {"image_size": [side, side], "train_size": train_size, "val_size": val_size, "batch_size": 16},
+        "data": {"image_size": [side, side], "train_size": train_size, "val_size": val_size, "batch_size": 16, "bootstrap_train": bootstrap_train},
         "models": models,
         "train": {"steps": steps, "steps_per_call": 16, "repeats": seeds, "batchnorm_momentum": 0.9},
         "output": {"probe_steps": 0, "progress": "none", "tensorboard": False, "sample_images": 0, "export": False},
@@ -50,20 +50,24 @@ def calibration_config(seeds: int, steps: int, side: int, train_size: int, val_s
 
 
 def bench_calibration(folder: Path, seeds: int = 16, steps: int = 256, side: int = 32, train_size: int = 512, val_size: int = 256,
-                      models: list[dict] | None = None, sizes: tuple[int, ...] = (1, 3, 5), subsets: int = 60, resamples: int = 500) -> pd.DataFrame:
+                      models: list[dict] | None = None, sizes: tuple[int, ...] = (1, 3, 5), subsets: int = 60, resamples: int = 500,
+                      bootstrap_train: bool = False) -> pd.DataFrame:
+    """`bootstrap_train`: every seed trains on its own bootstrap of the training set (section
+    `calibration_bootstrap`), so the seeds vary the data sampled as well."""
     from harness.api import run
     from harness.config.loading import validate_config
 
-    config = validate_config(calibration_config(seeds, steps, side, train_size, val_size, models or CALIBRATION_MODELS))
+    config = validate_config(calibration_config(seeds, steps, side, train_size, val_size, models or CALIBRATION_MODELS, bootstrap_train))
     began = time.perf_counter()
     result = run(config, results_dir=folder / "calibration-runs")
     train_s = time.perf_counter() - began
     scored = last_evaluations(result.run_dir / "val_scores.csv", config.data.classes)
     rows = [calibration_row(scored, size, seeds, subsets, resamples) for size in sizes if size < seeds]
     table = pd.DataFrame(rows)
-    table.insert(0, "section", "calibration")
+    table.insert(0, "section", "calibration_bootstrap" if bootstrap_train else "calibration")
     table.insert(1, "contender", [f"R = {r}" for r in table["repeats"]])
     table["seeds_trained"] = seeds
+    table["pair_seed_std"] = pair_seed_spread(_per_seed_values(scored))
     table["train_s"] = round(train_s, 1)
     return table
 
@@ -103,6 +107,15 @@ def _per_seed_values(scored: dict) -> pd.DataFrame:
         value = float(s.scores({k: v.sum(0) for k, v in s.quantities.items()}, count)[METRIC])
         rows.append({"model": model_of(name), "repeat": repeat_of(name), "member": name, "value": value})
     return pd.DataFrame(rows)
+
+
+def pair_seed_spread(per_seed: pd.DataFrame) -> float:
+    """The median over pairs of the standard deviation, across all the seeds trained, of the pair's
+    per-seed difference: how far training randomness moves a difference."""
+    table = per_seed.pivot_table(index="repeat", columns="model", values="value")
+    models = list(dict.fromkeys(per_seed["model"]))
+    spreads = [float((table[a] - table[b]).std(ddof=1)) for i, a in enumerate(models) for b in models[i + 1:]]
+    return round(float(np.median(spreads)), 4) if spreads else math.nan
 
 
 def _held_out_differences(per_seed: pd.DataFrame, held_out: list[int]) -> dict[tuple[str, str], float]:

@@ -87,6 +87,10 @@ class DataSpec(Strict):
     fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
     cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
     augment: AugmentSpec = AugmentSpec()
+    # Each training seed trains on its own bootstrap sample of the training split (as many draws,
+    # with replacement, as it has examples), so that repeats vary the data sampled as well as the
+    # weights, order and augmentation (Bouthillier et al. 2021). Validation and test stay as they are.
+    bootstrap_train: bool = False
     # "auto" (real sources): the median source size, rounded down to suit every model.
     image_size: tuple[Side, Side] | Literal["auto"] = (96, 96)
     channels: Annotated[int, Field(ge=1, le=4)] = 3

@@ -72,13 +72,17 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
     example j of step s is augmented with the key (seed, s * batch + j)."""
     n, batch = spec.train_size, spec.batch_size
     steps_per_epoch = spec.steps_per_epoch
+    sample = bootstrap_sample(n, seed) if spec.bootstrap_train else None
 
     @graph_code
     def indices_for_step(step):
         epoch = step // steps_per_epoch
         position = step % steps_per_epoch
         order = tf.argsort(tf.random.stateless_uniform([n], seed=tf.stack([tf.cast(seed, tf.int64), epoch])))
-        return order[position * batch : (position + 1) * batch], step * batch + tf.range(batch, dtype=tf.int64)
+        chosen = order[position * batch : (position + 1) * batch]
+        if sample is not None:  # the epoch's order runs over the seed's sample instead of over 0..n-1
+            chosen = tf.cast(tf.gather(sample, chosen), chosen.dtype)
+        return chosen, step * batch + tf.range(batch, dtype=tf.int64)
 
     @graph_code
     def example(index, draw):
@@ -95,6 +99,16 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
         .batch(batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+
+
+BOOTSTRAP_STREAM = 2_000_003  # apart from the data order's (seed, epoch) and augmentation's (seed + 1_000_003, draw)
+
+
+def bootstrap_sample(n: int, seed: int):
+    """The training examples a seed trains on with `data.bootstrap_train`: n draws from 0..n-1 with
+    replacement (about 63% of the examples, some more than once), the same for every epoch and
+    after a resume: a function of the seed alone."""
+    return tf.random.stateless_uniform([n], seed=tf.constant([seed + BOOTSTRAP_STREAM, 0], tf.int64), minval=0, maxval=n, dtype=tf.int64)
 
 
 def make_array_example_fn(scan, classes: int):

@@ -54,13 +54,18 @@ def images_only(split: str = "val") -> str:
     return f"{SPLIT_WORDS[split]} images only (one training seed: training randomness not measured)"
 
 
-def seeds_and_images(split: str = "val") -> str:
-    return f"training seeds and {SPLIT_WORDS[split]} images"
+def seeds_and_images(split: str = "val", resampled: bool = False) -> str:
+    """`resampled`: each seed trained on its own bootstrap of the training set (data.bootstrap_train)."""
+    return f"training seeds, {RESAMPLED} and {SPLIT_WORDS[split]} images" if resampled else f"training seeds and {SPLIT_WORDS[split]} images"
 
 
+def seeds_only(resampled: bool = False) -> str:
+    return f"training seeds{' and ' + RESAMPLED if resampled else ''} (no per-image basis for this metric)"
+
+
+RESAMPLED = "training-set bootstraps"
 IMAGES_ONLY = images_only("val")
 SEEDS_AND_IMAGES = seeds_and_images("val")
-SEEDS_ONLY = "training seeds (no per-image basis for this metric)"
 
 
 def covers_training(covers: str) -> bool:
@@ -217,15 +222,16 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, pairs: int
     return math.inf
 
 
-def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val"):
+def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val", resampled: bool = False):
     """(per-model table, per-pair table) over repeats. per_seed: columns model, repeat, member,
     value (the member's `metric`); draws: member -> its metric on shared image resamples
-    (`image_draws`), or None where the metric has no per-image basis (training randomness only).
+    (`image_draws`), or None where the metric has no per-image basis (training randomness only);
+    resampled: each seed trained on its own bootstrap of the training set (said in `covers`).
     Pairs are compared over the repeats both models completed, paired by repeat."""
     table = per_seed.pivot_table(index="repeat", columns="model", values="value", aggfunc="first")
     member = per_seed.pivot_table(index="repeat", columns="model", values="member", aggfunc="first")
     models = list(dict.fromkeys(per_seed["model"]))
-    covers = seeds_and_images(split) if draws else SEEDS_ONLY
+    covers = seeds_and_images(split, resampled) if draws else seeds_only(resampled)
 
     def image_se(of_resample: Callable[[str], np.ndarray], names: list[str]) -> float:
         if not draws or not all(n in draws for n in names):

@@ -21,7 +21,7 @@ from harness.config.metrics import column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.evaluation import segmentation_scores
-from harness.outputs.statistics import SEEDS_ONLY, Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images
+from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
 from harness.outputs.writers import counts_of
 
 BOOTSTRAPPED = ("iou", "f1", "loss")
@@ -72,7 +72,8 @@ def interval_covers(config: ExperimentConfig) -> str | None:
     split, _, metric = rank.partition("_")
     bootstrapped = split in ("val", "test") and metric in BOOTSTRAPPED
     if config.train.repeats > 1:
-        return seeds_and_images(split) if bootstrapped else SEEDS_ONLY
+        resampled = config.data.bootstrap_train
+        return seeds_and_images(split, resampled) if bootstrapped else seeds_only(resampled)
     return images_only(split) if bootstrapped else None
 
 
@@ -90,7 +91,7 @@ def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.Dat
         metric = metric_of(name)
         draws = image_draws(scored, metric) if split_column(name)[0] == split and metric in BOOTSTRAPPED else None
         per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[name]}).dropna()
-        per_model, per_pair = across_seeds(per_seed, name, draws, split)
+        per_model, per_pair = across_seeds(per_seed, name, draws, split, config.data.bootstrap_train)
         if per_model.empty:
             continue
         intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{name}_low", "high": f"{name}_high"}))
