@@ -77,34 +77,51 @@ def curve_column(table: pd.DataFrame) -> str:
     return "expected_reported" if "expected_reported" in table else "expected_best"
 
 
-def leaders(table: pd.DataFrame) -> list[tuple[int, str]]:
-    """(k, the group ahead at budget k) for every k that two or more groups reached."""
+def leaders(table: pd.DataFrame) -> list[tuple[int, str, float]]:
+    """(k, the group ahead at budget k, its margin over the next) for every k two or more groups reached."""
     if table.empty:
         return []
     value = curve_column(table)
     metric = table["reported"].iloc[0] if value == "expected_reported" else table["chosen_by"].iloc[0]
+    higher = higher_is_better(metric)
     out = []
     for k, rows in table.groupby("trials"):
         if rows["group"].nunique() >= 2:
-            best = rows[value].idxmax() if higher_is_better(metric) else rows[value].idxmin()
-            out.append((int(k), str(table.loc[best, "group"])))
+            ordered = rows.sort_values(value, ascending=not higher, kind="stable")
+            margin = abs(float(ordered[value].iloc[0]) - float(ordered[value].iloc[1]))
+            out.append((int(k), str(ordered["group"].iloc[0]), margin))
     return out
 
 
 def describe_leaders(table: pd.DataFrame) -> str:
-    """One sentence: which group is ahead at which budgets (the point of the curve is that it can change)."""
+    """Which group is ahead at which budgets, and by how much: the point of the curve is that the
+    leader can change with the budget, and a margin smaller than the spread is no verdict."""
     ahead = leaders(table)
     if not ahead:
         return ""
-    spans: list[list] = []  # [group, first k, last k]
-    for k, group in ahead:
+    spans: list[list] = []  # [group, first k, last k, margins]
+    for k, group, margin in ahead:
         if spans and spans[-1][0] == group and spans[-1][2] == k - 1:
             spans[-1][2] = k
+            spans[-1][3].append(margin)
         else:
-            spans.append([group, k, k])
-    where = "expected test score of the model chosen on validation" if curve_column(table) == "expected_reported" else "expected best validation score"
+            spans.append([group, k, k, [margin]])
+    value = curve_column(table)
+    where = "expected test score of the model chosen on validation" if value == "expected_reported" else "expected best validation score"
+    spread = table[f"{value}_std"]
+    caveat = (f" These are expectations over the trials run, with no interval; the spread of each (±) is "
+              f"{spread.min():.4f}-{spread.max():.4f}, so a smaller margin is no verdict.")
     if len(spans) == 1:
-        group, first, last = spans[0]
-        return f"By {where}, {group} is ahead at every budget from {first} to {last} trials."
-    parts = [f"{group} at {first} trial{'s' if first > 1 else ''}" if first == last else f"{group} at {first}-{last} trials" for group, first, last in spans]
-    return f"Which group is ahead depends on the tuning budget (by {where}): " + ", then ".join(parts) + "."
+        group, first, last, margins = spans[0]
+        return f"By {where}, {group} is ahead at every budget from {first} to {last} trials ({_margins(margins)})." + caveat
+    parts = [f"{group} at {_trials(first, last)} ({_margins(margins)})" for group, first, last, margins in spans]
+    return f"Which group is ahead depends on the tuning budget (by {where}): " + ", then ".join(parts) + "." + caveat
+
+
+def _trials(first: int, last: int) -> str:
+    return f"{first} trial{'s' if first > 1 else ''}" if first == last else f"{first}-{last} trials"
+
+
+def _margins(margins: list[float]) -> str:
+    low, high = min(margins), max(margins)
+    return f"by {low:.4f} over the next" if low == high else f"by {low:.4f}-{high:.4f} over the next"
