@@ -112,16 +112,20 @@ def _per_seed_values(scored: dict) -> pd.DataFrame:
 def pair_seed_spread(per_seed: pd.DataFrame) -> float:
     """The median over pairs of the standard deviation, across all the seeds trained, of the pair's
     per-seed difference: how far training randomness moves a difference."""
-    table = per_seed.pivot_table(index="repeat", columns="model", values="value")
-    models = list(dict.fromkeys(per_seed["model"]))
-    spreads = [float((table[a] - table[b]).std(ddof=1)) for i, a in enumerate(models) for b in models[i + 1:]]
+    spreads = [float(d.std(ddof=1)) for d in _pair_differences(per_seed).values()]
     return round(float(np.median(spreads)), 4) if spreads else math.nan
 
 
 def _held_out_differences(per_seed: pd.DataFrame, held_out: list[int]) -> dict[tuple[str, str], float]:
-    table = per_seed[per_seed["repeat"].isin(held_out)].pivot_table(index="repeat", columns="model", values="value")
+    return {pair: float(d.mean()) for pair, d in _pair_differences(per_seed, held_out).items()}
+
+
+def _pair_differences(per_seed: pd.DataFrame, repeats: list[int] | None = None) -> dict[tuple[str, str], pd.Series]:
+    """Each pair's per-seed difference (a - b), over `repeats` (default: every seed)."""
+    rows = per_seed if repeats is None else per_seed[per_seed["repeat"].isin(repeats)]
+    table = rows.pivot_table(index="repeat", columns="model", values="value")
     models = list(dict.fromkeys(per_seed["model"]))
-    return {(a, b): float((table[a] - table[b]).mean()) for i, a in enumerate(models) for b in models[i + 1:]}
+    return {(a, b): table[a] - table[b] for i, a in enumerate(models) for b in models[i + 1:]}
 
 
 def _judge(scored: dict, per_seed: pd.DataFrame, chosen: list[int], truth: dict, size: int, resamples: int) -> list[dict]:

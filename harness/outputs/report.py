@@ -14,7 +14,7 @@ import pandas as pd
 from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
-from harness.outputs.tuning_budget import curve_column, describe_leaders
+from harness.outputs.tuning_budget import curve, describe_leaders
 from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
 _STYLE = """
@@ -247,18 +247,17 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
 def render_budget(budget: pd.DataFrame) -> str:
     """Expected best by number of trials, a column per group (mean ± standard deviation), and
     which group is ahead at which budget."""
-    value = curve_column(budget)
-    metric = budget["reported"].iloc[0] if value == "expected_reported" else budget["chosen_by"].iloc[0]
+    value, metric, what = curve(budget)
     cells = budget.assign(cell=[f"{m:.4f} ± {s:.4f}" for m, s in zip(budget[value], budget[f"{value}_std"])])
     table = cells.pivot(index="trials", columns="group", values="cell").fillna("")
     table = table[list(dict.fromkeys(budget["group"]))].reset_index()
-    what = ("the expected test score of the model the trials choose on validation" if value == "expected_reported"
-            else "the expected best validation score")
-    intro = (f"<p>Tuning budget (Dodge et al. 2019): {html.escape(what)} ({html.escape(str(metric))}) when a group gets "
+    parts = [f"<p>Tuning budget (Dodge et al. 2019): the {html.escape(what)} ({html.escape(metric)}) when a group gets "
              "k of the models it tried, drawn at random; the best of more trials is higher by chance alone, so compare "
              "groups at the same k (expected_best.csv; ± one standard deviation over the draws: the spread of what a search of "
-             "that size gets, not an interval of the estimate).</p>")
-    return "\n".join(p for p in (intro, html_table(table), f"<p class='verdict'>{html.escape(describe_leaders(budget))}</p>") if p)
+             "that size gets, not an interval of the estimate).</p>", html_table(table)]
+    if leading := describe_leaders(budget):
+        parts.append(f"<p class='verdict'>{html.escape(leading)}</p>")
+    return "\n".join(parts)
 
 
 def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:

@@ -72,17 +72,19 @@ def budget_table(candidates: pd.DataFrame, chosen_by: str, reported: str | None)
     return pd.DataFrame(rows, columns=None if rows else list(TRIALS_COLUMNS))
 
 
-def curve_column(table: pd.DataFrame) -> str:
-    """What the curves rank by: the expected test score of the chosen when there is one."""
-    return "expected_reported" if "expected_reported" in table else "expected_best"
+def curve(table: pd.DataFrame) -> tuple[str, str, str]:
+    """(the column the groups are compared by, the metric it holds, what it is in words): the
+    expected test score of the chosen when there is a test split, else the expected best."""
+    if "expected_reported" in table:
+        return "expected_reported", str(table["reported"].iloc[0]), "expected test score of the model chosen on validation"
+    return "expected_best", str(table["chosen_by"].iloc[0]), "expected best validation score"
 
 
 def leaders(table: pd.DataFrame) -> list[tuple[int, str, float]]:
     """(k, the group ahead at budget k, its margin over the next) for every k two or more groups reached."""
     if table.empty:
         return []
-    value = curve_column(table)
-    metric = table["reported"].iloc[0] if value == "expected_reported" else table["chosen_by"].iloc[0]
+    value, metric, _ = curve(table)
     higher = higher_is_better(metric)
     out = []
     for k, rows in table.groupby("trials"):
@@ -106,8 +108,7 @@ def describe_leaders(table: pd.DataFrame) -> str:
             spans[-1][3].append(margin)
         else:
             spans.append([group, k, k, [margin]])
-    value = curve_column(table)
-    where = "expected test score of the model chosen on validation" if value == "expected_reported" else "expected best validation score"
+    value, _, where = curve(table)
     spread = table[f"{value}_std"]
     caveat = (f" These are expectations over the trials run, with no interval; the spread of each (±) is "
               f"{spread.min():.4f}-{spread.max():.4f}, so a smaller margin is no verdict.")
