@@ -208,6 +208,8 @@ def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_acr
     assert scores.groupby("model").size().to_dict() == {m: 4 for m in ("fcn-lr0.01", "fcn-lr1e-3", "unet-lr0.01", "unet-lr1e-3")}
     table = pd.read_csv(run_dir / "compare_by.csv")
     assert len(table) == 1 and table["group_a"][0] != table["group_b"][0]
+    printed = " ".join(done.stdout.split())  # the terminal wraps lines
+    assert "Each group at its best on validation" in printed and " ahead " in printed and "no verdict" in printed
 
 
 def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(tmp_path):

@@ -110,3 +110,14 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
     assert (run.plots / "expected_best.png").stat().st_size > 0
     page = render_budget(table)
     assert "0.7300 ± 0.0100" in page and "arch=tiny_unet at 1 trial (by 0.0300 over the next), then arch=tiny_fcn at 2 trials" in page
+
+
+def test_the_terminal_names_each_groups_choice_and_the_leaders(tmp_path):
+    from harness.outputs.printed import per_group_lines
+
+    summary = pd.DataFrame({"model": ["w2", "n2", "w1"], "compare_group": ["arch=wide", "arch=narrow", "arch=wide"],
+                            "chosen_in_group": [True, True, False]})
+    assert per_group_lines(summary.drop(columns="chosen_in_group"), tmp_path) == ""
+    assert per_group_lines(summary, tmp_path) == "Each group at its best on validation (compare_by.csv; the report's Per group section): arch=wide: w2, arch=narrow: n2."
+    budget_table(candidates(), "val_iou", None).to_csv(tmp_path / "expected_best.csv", index=False)
+    assert per_group_lines(summary, tmp_path).endswith(describe_leaders(budget_table(candidates(), "val_iou", None)))

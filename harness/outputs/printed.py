@@ -10,6 +10,7 @@ import pandas as pd
 from harness.outputs.columns import format_column, is_missing, terminal_text
 from harness.outputs.report import chosen_on, verdict
 from harness.outputs.terminal import TerminalTable, print_table
+from harness.outputs.tuning_budget import describe_leaders
 
 # The ranking's columns after the ranking metric, most important first; every column is in
 # summary.csv, the terminal shows as many as fit.
@@ -34,6 +35,22 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
             console.print(terminal_text(chosen_on(summary, rank_by)), soft_wrap=False)
+    if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir))):
+        console.print(terminal_text(groups), soft_wrap=False)
+
+
+def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
+    """With `output.compare_by`: the model each group chose on validation, and which group is
+    ahead at which tuning budget (the report's Per group section has the rest)."""
+    if "chosen_in_group" not in summary:
+        return ""
+    chosen = summary[summary["chosen_in_group"].astype(bool)]
+    text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
+        f"{group}: {model}" for group, model in zip(chosen["compare_group"], chosen["model"])) + "."
+    budget_file = run_dir / "expected_best.csv"
+    if budget_file.is_file() and budget_file.stat().st_size > 1:
+        text += " " + describe_leaders(pd.read_csv(budget_file))
+    return text.rstrip()
 
 
 def _interval_text(summary: pd.DataFrame, i: int, rank_by: str) -> str:
