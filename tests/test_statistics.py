@@ -93,6 +93,8 @@ def test_across_seeds_the_interval_covers_seed_variation_and_image_noise():
     assert not pair.loc[("b", "c"), "supported"]
     assert (pairs["covers"] == SEEDS_AND_IMAGES).all() and (pairs["p_holm"] >= pairs["p_t"]).all()
     assert (pairs["seeds"] == 5).all() and (pairs["image_se"] > 0).all()
+    assert (pair.loc[("a", "b"), "seeds_a_better"], pair.loc[("a", "b"), "seeds_b_better"]) == (5, 0)
+    assert (pairs["seeds_a_better"] + pairs["seeds_b_better"] == 5).all()
     # Wider than the seeds alone would make it: the image part adds to the variance.
     seeds_alone = seed_interval(per_seed.query("model == 'b'")["value"].to_numpy() - per_seed.query("model == 'c'")["value"].to_numpy())
     assert pair.loc[("b", "c"), "diff_high"] - pair.loc[("b", "c"), "diff_low"] > seeds_alone.high - seeds_alone.low
@@ -174,3 +176,17 @@ def test_nightly_verdict_can_ignore_drops_within_the_bootstrap_noise():
     assert plain[0].regressed and not noisy[0].regressed and "noise" in noisy[0].note
     outside = compare(now, {("m", "val_iou"): 0.86}, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
     assert outside[0].regressed
+
+
+def test_the_seeds_each_model_won_are_counted_by_the_metrics_direction_and_named_in_the_verdict():
+    from harness.outputs.report import verdict
+
+    # Loss: lower is better. a is lower than b in seeds 1, 2, 4 and higher in 3; c equals b in seed 2.
+    per_seed = pd.DataFrame({"model": ["a", "b", "c"] * 4, "repeat": [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4],
+                             "value": [0.30, 0.40, 0.50, 0.31, 0.40, 0.40, 0.45, 0.41, 0.20, 0.29, 0.42, 0.30]})
+    per_seed["member"] = per_seed["model"] + "@" + per_seed["repeat"].astype(str)
+    _, pairs = across_seeds(per_seed, "val_loss")
+    counts = pairs.set_index(["model_a", "model_b"])[["seeds_a_better", "seeds_b_better"]]
+    assert counts.loc[("a", "b")].tolist() == [3, 1] and counts.loc[("b", "c")].tolist() == [1, 2]  # a tie is neither's
+    text = verdict(pairs, "val_loss")
+    assert "a over b (" in text and "better in 3 of 4 seeds" in text

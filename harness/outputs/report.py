@@ -219,10 +219,10 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     unsupported = [row for row in rows if not row.supported]
     seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
     parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
-    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, 'pairs.csv, supported')}."
+    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, 'pairs.csv, supported', lambda row: _seeds_better(row, rank_by))}."
                  if supported else f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _to_resolve(row))}.")
+        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _seeds_better(row, rank_by) + _to_resolve(row))}.")
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
@@ -277,12 +277,24 @@ def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
     return text
 
 
+def _a_is_better(row, rank_by: str) -> bool:
+    return (row.diff > 0) == higher_is_better(rank_by)
+
+
 def _difference(row, rank_by: str) -> str:
     """`better over worse (+diff [low, high])`, better minus worse."""
-    a_better = (row.diff > 0) == higher_is_better(rank_by)
+    a_better = _a_is_better(row, rank_by)
     better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
     diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
     return f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"
+
+
+def _seeds_better(row, rank_by: str) -> str:
+    """`, better in 4 of 5 seeds`: for the better of the pair, as `_difference` names it."""
+    a, b, seeds = (getattr(row, name, math.nan) for name in ("seeds_a_better", "seeds_b_better", "seeds"))
+    if any(v is None or pd.isna(v) for v in (a, b, seeds)):
+        return ""  # pairs.csv written before these columns
+    return f", better in {int(a if _a_is_better(row, rank_by) else b)} of {int(seeds)} seeds"
 
 
 def _to_resolve(row) -> str:

@@ -251,9 +251,12 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
         d = (both[a] - both[b]).to_numpy()
         se = image_se(lambda _: np.mean([draws[x] - draws[y] for x, y in pairs_of], axis=0), [n for p in pairs_of for n in p])
         interval = seed_interval(d, se, metrics.difference_bounds(metric))
+        a_ahead = d > 0 if higher_is_better(metric) else d < 0
         pair_rows.append({
             "model_a": a, "model_b": b, "metric": metric, "seeds": len(d), "diff": interval.mean,
             "diff_low": interval.low, "diff_high": interval.high, "covers": covers,
+            # In how many of the paired seeds each scored better (Bouthillier et al.'s P(A > B), counted).
+            "seeds_a_better": int(a_ahead.sum()), "seeds_b_better": int((~a_ahead & (d != 0)).sum()),
             "seed_std": interval.seed_std, "image_se": se, "df": interval.df, "p_t": interval.p,
             "repeats_to_resolve": repeats_to_resolve(interval.mean, interval.seed_std, se, len(models) * (len(models) - 1) // 2),
         })
