@@ -102,14 +102,14 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
     run = RunDir(tmp_path)
     run.plots.mkdir(parents=True, exist_ok=True)
     table = write_tuning_budget(run, config, summary)
-    # The diverged member is no candidate (the per-group choice does not consider it either).
-    assert table[["group", "trials", "candidates"]].values.tolist() == [["arch=tiny_fcn", 1, 2], ["arch=tiny_fcn", 2, 2],
-                                                                         ["arch=tiny_unet", 1, 2], ["arch=tiny_unet", 2, 2]]
-    assert table["expected_best"].tolist() == pytest.approx([0.7, 0.8, 0.73, 0.735])
+    # The diverged member is a trial, ranked below the two that finished: worst to best 0.1, 0.5, 0.9.
+    assert table[["group", "trials", "candidates", "unfinished"]].values.tolist() == [
+        ["arch=tiny_fcn", 1, 3, 1], ["arch=tiny_fcn", 2, 3, 1], ["arch=tiny_fcn", 3, 3, 1], ["arch=tiny_unet", 1, 2, 0], ["arch=tiny_unet", 2, 2, 0]]
+    assert table["expected_best"].tolist() == pytest.approx([0.5, (0.1 + 3 * 0.5 + 5 * 0.9) / 9, (0.1 + 7 * 0.5 + 19 * 0.9) / 27, 0.73, 0.735])
     assert pd.read_csv(tmp_path / "expected_best.csv")["chosen_by"].eq("val_iou").all()
     assert (run.plots / "expected_best.png").stat().st_size > 0
     page = render_budget(table)
-    assert "0.7300 ± 0.0100" in page and "arch=tiny_unet at 1 trial (by 0.0300 over the next), then arch=tiny_fcn at 2 trials" in page
+    assert "0.7300 ± 0.0100" in page and "arch=tiny_unet is ahead at every budget from 1 to 2 trials (by 0.0572-0.2300 over the next)" in page
 
 
 def test_the_terminal_names_each_groups_choice_and_the_leaders(tmp_path):
@@ -121,3 +121,32 @@ def test_the_terminal_names_each_groups_choice_and_the_leaders(tmp_path):
     assert per_group_lines(summary, tmp_path) == "Each group at its best on validation (compare_by.csv; the report's Per group section): arch=wide: w2, arch=narrow: n2."
     budget_table(candidates(), "val_iou", None).to_csv(tmp_path / "expected_best.csv", index=False)
     assert per_group_lines(summary, tmp_path).endswith(describe_leaders(budget_table(candidates(), "val_iou", None)))
+
+
+def test_a_trial_that_did_not_finish_ranks_below_every_finished_one_whatever_its_score():
+    frame = pd.DataFrame({"group": ["g", "g"], "val_iou": [0.5, 0.9], "test_iou": [0.6, 0.95], "finished": [True, False]})
+    table = budget_table(frame, "val_iou", "test_iou")
+    # Worst to best: the dropped 0.9, then the finished 0.5; two draws take the finished one unless both are the dropped one.
+    assert table["expected_best"].tolist() == pytest.approx([0.7, 0.9 / 4 + 0.5 * 3 / 4])
+    assert table["expected_reported"].tolist() == pytest.approx([0.775, 0.95 / 4 + 0.6 * 3 / 4])
+    assert table["unfinished"].tolist() == [1, 1]
+
+
+def test_a_trial_never_scored_counts_as_the_worst_iou_and_is_left_out_of_a_loss():
+    frame = pd.DataFrame({"group": ["g", "g"], "val_iou": [0.6, float("nan")], "val_loss": [0.3, float("nan")], "finished": [True, False]})
+    assert budget_table(frame, "val_iou", None)["expected_best"].tolist() == pytest.approx([0.3, 0.6 * 3 / 4])
+    assert budget_table(frame, "val_loss", None)["expected_best"].tolist() == pytest.approx([0.3])
+
+
+def test_a_model_stopped_early_is_a_candidate_of_its_group_and_one_that_diverged_is_not():
+    from conftest import tiny_config
+
+    from harness.config.loading import validate_config
+    from harness.outputs.verdicts import choose_per_group
+
+    models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.001, 0.01, 0.1]}}]
+    config = validate_config(tiny_config(models=models, output={"compare_by": ["arch"]}))
+    summary = pd.DataFrame({"model": ["fcn-lr1e-3", "fcn-lr0.01", "fcn-lr0.1"], "status": ["ok", "stopped (2/3)", "diverged"],
+                            "val_iou": [0.5, 0.7, 0.9]})
+    chosen = choose_per_group(summary, config.models, ["arch"], "val_iou")
+    assert chosen[["model", "candidates"]].values.tolist() == [["fcn-lr0.01", 2]]

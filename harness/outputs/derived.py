@@ -22,7 +22,7 @@ from harness.outputs.report import render_departures_section, render_group_secti
 from harness.outputs.tables import base_model, build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
 from harness.outputs.tuning_budget import budget_table
-from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_candidates, group_label, group_pairs, model_settings
+from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_label, group_pairs, group_trials, model_settings
 from harness.rundir import FolderLock, RunDir, RunRecord, atomic_write_text
 
 
@@ -92,7 +92,7 @@ def write_tuning_budget(run: RunDir, config: ExperimentConfig, summary: pd.DataF
     rank = config.ranking_column()
     by = chosen_by_column(summary, rank)
     reported = rank if by != rank and split_column(rank)[0] == "test" and rank in summary else None
-    table = budget_table(group_candidates(summary, config.models, config.output.compare_by, by), by, reported)
+    table = budget_table(group_trials(summary, config.models, config.output.compare_by), by, reported)
     save_table(table, run.path / f"{EXPECTED_BEST}.csv")
     if len(table):
         save_figure(plot_expected_best(table), run.plots, EXPECTED_BEST, config.output.plot_formats)

@@ -10,9 +10,12 @@ probability (i/n)^k - ((i-1)/n)^k. The same weights give the expected *test* sco
 the k draws would choose on validation: what a search of that size would report on images it did
 not choose with.
 
-Each group's curve runs from 1 trial to the number it ran: beyond it the estimate could only
-repeat the best seen. A model with repeats is one trial scored by its mean over seeds (its seeds
-are chosen together, as the per-group choice does).
+Every model a group trained is a trial, the failures too: a model that diverged or that a race
+dropped ranks below every one that finished (the choice never takes it), with the score it had
+when it left; leaving it out would flatter an architecture whose search fails often. Each group's
+curve runs from 1 trial to the number it ran: beyond it the estimate could only repeat the best
+seen. A model with repeats is one trial scored by its mean over seeds (its seeds are chosen
+together, as the per-group choice does).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from harness.config.metrics import higher_is_better
+from harness.config.metrics import bounds, higher_is_better
 
-TRIALS_COLUMNS = ("group", "trials", "candidates", "chosen_by", "expected_best", "expected_best_std")
+TRIALS_COLUMNS = ("group", "trials", "candidates", "unfinished", "chosen_by", "expected_best", "expected_best_std")
 
 
 def best_of_k_weights(n: int, k: int) -> np.ndarray:
@@ -31,21 +34,26 @@ def best_of_k_weights(n: int, k: int) -> np.ndarray:
     return ranks**k - (ranks - 1 / n) ** k
 
 
-def expected_best_of_k(values, k: int, higher: bool = True) -> tuple[float, float]:
+def worst_to_best(chosen_by, higher: bool = True, finished=None) -> np.ndarray:
+    """The trials' order from worst to best: a trial that did not finish (diverged, dropped by a
+    race) below every one that did, then by score; among equals the earlier trial ranks as the
+    better (the one the per-group choice takes)."""
+    chosen_by = np.asarray(chosen_by, dtype=float)
+    done = np.ones(len(chosen_by), bool) if finished is None else np.asarray(finished, bool)
+    return np.lexsort((-np.arange(len(chosen_by)), chosen_by if higher else -chosen_by, done))
+
+
+def expected_best_of_k(values, k: int, higher: bool = True, finished=None) -> tuple[float, float]:
     """Mean and standard deviation of the best of k draws, with replacement, from `values`."""
-    ordered = np.sort(np.asarray(values, dtype=float))
-    if not higher:
-        ordered = ordered[::-1]
-    return _moments(ordered, best_of_k_weights(len(ordered), k))
+    values = np.asarray(values, dtype=float)
+    return _moments(values[worst_to_best(values, higher, finished)], best_of_k_weights(len(values), k))
 
 
-def expected_score_of_chosen(chosen_by, scored, k: int, higher: bool = True) -> tuple[float, float]:
+def expected_score_of_chosen(chosen_by, scored, k: int, higher: bool = True, finished=None) -> tuple[float, float]:
     """Mean and standard deviation of `scored` for the trial that the best `chosen_by` picks among
-    k draws. Ties in `chosen_by` go to the earlier trial, as the per-group choice breaks them."""
-    chosen_by, scored = np.asarray(chosen_by, dtype=float), np.asarray(scored, dtype=float)
-    # Worst to best; among equals the earlier trial ranks as better (it is the one chosen).
-    order = np.lexsort((-np.arange(len(chosen_by)), chosen_by if higher else -chosen_by))
-    return _moments(scored[order], best_of_k_weights(len(order), k))
+    k draws."""
+    scored = np.asarray(scored, dtype=float)
+    return _moments(scored[worst_to_best(chosen_by, higher, finished)], best_of_k_weights(len(scored), k))
 
 
 def _moments(values: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
@@ -54,19 +62,33 @@ def _moments(values: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
     return mean, float(np.sqrt(max(variance, 0.0)))
 
 
-def budget_table(candidates: pd.DataFrame, chosen_by: str, reported: str | None) -> pd.DataFrame:
-    """One row per group and budget k = 1..(the trials the group ran). `candidates`: the models
-    the per-group choice considered, with `group`, `chosen_by` and (with a test split) `reported`."""
+def scored_trials(trials: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The trials with a value for every column: a trial without one (diverged before it was
+    scored) counts as the worst a bounded metric allows (an IoU of 0), and is left out for an
+    unbounded one (a loss)."""
+    trials = trials.copy()
+    for column in columns:
+        if (limits := bounds(column)) is not None:
+            trials[column] = trials[column].fillna(limits[0] if higher_is_better(column) else limits[1])
+    return trials.dropna(subset=columns)
+
+
+def budget_table(trials: pd.DataFrame, chosen_by: str, reported: str | None) -> pd.DataFrame:
+    """One row per group and budget k = 1..(the trials the group ran). `trials`: the models each
+    group tried, with `group`, `chosen_by`, (with a test split) `reported`, and `finished` (False
+    for a diverged or race-dropped one: ranked below every finished one, as the choice never
+    takes it; without the column every trial finished)."""
     higher = higher_is_better(chosen_by)
     rows = []
-    for group, trials in candidates.groupby("group", sort=False):
-        trials = trials.dropna(subset=[chosen_by] + ([reported] if reported else []))
-        for k in range(1, len(trials) + 1):
-            best, best_std = expected_best_of_k(trials[chosen_by], k, higher)
-            row = {"group": group, "trials": k, "candidates": len(trials), "chosen_by": chosen_by,
+    for group, tried in trials.groupby("group", sort=False):
+        tried = scored_trials(tried, [chosen_by] + ([reported] if reported else []))
+        done = tried["finished"].to_numpy(bool) if "finished" in tried else np.ones(len(tried), bool)
+        for k in range(1, len(tried) + 1):
+            best, best_std = expected_best_of_k(tried[chosen_by], k, higher, done)
+            row = {"group": group, "trials": k, "candidates": len(tried), "unfinished": int((~done).sum()), "chosen_by": chosen_by,
                    "expected_best": best, "expected_best_std": best_std}
             if reported:
-                score, score_std = expected_score_of_chosen(trials[chosen_by], trials[reported], k, higher)
+                score, score_std = expected_score_of_chosen(tried[chosen_by], tried[reported], k, higher, done)
                 row.update(reported=reported, expected_reported=score, expected_reported_std=score_std)
             rows.append(row)
     return pd.DataFrame(rows, columns=None if rows else list(TRIALS_COLUMNS))

@@ -36,12 +36,28 @@ def chosen_by_column(summary: pd.DataFrame, rank_column: str) -> str:
     return by if by in summary else rank_column
 
 
-def group_candidates(summary: pd.DataFrame, specs, keys: list[str], by: str) -> pd.DataFrame:
-    """The models each group chooses among (status ok, scored by `by`), with a `group` column."""
+FINISHED = ("ok", "stopped")  # trained to the end, or stopped early with its best weights kept
+
+
+def finished(status) -> bool:
+    """A model's summary status (`ok`, `stopped`, `diverged (1/3)`, ...) says it finished."""
+    return str(status).split(" ")[0] in FINISHED
+
+
+def group_trials(summary: pd.DataFrame, specs, keys: list[str]) -> pd.DataFrame:
+    """Every model each group trained (not those that never fit a device), with `group` and
+    `finished` columns: a diverged or race-dropped model was tried too."""
     settings = model_settings(specs)
-    frame = summary[summary["status"].astype(str).str.startswith("ok")].copy()
+    frame = summary[~summary["status"].astype(str).str.startswith("oom")].copy()
     frame["group"] = [group_label(settings.get(m, {}), keys) for m in frame["model"]]
-    return frame.dropna(subset=[by])
+    frame["finished"] = frame["status"].map(finished).astype(bool)
+    return frame
+
+
+def group_candidates(summary: pd.DataFrame, specs, keys: list[str], by: str) -> pd.DataFrame:
+    """The models each group chooses among (finished, scored by `by`), with a `group` column."""
+    trials = group_trials(summary, specs, keys)
+    return trials[trials["finished"]].dropna(subset=[by])
 
 
 def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column: str) -> pd.DataFrame:
