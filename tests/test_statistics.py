@@ -190,3 +190,14 @@ def test_the_seeds_each_model_won_are_counted_by_the_metrics_direction_and_named
     assert counts.loc[("a", "b")].tolist() == [3, 1] and counts.loc[("b", "c")].tolist() == [1, 2]  # a tie is neither's
     text = verdict(pairs, "val_loss")
     assert "a over b (" in text and "better in 3 of 4 seeds" in text
+
+
+def test_an_unsupported_difference_whose_interval_excludes_zero_says_holm_is_why():
+    from harness.outputs.report import verdict
+
+    pairs = pd.DataFrame({"model_a": ["a", "a"], "model_b": ["b", "c"], "metric": "val_iou", "diff": [0.18, 0.05],
+                          "diff_low": [0.05, -0.02], "diff_high": [0.31, 0.12], "covers": "training seeds and validation images",
+                          "seeds": 3, "p_t": [0.03, 0.2], "p_holm": [0.06, 0.2], "supported": [False, False]})
+    text = verdict(pairs, "val_iou")
+    assert "a over b (+0.1800 [+0.0500, +0.3100]), its interval excludes 0 only before Holm's adjustment across the pairs (p_holm 0.060)" in text
+    assert "a over c (+0.0500 [-0.0200, +0.1200]);" in text or text.rstrip(".").endswith("a over c (+0.0500 [-0.0200, +0.1200])")

@@ -222,7 +222,7 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, 'pairs.csv, supported', lambda row: _seeds_better(row, rank_by))}."
                  if supported else f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _seeds_better(row, rank_by) + _to_resolve(row))}.")
+        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
@@ -295,6 +295,15 @@ def _seeds_better(row, rank_by: str) -> str:
     if any(v is None or pd.isna(v) for v in (a, b, seeds)):
         return ""  # pairs.csv written before these columns
     return f", better in {int(a if _a_is_better(row, rank_by) else b)} of {int(seeds)} seeds"
+
+
+def _before_holm(row) -> str:
+    """An unsupported difference whose interval excludes 0: the interval is the pair's own, the
+    verdict is adjusted for every pair compared (Holm), and a reader should not have to guess."""
+    p = getattr(row, "p_holm", math.nan)
+    if p is None or pd.isna(p) or not (row.diff_low > 0 or row.diff_high < 0):
+        return ""
+    return f", its interval excludes 0 only before Holm's adjustment across the pairs (p_holm {p:.3f})"
 
 
 def _to_resolve(row) -> str:
