@@ -81,6 +81,8 @@ def test_a_loss_is_best_low_and_a_group_of_one_has_no_one_to_lead():
     frame = candidates().rename(columns={"val_iou": "val_loss"})
     table = budget_table(frame, "val_loss", None)
     assert table["expected_best"].tolist() == pytest.approx([0.675, 0.4 * 3 / 4 + 0.95 / 4, 0.71, 0.70 * 3 / 4 + 0.72 / 4])
+    first = budget_table(frame[frame["model"].isin(["w1", "n1"])], "val_loss", None)
+    assert describe_leaders(first).startswith("By expected best validation score, arch=wide is ahead at 1 trial (by 0.3000 over the next).")
     alone = budget_table(frame[frame["group"] == "arch=wide"], "val_loss", None)
     assert leaders(alone) == [] and describe_leaders(alone) == ""
     assert budget_table(frame.iloc[0:0], "val_loss", None).empty

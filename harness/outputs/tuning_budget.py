@@ -136,7 +136,8 @@ def describe_leaders(table: pd.DataFrame) -> str:
               f"{spread.min():.4f}-{spread.max():.4f}, so a smaller margin is no verdict.")
     if len(spans) == 1:
         group, first, last, margins = spans[0]
-        return f"By {where}, {group} is ahead at every budget from {first} to {last} trials ({_margins(margins)})." + caveat
+        at = _trials(first, last) if first == last else f"every budget from {first} to {last} trials"
+        return f"By {where}, {group} is ahead at {at} ({_margins(margins)})." + caveat
     parts = [f"{group} at {_trials(first, last)} ({_margins(margins)})" for group, first, last, margins in spans]
     return f"Which group is ahead depends on the tuning budget (by {where}): " + ", then ".join(parts) + "." + caveat
 
