@@ -175,7 +175,19 @@ def test_nightly_verdict_can_ignore_drops_within_the_bootstrap_noise():
     noisy = compare(now, before, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
     assert plain[0].regressed and not noisy[0].regressed and "noise" in noisy[0].note
     outside = compare(now, {("m", "val_iou"): 0.86}, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
-    assert outside[0].regressed
+    assert outside[0].regressed and "validation-image noise only (one training seed" in outside[0].note
+
+
+def test_the_nightly_verdict_names_the_split_and_the_sources_its_interval_covers():
+    status = {"m": "ok"}
+    now = {("m", "test_iou"): 0.80, ("m", "test_iou_low"): 0.76, ("m", "test_iou_high"): 0.84, ("m", "repeats"): 3}
+    watched = {"test_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}
+    [seeds] = compare(now, {("m", "test_iou"): 0.83}, status, status, watched, "previous", "r0")
+    assert seeds.note.endswith("of training randomness and test-image noise (repeats): noise")
+    [resampled] = compare(now, {("m", "test_iou"): 0.83}, status, status, watched, "previous", "r0", resampled=True)
+    assert "training randomness (training-set bootstraps included) and test-image noise" in resampled.note
+    [one_seed] = compare({**now, ("m", "repeats"): 1}, {("m", "test_iou"): 0.83}, status, status, watched, "previous", "r0")
+    assert "test-image noise only (one training seed" in one_seed.note
 
 
 def test_the_seeds_each_model_won_are_counted_by_the_metrics_direction_and_named_in_the_verdict():

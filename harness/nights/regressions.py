@@ -50,9 +50,11 @@ def compare(
     thresholds: Mapping[str, ThresholdSpec],
     against: str,
     against_run: str,
+    resampled: bool = False,
 ) -> list[Change]:
     """Every watched (model, metric) present in both runs, plus every model that stopped training
-    fine. Models only in one of the two runs are reported as a note, not a regression."""
+    fine. Models only in one of the two runs are reported as a note, not a regression.
+    `resampled`: tonight's seeds each trained on a bootstrap of the training set (said in notes)."""
     changes: list[Change] = []
     models = sorted(set(now_status) | {m for m, _ in now})
     for model in models:
@@ -67,13 +69,21 @@ def compare(
             if (model, metric) not in before:
                 continue
             interval = (now.get((model, f"{metric}_low"), math.nan), now.get((model, f"{metric}_high"), math.nan))
-            covers = NOISE_OF_SEEDS if now.get((model, "repeats"), 1) > 1 else NOISE_OF_IMAGES
+            covers = noise_covered(metric, now.get((model, "repeats"), 1), resampled)
             changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval, covers))
     return changes
 
 
-NOISE_OF_IMAGES = "validation-image noise only (one training seed: training randomness not measured)"
-NOISE_OF_SEEDS = "training randomness and validation-image noise (repeats)"
+def noise_covered(metric: str, repeats: float, resampled: bool = False) -> str:
+    """What tonight's interval of `metric` covers, in the verdict's words: the images of its own
+    split, and with repeats training randomness (the training-set bootstraps too, when drawn)."""
+    images = "test-image" if metric.startswith("test_") else "validation-image"
+    if repeats > 1:
+        return f"training randomness{' (training-set bootstraps included)' if resampled else ''} and {images} noise (repeats)"
+    return f"{images} noise only (one training seed: training randomness not measured)"
+
+
+NOISE_OF_IMAGES = noise_covered("val_iou", 1)
 
 
 def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan), covers: str = NOISE_OF_IMAGES) -> Change:

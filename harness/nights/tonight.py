@@ -232,7 +232,7 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
             notes.append(f"no {against} run to compare with" + (" (pin one: harness history NAME --pin RUN_ID)" if against == "baseline" else ""))
             continue
         before, before_status = store.metrics_of(reference.run_id), store.model_status_of(reference.run_id)
-        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id)
+        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train)
         notes += [f"{against} ({reference.run_id}): {n}" for n in models_added_or_removed(now_status, before_status)]
         if reference.fingerprint != store.get(run_id).fingerprint:
             notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
