@@ -77,7 +77,7 @@ def compare(
 def noise_covered(metric: str, repeats: float, resampled: bool = False) -> str:
     """What tonight's interval of `metric` covers, in the verdict's words: the images of its own
     split, and with repeats training randomness (the training-set bootstraps too, when drawn)."""
-    images = "test-image" if metric.startswith("test_") else "validation-image"
+    images = "test-image" if metrics.split_column(metric)[0] == "test" else "validation-image"
     if repeats > 1:
         return f"training randomness{' (training-set bootstraps included)' if resampled else ''} and {images} noise (repeats)"
     return f"{images} noise only (one training seed: training randomness not measured)"

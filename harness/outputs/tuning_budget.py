@@ -44,9 +44,9 @@ def worst_to_best(chosen_by, higher: bool = True, finished=None) -> np.ndarray:
 
 
 def expected_best_of_k(values, k: int, higher: bool = True, finished=None) -> tuple[float, float]:
-    """Mean and standard deviation of the best of k draws, with replacement, from `values`."""
-    values = np.asarray(values, dtype=float)
-    return _moments(values[worst_to_best(values, higher, finished)], best_of_k_weights(len(values), k))
+    """Mean and standard deviation of the best of k draws, with replacement, from `values`: the
+    score of the chosen, when what chooses is what is scored."""
+    return expected_score_of_chosen(values, values, k, higher, finished)
 
 
 def expected_score_of_chosen(chosen_by, scored, k: int, higher: bool = True, finished=None) -> tuple[float, float]:
