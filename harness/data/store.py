@@ -181,6 +181,9 @@ class ExampleStore:
     # Writes shard i again from its source files (the scan's items): how a corrupt record is repaired.
     rebuild: Callable[[int], Shard] | None = field(default=None, repr=False)
     _files: dict[int, int] = field(default_factory=dict, repr=False)  # shard -> open descriptor
+    # Descriptors of shards rebuilt since they were opened: another reader (tf.data reads in
+    # parallel) may be about to read through one, so they are closed with the store, not at once.
+    _retired: list[int] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self):
@@ -216,8 +219,8 @@ class ExampleStore:
                 print(f"harness: warning: the stored record of {item} in {path} failed its checksum (changed on disk): "
                       "rebuilding that shard from its source files", file=sys.stderr, flush=True)
                 descriptor = self._files.pop(shard, None)
-                if descriptor is not None:
-                    os.close(descriptor)
+                if descriptor is not None:  # still the old file's: a read through it fails its checksum and comes here
+                    self._retired.append(descriptor)
                 self.shards[shard] = self.rebuild(shard)
         new = self.shards[shard]
         if new.info["items"] != old.info["items"] or new.info["crc32"][position] != expected:
@@ -236,9 +239,10 @@ class ExampleStore:
         return descriptor
 
     def close(self) -> None:
-        for descriptor in self._files.values():
+        for descriptor in [*self._files.values(), *self._retired]:
             os.close(descriptor)
         self._files.clear()
+        self._retired.clear()
 
     @property
     def disk_bytes(self) -> int:

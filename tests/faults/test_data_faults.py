@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 from conftest import run_dirs, run_main, tiny_config, write_yaml
 from pictures import data_config, scan, write_folder
 
+from harness.data.store import shard_paths
 from harness.errors import DataError
 
 
@@ -49,6 +51,26 @@ def test_a_flipped_record_is_rebuilt_from_its_intact_source_and_reads_the_same(t
     third = scan(config, cache)  # repaired on disk: read again without a rebuild
     third.store.read(0)
     assert "failed its checksum" not in capfd.readouterr().err
+
+
+def test_a_reader_holding_the_descriptor_of_a_shard_being_rebuilt_reads_on(tmp_path):
+    # tf.data reads examples in parallel: one reader can have taken a shard's descriptor when
+    # another finds a bad record and rebuilds that shard. Closing the descriptor then made the first
+    # reader's read fail (EBADF: a run's internal error, seen once in the suite) or, its number
+    # reused by the next open, read another file than the one it took.
+    config = data_config(streamed(tmp_path))
+    cache = tmp_path / "cache"
+    truth = scan(config, cache).store.read(0)
+    store = scan(config, cache).store
+    flip_bytes_in_the_middle(shard_paths(cache, store.shards[0].key)[0])
+    held = store._descriptor(0)  # what a reader about to read example 0 holds
+    taken = os.fstat(held).st_ino
+    bad = next(i for i in range(store.shards[0].count) if zlib.crc32(os.pread(held, store.shape.size, i * store.shape.size)) != store.shards[0].info["crc32"][i])
+    store.read(bad)  # another reader: the bad record, so the shard is rebuilt
+    raw = os.pread(held, store.shape.size, 0)  # the first reader reads on, through the old descriptor
+    assert len(raw) == store.shape.size and os.fstat(held).st_ino == taken  # the file it took, still open
+    np.testing.assert_array_equal(store.read(0)[0], truth[0])
+    store.close()
 
 
 def test_a_flipped_record_whose_source_is_gone_is_named_as_bad_data(tmp_path):
