@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench.calibration import calibration_row, _ideal_coverage
+from harness.bench.calibration import calibration_row, ideal_coverage
 from harness.bench.suites import TINY
 
 
@@ -35,8 +35,8 @@ def test_the_spread_of_a_pairs_difference_across_seeds():
 
 def test_ideal_coverage_of_a_calibrated_interval_against_a_noisy_held_out_mean():
     # Against many held-out seeds the ideal is the nominal 95%; against few, less.
-    assert _ideal_coverage(3, 10**6) == pytest.approx(0.95, abs=1e-3)
-    assert _ideal_coverage(5, 3) < _ideal_coverage(5, 11) < 0.95
+    assert ideal_coverage(3, 10**6) == pytest.approx(0.95, abs=1e-3)
+    assert ideal_coverage(5, 3) < ideal_coverage(5, 11) < 0.95
 
 
 def test_calibration_row_counts_a_wrong_sign_claim_as_false(monkeypatch):

@@ -33,6 +33,9 @@ Sections (rows of bench.csv):
              held-out seeds' mean, and the share of supported claims with the wrong sign
   calibration_bootstrap  (when named) the same, each seed trained on its own bootstrap of the training set
              (data.bootstrap_train): the seeds vary the data sampled too
+  calibration_images  (when named) the same models, 8 seeds, scored once on 4,096 held-out images: the
+             intervals a run with a 64-, 128- or 256-image test split prints, judged against the
+             same networks on the images outside it (one seed), and R = 3 against the seeds left out there
   repeats    (when named) the suite's models with train.repeats: 3 in one run vs the same three seeds as three
              runs one after another, end to end through the CLI
   scale      the same 12 members (3 built-in models x 4 widths) as one group, as 4 groups of 3 and
@@ -63,6 +66,7 @@ from harness.bench.sections import (
     bench_memory, bench_overhead, bench_placement, bench_scaling,
 )
 from harness.bench.calibration import bench_calibration
+from harness.bench.calibration_images import bench_calibration_images
 from harness.bench.repeats import bench_repeats
 from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
@@ -74,6 +78,8 @@ tf = import_tf()
 # A check that the section works: two tiny models, 4 seeds, a few steps (no calibration figure).
 TINY_CALIBRATION = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32, "val_size": 16, "sizes": (1, 3), "subsets": 4, "resamples": 100,
                     "models": [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}]}
+TINY_CALIBRATION_IMAGES = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32, "val_size": 16, "test_size": 64, "sizes": (16, 32),
+                           "draws": 4, "resamples": 100, "models": TINY_CALIBRATION["models"]}
 
 
 def _dated_folder(out_dir: Path) -> Path:
@@ -137,6 +143,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
     on_request = {
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
         "calibration_bootstrap": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {}), bootstrap_train=True),
+        "calibration_images": lambda: bench_calibration_images(folder, **(TINY_CALIBRATION_IMAGES if tiny else {})),
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
     }

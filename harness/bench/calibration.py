@@ -89,7 +89,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     row = {
         "repeats": size, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame),
         "models": len(models), "coverage": round(frame["covered"].mean(), 3),
-        "ideal_coverage": round(_ideal_coverage(size, m), 3) if size > 1 else math.nan,
+        "ideal_coverage": round(ideal_coverage(size, m), 3) if size > 1 else math.nan,
         "supported": round(frame["supported"].mean(), 3),
         "false_claims": round(frame["false_claim"].mean(), 3),
         "false_share_of_supported": round(frame.loc[frame["supported"], "false_claim"].mean(), 3) if frame["supported"].any() else 0.0,
@@ -153,7 +153,7 @@ def _judge(scored: dict, per_seed: pd.DataFrame, chosen: list[int], truth: dict,
     return out
 
 
-def _ideal_coverage(size: int, held_out: int) -> float:
+def ideal_coverage(size: int, held_out: int) -> float:
     """What an exactly calibrated t-interval of R seeds covers of the mean of m other seeds."""
     critical = stats.t.ppf(0.5 + CONFIDENCE / 2, size - 1)
     return float(2 * stats.t.cdf(critical / math.sqrt(1 + size / held_out), size - 1) - 1)
