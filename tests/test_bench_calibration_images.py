@@ -33,11 +33,12 @@ def _networks(seeds: int, images: int, quality: dict[str, float], seed_spread: f
 def test_one_seed_intervals_cover_the_same_networks_on_the_other_images_about_as_often_as_they_say():
     scored = _networks(2, 1024, {"a": 0.70, "b": 0.69, "c": 0.60})
     row = one_seed_row(scored, 128, resamples=500)
-    assert (row["subsets"], row["model_intervals"], row["pair_intervals"]) == (8, 48, 48)  # 1024 / 128 subsets x 2 seeds x 3
+    # 4 cuts x 1024 / 128 subsets, x 2 seeds x 3 models (or pairs)
+    assert (row["subsets"], row["model_intervals"], row["pair_intervals"]) == (32, 192, 192)
     assert row["ideal_coverage"] == pytest.approx(0.933, abs=0.002)  # 2 Phi(1.96 / sqrt(1 + 128 / 896)) - 1
     assert row["model_coverage"] >= 0.85 and row["pair_coverage"] >= 0.85
     assert row["beyond_noise"] > 0.3, "a over c and b over c (0.1 apart) are beyond the noise of 128 images"
-    assert row["beyond_noise_wrong"] == 0
+    assert row["beyond_noise_wrong"] < 0.025, "a wrong-way claim is one 2.5% tail of an interval: rarer than that"
 
 
 def test_intervals_narrower_than_the_image_noise_are_caught(monkeypatch):

@@ -79,7 +79,7 @@ tf = import_tf()
 TINY_CALIBRATION = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32, "val_size": 16, "sizes": (1, 3), "subsets": 4, "resamples": 100,
                     "models": [{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}]}
 TINY_CALIBRATION_IMAGES = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32, "val_size": 16, "test_size": 64, "sizes": (16, 32),
-                           "draws": 4, "resamples": 100, "models": TINY_CALIBRATION["models"]}
+                           "draws": 4, "cuts": 1, "resamples": 100, "models": TINY_CALIBRATION["models"]}
 
 
 def _dated_folder(out_dir: Path) -> Path:

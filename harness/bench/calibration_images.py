@@ -4,9 +4,10 @@ With one training seed harness reports intervals of image noise only ("would the
 networks score, and rank, the same on other images?") and says which pairs differ beyond it. The
 section `calibration` cannot check that: its truth is other seeds on the same images. Here the
 truth is other images. The four small models of `calibration` are trained with a few seeds and
-scored once on a large held-out test split; it is cut into disjoint subsets of n images, and on
-each subset the harness's own statistics give the intervals a run with an n-image test split would
-print. Each is judged against the same trained networks on every image outside the subset:
+scored once on a large held-out test split; it is cut into disjoint subsets of n images (a few
+times over, at random), and on each subset the harness's own statistics give the intervals a run
+with an n-image test split would print. Each is judged against the same trained networks on every
+image outside the subset:
 
 - one seed (`bootstrap_metric`): each model's interval against its score on the rest, each pair's
   against its difference there; `beyond_noise`: pairs said to differ beyond image noise, and
@@ -40,7 +41,7 @@ SECTION = "calibration_images"
 
 def bench_calibration_images(folder: Path, seeds: int = 8, steps: int = 256, side: int = 32, train_size: int = 512, val_size: int = 256,
                              test_size: int = 4096, sizes: tuple[int, ...] = (64, 128, 256), repeats: tuple[int, ...] = (3,),
-                             draws: int = 60, resamples: int = 2000, models: list[dict] | None = None) -> pd.DataFrame:
+                             draws: int = 60, cuts: int = 4, resamples: int = 2000, models: list[dict] | None = None) -> pd.DataFrame:
     """One run of `seeds` x the models, scored once on `test_size` held-out images; a row per
     one-seed subset size in `sizes`, and per R in `repeats` (on subsets of the middle size)."""
     from harness.api import run
@@ -53,7 +54,7 @@ def bench_calibration_images(folder: Path, seeds: int = 8, steps: int = 256, sid
     result = run(config, results_dir=folder / "calibration-images-runs")
     train_s = time.perf_counter() - began
     scored = last_evaluations(result.run_dir / "test_scores.csv", config.data.classes)
-    rows = [one_seed_row(scored, n, resamples) for n in sizes if 2 * n <= test_size]
+    rows = [one_seed_row(scored, n, resamples, cuts) for n in sizes if 2 * n <= test_size]
     middle = sorted(sizes)[len(sizes) // 2]
     rows += [repeats_row(scored, r, middle, draws, resamples) for r in repeats if r < seeds]
     table = pd.DataFrame(rows)
@@ -64,10 +65,13 @@ def bench_calibration_images(folder: Path, seeds: int = 8, steps: int = 256, sid
     return table
 
 
-def one_seed_row(scored: dict[str, Scored], size: int, resamples: int, seed: int = 0) -> dict:
-    """Every seed's networks on every disjoint `size`-image subset, judged on the images outside it."""
+def one_seed_row(scored: dict[str, Scored], size: int, resamples: int, cuts: int = 4, seed: int = 0) -> dict:
+    """Every seed's networks on every `size`-image subset of `cuts` random cuts of the images into
+    disjoint subsets, judged on the images outside it. (One cut gives few subsets of a large size,
+    and a coverage that moved by 2-3 points from one cut to the next; subsets of different cuts
+    overlap.)"""
     count = _image_count(scored)
-    subsets = _disjoint_subsets(count, size, seed)
+    subsets = [s for cut in range(cuts) for s in _disjoint_subsets(count, size, seed + cut)]
     models, pairs = [], []
     for repeat in sorted({repeat_of(n) for n in scored}):
         networks = {model_of(n): s for n, s in scored.items() if repeat_of(n) == repeat}
