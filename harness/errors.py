@@ -131,6 +131,10 @@ def _is_users(path: str) -> bool:
 
     if path.startswith("<") or "__autograph_generated" in path:
         return False
+    # A compiled extension's frame names its source relative to the package ("pandas/_libs/
+    # parsers.pyx"): no file there, and not the user's. The user's modules are files on disk.
+    if not Path(path).is_absolute() and not Path(path).is_file():
+        return False
     return not str(Path(path).resolve()).startswith(_not_users_roots())
 
 

@@ -154,3 +154,15 @@ def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results,
     printed = " ".join(run_main("compare", finished, interrupted).stdout.split())  # the note wraps at the width
     assert "Not finished, compared on each member's last evaluation so far" in printed and "tiny/20261120-000000" in printed
     assert run_main("compare", tmp_path / "nothing").returncode == 2
+
+
+@pytest.mark.parametrize("damage", [b"\x00\x01\xff\xfe", b"garbage,,,\n", b"rank,model\n", b""])
+def test_compare_names_a_damaged_summary_and_exits_2_without_a_traceback(results, tmp_path, damage):
+    import shutil
+
+    damaged = tmp_path / "tiny" / "20261120-000000"
+    shutil.copytree(next((results / "tiny").glob("2*")), damaged)
+    (damaged / "summary.csv").write_bytes(damage)
+    compared = run_main("compare", damaged)
+    assert compared.returncode == 2 and f"{damaged / 'summary.csv'}" in compared.stderr
+    assert "Traceback" not in compared.stderr and "your code raised" not in compared.stderr

@@ -57,3 +57,27 @@ def test_a_bug_in_harness_is_still_reported_as_one(tmp_path, monkeypatch):
     monkeypatch.setattr(entry, "record_data_fingerprint", functools.partial(divmod, 1, 0))
     result, _ = _run(tmp_path, [{"name": "fcn", "arch": "tiny_fcn"}])
     assert result.returncode == 1 and "bug in harness" in result.stderr
+
+
+def test_a_compiled_librarys_frame_is_not_the_users_code(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from harness.errors import user_frames
+
+    mine = tmp_path / "mine.py"
+    mine.write_text("def boom():\n    raise ValueError('x')\n")
+    monkeypatch.chdir(tmp_path)
+    try:
+        exec(compile(mine.read_text(), str(mine), "exec"), namespace := {})
+        namespace["boom"]()
+    except ValueError as exc:
+        assert user_frames(exc)[-1][0] == str(mine)  # innermost: the user's file
+    # pandas' parser, in Cython, names its frames "pandas/_libs/parsers.pyx": no such file here.
+    import pandas as pd
+
+    (tmp_path / "bad.csv").write_bytes(b"\x00\x01\xff\xfe")
+    try:
+        pd.read_csv(tmp_path / "bad.csv")
+    except UnicodeDecodeError as exc:
+        frames = {Path(f[0]).resolve() for f in user_frames(exc)}
+        assert frames == {Path(__file__).resolve()}, "only this test's own frame, none of pandas'"

@@ -11,7 +11,7 @@ from harness.rundir import RunDir
 from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
-from harness.outputs.tables import build_member_summary, load_losses
+from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
@@ -26,7 +26,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         run = RunDir(Path(run_dir))
         if run.summary_csv.is_file():
-            frame = pd.read_csv(run.summary_csv).assign(compared_on=FINISHED)
+            frame = load_summary(run.summary_csv).assign(compared_on=FINISHED)
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
         else:

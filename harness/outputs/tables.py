@@ -21,6 +21,7 @@ from harness.outputs.statistics import covers_training, indistinguishable, seed_
 from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
+from harness.errors import ConfigError
 from harness.rundir import atomic_write_text
 
 SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb")
@@ -32,10 +33,16 @@ INTEGER_COLUMNS = ("rank", "params", "flops_per_example", "steps", "best_step", 
 
 def load_summary(path: Path) -> pd.DataFrame:
     """summary.csv with its integer columns as integers (nullable: a model that never diverged
-    has no diverged_step), not the floats a CSV reader makes of a column with gaps."""
+    has no diverged_step), not the floats a CSV reader makes of a column with gaps; a file that is
+    not a table of models (damaged, truncated, another file by that name) is a ConfigError naming it."""
     if not path.exists():
         return pd.DataFrame()
-    summary = pd.read_csv(path)
+    try:
+        summary = pd.read_csv(path)
+    except (OSError, ValueError) as exc:  # pandas' parser errors and a file that is not text are ValueErrors
+        raise ConfigError(f"{path} cannot be read as a table: {exc}") from None
+    if "model" not in summary or summary.empty:
+        raise ConfigError(f"{path} is not a summary harness wrote: it has no rows of models")
     for column in INTEGER_COLUMNS:
         if column in summary:
             summary[column] = pd.to_numeric(summary[column], errors="coerce").round().astype("Int64")
