@@ -166,3 +166,20 @@ def test_compare_names_a_damaged_summary_and_exits_2_without_a_traceback(results
     compared = run_main("compare", damaged)
     assert compared.returncode == 2 and f"{damaged / 'summary.csv'}" in compared.stderr
     assert "Traceback" not in compared.stderr and "your code raised" not in compared.stderr
+
+
+@pytest.mark.parametrize(("damaged", "content", "said"), [
+    ("losses.csv", b"\x00\x01\xff\xfe", "cannot be read as a table"),
+    ("losses.csv", b"", "cannot be read as a table"),
+    ("val_scores.csv", b"\x00\x01\xff\xfe", "cannot be read as a table"),
+    ("val_scores.csv", b"step,epoch\n1,2\n", "lacks the column(s) model, image, loss"),
+])
+def test_report_names_a_damaged_table_of_the_run_and_exits_2_without_a_traceback(results, tmp_path, damaged, content, said):
+    import shutil
+
+    copy = tmp_path / "tiny" / "20261120-000000"
+    shutil.copytree(next((results / "tiny").glob("2*")), copy)
+    (copy / damaged).write_bytes(content)
+    rebuilt = run_main("report", copy)
+    assert rebuilt.returncode == 2 and f"{copy / damaged}" in rebuilt.stderr and said in rebuilt.stderr
+    assert "internal error" not in rebuilt.stderr and "Traceback" not in rebuilt.stderr

@@ -31,17 +31,27 @@ FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one
 INTEGER_COLUMNS = ("rank", "params", "flops_per_example", "steps", "best_step", "diverged_step", "repeats")
 
 
-def load_summary(path: Path) -> pd.DataFrame:
-    """summary.csv with its integer columns as integers (nullable: a model that never diverged
-    has no diverged_step), not the floats a CSV reader makes of a column with gaps; a file that is
-    not a table of models (damaged, truncated, another file by that name) is a ConfigError naming it."""
-    if not path.exists():
-        return pd.DataFrame()
+def read_table(path: Path, needs: tuple[str, ...] = (), dtype: dict | None = None) -> pd.DataFrame:
+    """A CSV table a run wrote, or a ConfigError naming the file when it is not one (damaged, not
+    text, emptied, or without the columns harness writes into it): a command reading an earlier
+    run's files says which file is wrong instead of failing inside pandas."""
     try:
-        summary = pd.read_csv(path)
+        table = pd.read_csv(path, dtype=dtype)
     except (OSError, ValueError) as exc:  # pandas' parser errors and a file that is not text are ValueErrors
         raise ConfigError(f"{path} cannot be read as a table: {exc}") from None
-    if "model" not in summary or summary.empty:
+    missing = [c for c in needs if c not in table]
+    if missing:
+        raise ConfigError(f"{path} is not a table harness wrote: it lacks the column(s) {', '.join(missing)}")
+    return table
+
+
+def load_summary(path: Path) -> pd.DataFrame:
+    """summary.csv with its integer columns as integers (nullable: a model that never diverged
+    has no diverged_step), not the floats a CSV reader makes of a column with gaps."""
+    if not path.exists():
+        return pd.DataFrame()
+    summary = read_table(path, needs=("model",))
+    if summary.empty:
         raise ConfigError(f"{path} is not a summary harness wrote: it has no rows of models")
     for column in INTEGER_COLUMNS:
         if column in summary:
@@ -52,7 +62,7 @@ def load_summary(path: Path) -> pd.DataFrame:
 def load_losses(path: Path) -> pd.DataFrame:
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
-    return pd.read_csv(path, dtype={"model": str, "split": str, "metric": str})
+    return read_table(path, needs=COLUMNS, dtype={"model": str, "split": str, "metric": str})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,9 +22,11 @@ from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.evaluation import segmentation_scores
 from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
-from harness.outputs.writers import counts_of
+from harness.outputs.tables import read_table
+from harness.outputs.writers import VAL_SCORE_BASE, counts_of
 
 BOOTSTRAPPED = ("iou", "f1", "loss")
+SCORE_KEYS = (*VAL_SCORE_BASE, "loss")  # every val_scores.csv and test_scores.csv has these
 
 
 def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, test_scores: Path | None = None, models: set[str] | None = None):
@@ -106,7 +108,7 @@ def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFr
     is what choosing added)."""
     if not test_scores.exists():
         return pd.DataFrame()
-    steps = pd.read_csv(test_scores, dtype={"model": str}).groupby("model", sort=False)["step"].max().astype(int).to_dict()
+    steps = read_table(test_scores, SCORE_KEYS, {"model": str}).groupby("model", sort=False)["step"].max().astype(int).to_dict()
     test = _totals(last_evaluations(test_scores, classes))
     val = _totals(last_evaluations(val_scores, classes, at_steps=steps))
     rows = [{"model": name, "selected_step": steps[name], **{column(k, "test"): v for k, v in scores.items()},
@@ -129,7 +131,7 @@ def last_evaluations(path: Path, classes: int, at_steps: dict[str, int] | None =
     same images as the first."""
     if not path.exists():
         return {}
-    frame = pd.read_csv(path, dtype={"model": str})
+    frame = read_table(path, SCORE_KEYS, {"model": str})
     scored: dict[str, Scored] = {}
     for model, rows in frame.groupby("model", sort=False):
         step = rows["step"].max() if at_steps is None else at_steps.get(model)
