@@ -183,3 +183,15 @@ def test_report_names_a_damaged_table_of_the_run_and_exits_2_without_a_traceback
     rebuilt = run_main("report", copy)
     assert rebuilt.returncode == 2 and f"{copy / damaged}" in rebuilt.stderr and said in rebuilt.stderr
     assert "internal error" not in rebuilt.stderr and "Traceback" not in rebuilt.stderr
+
+
+def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_up_figures(results, tmp_path):
+    import shutil
+
+    copy = tmp_path / "results" / "tiny" / "20261120-000000"
+    shutil.copytree(next((results / "tiny").glob("2*")), copy)
+    (copy / "run.json").write_text('{"status": 5}')
+    listed = run_main("runs", "--results", tmp_path / "results")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if "20261120-000000" in line)
+    assert "unreadable run.json" in row and "nan" not in row.lower()

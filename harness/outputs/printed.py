@@ -67,7 +67,7 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
     frame = pd.DataFrame({
         "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
         "status": runs["status"],
-        "started": [str(s or "-")[:16].replace("T", " ") for s in runs["started"]],
+        "started": ["-" if pd.isna(s) or not s else str(s)[:16].replace("T", " ") for s in runs["started"]],
         "steps": [f"{s:.0f}/{t:.0f}" if pd.notna(t) else ("-" if pd.isna(s) else f"{s:.0f}") for s, t in zip(runs["steps"], runs["total_steps"])],
         "members": runs["members"],
         "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
