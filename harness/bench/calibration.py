@@ -74,16 +74,18 @@ def bench_calibration(folder: Path, seeds: int = 16, steps: int = 256, side: int
 
 def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples: int, seed: int = 0) -> dict:
     """Coverage and claims of R = `size` intervals against the held-out seeds, over `subsets`
-    random subsets of the trained seeds."""
+    random subsets of the trained seeds; with R > 1, also whether `repeats_to_resolve` holds."""
     models = list(dict.fromkeys(model_of(n) for n in scored))
     per_seed = _per_seed_values(scored)
-    rng = np.random.default_rng(seed)
-    outcomes = []
+    rng, check_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
+    outcomes, checks = [], []
     for _ in range(subsets):
         chosen = sorted(rng.choice(np.arange(1, seeds + 1), size, replace=False).tolist())
         held_out = [r for r in range(1, seeds + 1) if r not in chosen]
-        truth = _held_out_differences(per_seed, held_out)
-        outcomes += _judge(scored, per_seed, chosen, truth, size, resamples)
+        pairs = _subset_pairs(scored, per_seed, chosen, size, resamples)
+        outcomes += _judge(pairs, _held_out_differences(per_seed, held_out))
+        if size > 1:
+            checks += _resolve_checks(scored, per_seed, pairs, held_out, check_rng, resamples)
     frame = pd.DataFrame(outcomes)
     m = seeds - size
     row = {
@@ -97,6 +99,13 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     if size == 1:
         row["image_only_supported"] = round(frame["beyond_image_noise"].mean(), 3)
         row["image_only_false_claims"] = round(frame["image_only_false_claim"].mean(), 3)
+    else:
+        checked = pd.DataFrame(checks, columns=["predicted", "checked", "resolved"])
+        within = checked[checked["checked"]]
+        row["unsupported_pairs"] = len(checked)
+        row["prediction_checked"] = len(within)  # its predicted repeats no more than the seeds held out
+        row["median_predicted_repeats"] = float(within["predicted"].median()) if len(within) else math.nan
+        row["resolved_as_predicted"] = round(float(within["resolved"].mean()), 3) if len(within) else math.nan  # the claim: 0.8
     return row
 
 
@@ -128,17 +137,19 @@ def _pair_differences(per_seed: pd.DataFrame, repeats: list[int] | None = None) 
     return {(a, b): table[a] - table[b] for i, a in enumerate(models) for b in models[i + 1:]}
 
 
-def _judge(scored: dict, per_seed: pd.DataFrame, chosen: list[int], truth: dict, size: int, resamples: int) -> list[dict]:
-    """One subset: each pair's interval, verdict and whether they hold against the held-out truth."""
+def _subset_pairs(scored: dict, per_seed: pd.DataFrame, chosen: list[int], size: int, resamples: int) -> pd.DataFrame:
+    """The pairs table a run of the `chosen` seeds reports."""
     models = list(dict.fromkeys(per_seed["model"]))
-    repeats = max(per_seed["repeat"])
     if size == 1:
-        one = {m: scored[member_name(m, chosen[0], repeats)] for m in models}
-        _, pairs = bootstrap_metric(one, METRIC, resamples=resamples)
-    else:
-        subset = per_seed[per_seed["repeat"].isin(chosen)]
-        draws = image_draws({n: scored[n] for n in subset["member"]}, METRIC, resamples=resamples)
-        _, pairs = across_seeds(subset, f"val_{METRIC}", draws)
+        one = {m: scored[member_name(m, chosen[0], max(per_seed["repeat"]))] for m in models}
+        return bootstrap_metric(one, METRIC, resamples=resamples)[1]
+    subset = per_seed[per_seed["repeat"].isin(chosen)]
+    draws = image_draws({n: scored[n] for n in subset["member"]}, METRIC, resamples=resamples)
+    return across_seeds(subset, f"val_{METRIC}", draws)[1]
+
+
+def _judge(pairs: pd.DataFrame, truth: dict) -> list[dict]:
+    """One subset: each pair's interval and verdict, and whether they hold against the held-out truth."""
     out = []
     for row in pairs.itertuples(index=False):
         target = truth[(row.model_a, row.model_b)]
@@ -151,6 +162,28 @@ def _judge(scored: dict, per_seed: pd.DataFrame, chosen: list[int], truth: dict,
             "image_only_false_claim": bool(getattr(row, "beyond_image_noise", False) and wrong_sign),
         })
     return out
+
+
+def _resolve_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, held_out: list[int], rng, resamples: int) -> list[dict]:
+    """`repeats_to_resolve` taken at its word: for each pair the subset did not support, r of the
+    held-out seeds (r its prediction, when that many were held out), drawn at random, play the run
+    of r repeats the user would make next; resolved when that run supports the pair with the same
+    sign. The prediction says 80% of the time (for a difference of the size measured)."""
+    checks, again = [], {}
+    for row in pairs.itertuples(index=False):
+        predicted = float(row.repeats_to_resolve)
+        if row.supported:
+            continue
+        if not math.isfinite(predicted) or predicted > len(held_out):
+            checks.append({"predicted": predicted, "checked": False, "resolved": False})
+            continue
+        r = int(predicted)
+        if r not in again:  # one rerun of r seeds per subset serves every pair predicted at r
+            again[r] = _subset_pairs(scored, per_seed, sorted(rng.choice(held_out, r, replace=False).tolist()), r, resamples)
+        rerun = again[r].set_index(["model_a", "model_b"]).loc[(row.model_a, row.model_b)]
+        checks.append({"predicted": predicted, "checked": True,
+                       "resolved": bool(rerun["supported"] and np.sign(rerun["diff"]) == np.sign(row.diff))})
+    return checks
 
 
 def ideal_coverage(size: int, held_out: int) -> float:
