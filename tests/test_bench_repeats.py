@@ -87,10 +87,10 @@ def _seeded(seeds: int, quality: dict[str, float], seed_spread: float, images: i
 
 def test_repeats_to_resolve_is_taken_at_its_word_on_held_out_seeds():
     # A real difference of two seed spreads: what 3 seeds leave unsupported, the predicted number of
-    # held-out seeds mostly supports. No difference at all: the prediction is for a difference that
-    # is not there, and a rerun supports it about as rarely as a test at 0.05 errs.
-    real = calibration_row(_seeded(16, {"a": 0.70, "b": 0.64}, 0.03), 3, 16, subsets=30, resamples=200)
-    assert real["prediction_checked"] > 5 and real["resolved_as_predicted"] >= 0.5
-    none = calibration_row(_seeded(16, {"a": 0.67, "b": 0.67}, 0.03), 3, 16, subsets=30, resamples=200)
-    assert none["prediction_checked"] > 5 and none["resolved_as_predicted"] <= 0.3  # measured 1 of 7
-    assert none["unsupported_pairs"] >= none["prediction_checked"] and 2 <= none["median_predicted_repeats"] <= 13
+    # held-out seeds supports. No difference at all: a prediction (made where 3 seeds happened to
+    # look sure) is for a difference that is not there, and a rerun does not support it.
+    real = calibration_row(_seeded(16, {"a": 0.70, "b": 0.66}, 0.02), 3, 16, subsets=40, resamples=200)
+    assert real["prediction_checked"] >= 3 and real["resolved_as_predicted"] >= 0.5
+    none = calibration_row(_seeded(16, {"a": 0.67, "b": 0.67}, 0.03), 3, 16, subsets=40, resamples=200)
+    assert none["prediction_checked"] >= 3 and none["resolved_as_predicted"] <= 0.3
+    assert none["unsupported_pairs"] > none["prediction_checked"] and 2 <= none["median_predicted_repeats"] <= 13

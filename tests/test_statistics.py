@@ -213,3 +213,50 @@ def test_an_unsupported_difference_whose_interval_excludes_zero_says_holm_is_why
     text = verdict(pairs, "val_iou")
     assert "a over b (+0.1800 [+0.0500, +0.3100]), its interval excludes 0 only before Holm's adjustment across the pairs (p_holm 0.060)" in text
     assert "a over c (+0.0500 [-0.0200, +0.1200]);" in text or text.rstrip(".").endswith("a over c (+0.0500 [-0.0200, +0.1200])")
+
+
+def test_repeats_to_resolve_allows_for_how_uncertain_the_difference_still_is():
+    from harness.outputs.statistics import repeats_to_resolve
+
+    # A difference of 2 seed spreads, measured on 5 seeds: resolvable, and with more seeds behind it
+    # (a surer difference) by fewer repeats than when only 3 seeds measured it.
+    assert repeats_to_resolve(0.08, 0.04, 0.002, seeds=5, pairs=6) < repeats_to_resolve(0.08, 0.04, 0.002, seeds=3, pairs=6) < 30
+    # A quarter of a spread on 3 seeds: the true difference may as well be zero or reversed; no
+    # number of repeats promises 4 in 5. (Taking 0.01 as the truth predicted 0.01 resolvable.)
+    assert repeats_to_resolve(0.01, 0.04, 0.002, seeds=3, pairs=6) == float("inf")
+    # Image noise larger than the difference: no number of seeds helps.
+    assert repeats_to_resolve(0.05, 0.001, 0.05, seeds=10) == float("inf")
+    assert repeats_to_resolve(0.05, 0.0, 0.0, seeds=3) == 2.0
+
+
+def test_repeats_to_resolve_comes_true_about_as_often_as_it_says_on_simulated_seeds():
+    # Pairs whose true difference is drawn from a wide spread: 3 seeds measure it; where the
+    # prediction is r, a fresh run of r seeds is asked whether it supports the difference.
+    from harness.outputs.statistics import repeats_to_resolve, seed_interval
+
+    rng = np.random.default_rng(1)
+    resolved = []
+    while len(resolved) < 150:
+        truth, spread = rng.normal(0, 0.05), 0.04
+        seen = truth + rng.normal(0, spread, 3)
+        first = seed_interval(seen)
+        if first.p < 0.05:
+            continue
+        r = repeats_to_resolve(first.mean, first.seed_std, 0.0, seeds=3)
+        if not np.isfinite(r) or r > 200:
+            continue
+        again = seed_interval(truth + rng.normal(0, spread, int(r)))
+        resolved.append(again.p < 0.05 and np.sign(again.mean) == np.sign(first.mean))
+    assert 0.6 <= np.mean(resolved) <= 0.95, np.mean(resolved)
+
+
+def test_the_verdict_gives_repeats_to_resolve_as_a_guess_and_says_when_none_is_likely():
+    from harness.outputs.report import verdict
+
+    pairs = pd.DataFrame({"model_a": ["a", "a"], "model_b": ["b", "c"], "metric": "val_iou", "diff": [0.08, 0.01],
+                          "diff_low": [-0.02, -0.05], "diff_high": [0.18, 0.07], "covers": "training seeds and validation images",
+                          "seeds": 3, "p_t": [0.08, 0.6], "p_holm": [0.16, 0.6], "supported": [False, False],
+                          "repeats_to_resolve": [15.0, float("inf")]})
+    text = verdict(pairs, "val_iou")
+    assert "perhaps 15 repeats would resolve it (a guess from 3 seeds, often optimistic)" in text
+    assert "no number of repeats is likely to resolve it (the true difference may be zero, or too small for these validation images)" in text

@@ -307,13 +307,16 @@ def _before_holm(row) -> str:
 
 
 def _to_resolve(row) -> str:
+    """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
+    held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
     if math.isinf(needed):
         images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
-        return f", not resolvable by up to 1,000 repeats on these {images} images"
-    return f", about {int(needed)} repeats to resolve a difference this size"
+        return f", no number of repeats is likely to resolve it (the true difference may be zero, or too small for these {images} images)"
+    seeds = int(getattr(row, "seeds", 0) or 0)
+    return f", perhaps {int(needed)} repeats would resolve it (a guess from {seeds} seeds, often optimistic)"
 
 
 def _image(path: Path) -> str:
@@ -409,7 +412,8 @@ def _pairs_section(pairs: pd.DataFrame) -> list[str]:
         "randomness, so no pair is supported. With repeats it is the mean over seeds of the per-seed "
         "differences, its interval covering seed-to-seed variation and image noise (seed_std, image_se, "
         "p_t; p_holm: Holm-adjusted over all pairs); supported = p_holm below 0.05; repeats_to_resolve = "
-        "roughly how many repeats would find a difference of this size (80% power).</p>",
+        "the fewest repeats whose run would support the difference 4 times in 5 if the truth is as uncertain as "
+        "these seeds say (inf: no number is likely to); a guess, often optimistic from a few seeds.</p>",
         html_table(pairs),
     ]
 
