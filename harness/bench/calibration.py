@@ -11,7 +11,10 @@ on the same validation images. For each subset and pair, the harness's own stati
   seed part would reach against it, P(|T_{R-1}| < t_crit / sqrt(1 + R/m)) for m held-out seeds);
 - supported: the share of pairs called supported; false claims: supported with the sign opposite
   to the held-out mean. With one seed the image-only interval is reported too (`image_only_*`):
-  what calling its exclusion of zero "supported" would claim.
+  what calling its exclusion of zero "supported" would claim;
+- with repeats, `repeats_to_resolve` taken at its word: a pair left unsupported, predicted to be
+  resolved by r repeats (r no more than the seeds held out), is asked of r held-out seeds
+  (`resolved_as_predicted`, against the 80% it promises).
 """
 
 from __future__ import annotations
@@ -168,7 +171,7 @@ def _resolve_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, h
     """`repeats_to_resolve` taken at its word: for each pair the subset did not support, r of the
     held-out seeds (r its prediction, when that many were held out), drawn at random, play the run
     of r repeats the user would make next; resolved when that run supports the pair with the same
-    sign. The prediction says 80% of the time (for a difference of the size measured)."""
+    sign. The prediction says 4 times in 5."""
     checks, again = [], {}
     for row in pairs.itertuples(index=False):
         predicted = float(row.repeats_to_resolve)
