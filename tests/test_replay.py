@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 import pandas as pd
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
 
 from harness.core.backend import import_keras
 
@@ -49,3 +49,8 @@ def test_the_documented_hand_loop_reproduces_a_real_run_bit_for_bit(tmp_path):
         trained = keras.models.load_model(replay / f"{name}-by-hand.keras", compile=False).get_weights()
         exported_model = keras.models.load_model(run_dir / "models" / name / "model.keras", compile=False).get_weights()
         assert all(np.array_equal(a, b) for a, b in zip(trained, exported_model, strict=True)), name
+
+
+def test_export_batches_of_a_folder_that_is_not_a_run_says_so(tmp_path):
+    result = run_main("export-batches", tmp_path, "--steps", 2)
+    assert result.returncode == 2 and f"{tmp_path} is not a run directory (no run.json)" in result.stderr

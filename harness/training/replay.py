@@ -30,6 +30,7 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     from harness.training.entry import prepare_process, resolve_data_sizes
 
     run = rd.RunDir(Path(run_dir))
+    run.read_info()  # a folder that is not a run says so, before its missing config.yaml is met
     config = run.read_config()
     if not 1 <= steps <= config.total_steps:
         raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
