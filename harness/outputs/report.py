@@ -251,8 +251,9 @@ def render_budget(budget: pd.DataFrame) -> str:
     cells = budget.assign(cell=[f"{m:.4f} ± {s:.4f}" for m, s in zip(budget[value], budget[f"{value}_std"])])
     table = cells.pivot(index="trials", columns="group", values="cell").fillna("")
     table = table[list(dict.fromkeys(budget["group"]))].reset_index()
-    parts = [f"<p>Tuning budget (Dodge et al. 2019): the {html.escape(what)} ({html.escape(metric)}) when a group gets "
-             "k of the models it tried, drawn at random; the best of more trials is higher by chance alone, so compare "
+    parts = [f"<p>Tuning budget (Dodge et al. 2019; the unbiased estimator of Tang et al. 2020): the {html.escape(what)} "
+             f"({html.escape(metric)}) when a group gets k of the models it tried, drawn at random; at k = all of them it is "
+             "the one the group chose. The best of more trials is higher by chance alone, so compare "
              "groups at the same k (expected_best.csv; ± one standard deviation over the draws: the spread of what a search of "
              "that size gets, not an interval of the estimate).</p>", html_table(table)]
     if leading := describe_leaders(budget):
