@@ -70,7 +70,7 @@ def bench_calibration(folder: Path, seeds: int = 16, steps: int = 256, side: int
     table.insert(0, "section", "calibration_bootstrap" if bootstrap_train else "calibration")
     table.insert(1, "contender", [f"R = {r}" for r in table["repeats"]])
     table["seeds_trained"] = seeds
-    table["pair_seed_std"] = pair_seed_spread(_per_seed_values(scored))
+    table["pair_seed_std"] = pair_seed_spread(per_seed_values(scored))
     table["train_s"] = round(train_s, 1)
     return table
 
@@ -79,7 +79,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     """Coverage and claims of R = `size` intervals against the held-out seeds, over `subsets`
     random subsets of the trained seeds; with R > 1, also whether `repeats_to_resolve` holds."""
     models = list(dict.fromkeys(model_of(n) for n in scored))
-    per_seed = _per_seed_values(scored)
+    per_seed = per_seed_values(scored)
     rng, check_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     outcomes, checks = [], []
     for _ in range(subsets):
@@ -112,13 +112,16 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     return row
 
 
-def _per_seed_values(scored: dict) -> pd.DataFrame:
-    rows = []
-    for name, s in scored.items():
-        count = len(s.quantities["loss"])
-        value = float(s.scores({k: v.sum(0) for k, v in s.quantities.items()}, count)[METRIC])
-        rows.append({"model": model_of(name), "repeat": repeat_of(name), "member": name, "value": value})
-    return pd.DataFrame(rows)
+def per_seed_values(scored: dict, images: np.ndarray | None = None) -> pd.DataFrame:
+    """Each member's METRIC (model, repeat, member, value), on every image or on `images` only."""
+    return pd.DataFrame([{"model": model_of(n), "repeat": repeat_of(n), "member": n, "value": score_on(s, images)} for n, s in scored.items()])
+
+
+def score_on(member, images: np.ndarray | None = None) -> float:
+    """A member's METRIC on `images` (default: all), from its per-image quantities."""
+    quantities = member.quantities if images is None else {k: v[images] for k, v in member.quantities.items()}
+    count = len(quantities["loss"])
+    return float(member.scores({k: v.sum(0) for k, v in quantities.items()}, count)[METRIC])
 
 
 def pair_seed_spread(per_seed: pd.DataFrame) -> float:

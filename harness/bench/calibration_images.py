@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from harness.bench.calibration import CALIBRATION_MODELS, METRIC, calibration_config, ideal_coverage
+from harness.bench.calibration import CALIBRATION_MODELS, METRIC, calibration_config, ideal_coverage, per_seed_values, score_on
 from harness.config.naming import model_of, repeat_of
 from harness.outputs.statistics import CONFIDENCE, Scored, across_seeds, bootstrap_metric, image_draws
 from harness.outputs.uncertainty import last_evaluations
@@ -78,19 +78,15 @@ def one_seed_row(scored: dict[str, Scored], size: int, resamples: int, cuts: int
         for subset in subsets:
             rest = np.setdiff1d(np.arange(count), subset)
             per_model, per_pair = bootstrap_metric(_on(networks, subset), METRIC, resamples=resamples)
-            truth = {m: _score(s, rest) for m, s in networks.items()}
+            truth = {m: score_on(s, rest) for m, s in networks.items()}
             models += [_within(row.low, row.high, truth[row.model]) for row in per_model.itertuples(index=False)]
             pairs += [_judged_pair(row, truth[row.model_a] - truth[row.model_b]) for row in per_pair.itertuples(index=False)]
-    pair_frame = pd.DataFrame(pairs)
     z = stats.norm.ppf(0.5 + CONFIDENCE / 2)
-    claimed = pair_frame["claimed"]
+    rates = _rates(models, pairs)
+    claims = {"beyond_noise": rates.pop("claimed"), "beyond_noise_wrong": rates.pop("wrong"), "wrong_share_of_claims": rates.pop("wrong_share_of_claims")}
     return {
-        "repeats": 1, "images": size, "rest_images": count - size, "subsets": len(subsets),
-        "model_intervals": len(models), "model_coverage": round(float(np.mean(models)), 3),
-        "pair_intervals": len(pair_frame), "pair_coverage": round(float(pair_frame["covered"].mean()), 3),
-        "ideal_coverage": round(float(2 * stats.norm.cdf(z / math.sqrt(1 + size / (count - size))) - 1), 3),
-        "beyond_noise": round(float(claimed.mean()), 3), "beyond_noise_wrong": round(float(pair_frame["wrong"].mean()), 3),
-        "wrong_share_of_claims": round(float(pair_frame.loc[claimed, "wrong"].mean()), 3) if claimed.any() else 0.0,
+        "repeats": 1, "images": size, "rest_images": count - size, "subsets": len(subsets), **rates,
+        "ideal_coverage": round(float(2 * stats.norm.cdf(z / math.sqrt(1 + size / (count - size))) - 1), 3), **claims,
     }
 
 
@@ -108,22 +104,31 @@ def repeats_row(scored: dict[str, Scored], size: int, images: int, draws: int, r
         rest = np.setdiff1d(np.arange(count), subset)
         mine = {n: s for n, s in scored.items() if repeat_of(n) in chosen}
         on_subset = _on(mine, subset)
-        per_seed = _per_seed(on_subset, np.arange(images))
+        per_seed = per_seed_values(on_subset)
         per_model, per_pair = across_seeds(per_seed, f"test_{METRIC}", image_draws(on_subset, METRIC, resamples=resamples), split="test")
-        held_out = _per_seed({n: s for n, s in scored.items() if repeat_of(n) not in chosen}, rest)
+        held_out = per_seed_values({n: s for n, s in scored.items() if repeat_of(n) not in chosen}, rest)
         truth = held_out.groupby("model")["value"].mean()
         wide = held_out.pivot_table(index="repeat", columns="model", values="value")
         models += [_within(row.low, row.high, truth[row.model]) for row in per_model.itertuples(index=False)]
         pairs += [_judged_pair(row, float((wide[row.model_a] - wide[row.model_b]).mean()), claim="supported") for row in per_pair.itertuples(index=False)]
-    pair_frame = pd.DataFrame(pairs)
-    claimed = pair_frame["claimed"]
+    rates = _rates(models, pairs)
+    claims = {"supported": rates.pop("claimed"), "false_claims": rates.pop("wrong"), "wrong_share_of_claims": rates.pop("wrong_share_of_claims")}
     return {
-        "repeats": size, "images": images, "rest_images": count - images, "subsets": draws,
+        "repeats": size, "images": images, "rest_images": count - images, "subsets": draws, **rates,
+        "ideal_coverage": round(ideal_coverage(size, len(all_seeds) - size), 3), **claims,
+    }
+
+
+def _rates(models: list[bool], pairs: list[dict]) -> dict:
+    """What both rows report: the intervals judged, their coverage, and the claims (`claimed`,
+    `wrong`: shares of all pairs; each row names these two in its own words)."""
+    frame = pd.DataFrame(pairs)
+    claimed = frame["claimed"]
+    return {
         "model_intervals": len(models), "model_coverage": round(float(np.mean(models)), 3),
-        "pair_intervals": len(pair_frame), "pair_coverage": round(float(pair_frame["covered"].mean()), 3),
-        "ideal_coverage": round(ideal_coverage(size, len(all_seeds) - size), 3),
-        "supported": round(float(claimed.mean()), 3), "false_claims": round(float(pair_frame["wrong"].mean()), 3),
-        "wrong_share_of_claims": round(float(pair_frame.loc[claimed, "wrong"].mean()), 3) if claimed.any() else 0.0,
+        "pair_intervals": len(frame), "pair_coverage": round(float(frame["covered"].mean()), 3),
+        "claimed": round(float(claimed.mean()), 3), "wrong": round(float(frame["wrong"].mean()), 3),
+        "wrong_share_of_claims": round(float(frame.loc[claimed, "wrong"].mean()), 3) if claimed.any() else 0.0,
     }
 
 
@@ -139,14 +144,6 @@ def _disjoint_subsets(count: int, size: int, seed: int) -> list[np.ndarray]:
 
 def _on(members: dict[str, Scored], images: np.ndarray) -> dict[str, Scored]:
     return {n: Scored({k: v[images] for k, v in s.quantities.items()}, s.scores) for n, s in members.items()}
-
-
-def _score(member: Scored, images: np.ndarray) -> float:
-    return float(member.scores({k: v[images].sum(0) for k, v in member.quantities.items()}, len(images))[METRIC])
-
-
-def _per_seed(members: dict[str, Scored], images: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame([{"model": model_of(n), "repeat": repeat_of(n), "member": n, "value": _score(s, images)} for n, s in members.items()])
 
 
 def _within(low: float, high: float, target: float) -> bool:

@@ -69,10 +69,10 @@ def expected_score_of_chosen(chosen_by, scored, k: int, higher: bool = True, fin
     without replacement), and its spread over k draws with replacement."""
     scored = np.asarray(scored, dtype=float)
     ordered = scored[worst_to_best(chosen_by, higher, finished)]
-    n = len(scored)
-    spread = spread_weights(n, k)
-    around = float(np.dot(spread, ordered))
-    return float(np.dot(best_of_k_weights(n, k), ordered)), float(np.sqrt(max(float(np.dot(spread, (ordered - around) ** 2)), 0.0)))
+    expected = float(np.dot(best_of_k_weights(len(ordered), k), ordered))
+    spread = spread_weights(len(ordered), k)
+    around = float(np.dot(spread, ordered))  # the spread is about the with-replacement outcome's own mean
+    return expected, float(np.sqrt(max(float(np.dot(spread, (ordered - around) ** 2)), 0.0)))
 
 
 def scored_trials(trials: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
