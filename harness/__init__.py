@@ -14,12 +14,12 @@ from harness.core.backend import import_keras, import_tf, select_legacy_keras
 select_legacy_keras()
 
 __version__ = "0.1.0"
-__all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "import_tf", "import_keras", "__version__"]
+__all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs", "import_tf", "import_keras", "__version__"]
 
 
 def __getattr__(name):
     # The API pulls in TensorFlow; `harness --help` and config checks should not pay for that.
-    if name in ("run", "plan", "resume", "load_run", "load_config", "nightly", "history"):
+    if name in ("run", "plan", "resume", "load_run", "load_config", "nightly", "history", "compare", "compare_pairs"):
         from harness import api
 
         return getattr(api, name)

@@ -8,7 +8,7 @@ from harness.config.schema import ExperimentConfig
 from harness.config.loading import load_config
 from harness.errors import ConfigError
 
-__all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history"]
+__all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs"]
 
 
 def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
@@ -78,3 +78,20 @@ def history(name_or_dir: str | Path, results_dir: str | Path | None = None, metr
     from harness.nights.tonight import find_history, history_table
 
     return history_table(find_history(name_or_dir, Path(results_dir) if results_dir else None), metrics)
+
+
+def compare(run_dirs: list[str | Path]):
+    """`harness compare`: the models of one or several runs side by side, a DataFrame (a run not
+    finished is compared on each member's last evaluation; `compared_on` says so). Tests nothing."""
+    from harness.outputs.compare import compare_runs
+
+    return compare_runs([Path(d) for d in run_dirs])
+
+
+def compare_pairs(run_dirs: list[str | Path]):
+    """`harness compare --pairs`: every model of one run against every model of the others, paired
+    on the images both were scored on; a `CrossRun` (`.pairs` DataFrame, `.rank`, `.notes`).
+    ConfigError (exit 2) when the runs did not score the same images, or seed differently."""
+    from harness.outputs.cross_run import cross_run_pairs
+
+    return cross_run_pairs([Path(d) for d in run_dirs])

@@ -97,6 +97,7 @@ EXAMPLES = {
     "compare": [
         "harness compare results/smoke/20261121-220000 results/smoke/20261122-220000",
         "harness compare results/smoke/* --csv compared.csv",
+        "harness compare results/seg/20261121-220000 results/seg/20261124-220000 --pairs   # verdicts across runs on the same images",
         "harness compare results/smoke/20261122-220000 --json | jq '.[0]'",
     ],
     "runs": ["harness runs", "harness runs smoke --results /data/results", "harness runs --json"],
@@ -180,6 +181,10 @@ def _add_compare(commands) -> None:
     compare = commands.add_parser("compare", help="print models side by side, across one or several runs")
     compare.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR", help="run directories (results/<name>/<run_id>) to put side by side")
     compare.add_argument("--csv", type=Path, default=None, help="also save the table as CSV")
+    compare.add_argument("--pairs", action="store_true",
+                         help="also compare every model of one run with every model of the others, paired on the images both were scored on "
+                              "(the runs must have scored the same images; exit 2 says what differs)")
+    compare.add_argument("--pairs-csv", type=Path, default=None, metavar="FILE", help="with --pairs: save the pairs as CSV")
     _add_json(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -309,24 +314,9 @@ def cmd_workers(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from harness.outputs.compare import compare_runs, print_comparison
+    from harness.outputs.compare import compare_command
 
-    table = compare_runs(args.run_dirs)
-    if args.json:
-        print(table.to_json(orient="records"))
-    else:
-        from harness.outputs.columns import plain_text
-        from harness.outputs.compare import differing_settings
-
-        print_comparison(table)
-        if len(args.run_dirs) > 1:
-            differing = differing_settings(args.run_dirs)
-            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
-            for line in differing:
-                print(f"  {plain_text(line)}")
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-        print(f"saved: {args.csv}")
+    compare_command(args.run_dirs, as_json=args.json, csv=args.csv, pairs=args.pairs or args.pairs_csv is not None, pairs_csv=args.pairs_csv)
     return EXIT_OK
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from harness.bench import calibration_images
 from harness.bench.calibration_images import one_seed_row, repeats_row
-from harness.core.evaluation import segmentation_scores
+from harness.core.scores import segmentation_scores
 from harness.outputs.statistics import Scored
 
 

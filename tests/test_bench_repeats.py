@@ -42,7 +42,7 @@ def test_ideal_coverage_of_a_calibrated_interval_against_a_noisy_held_out_mean()
 def test_calibration_row_counts_a_wrong_sign_claim_as_false(monkeypatch):
     import numpy as np
 
-    from harness.core.evaluation import segmentation_scores
+    from harness.core.scores import segmentation_scores
     from harness.outputs.statistics import Scored
 
     rng = np.random.default_rng(0)
@@ -71,7 +71,7 @@ def _seeded(seeds: int, quality: dict[str, float], seed_spread: float, images: i
     """Members `model@r` on the same images: each seed shifts a model's per-image IoU by its own draw."""
     import numpy as np
 
-    from harness.core.evaluation import segmentation_scores
+    from harness.core.scores import segmentation_scores
     from harness.outputs.statistics import Scored
 
     rng = np.random.default_rng(rng_seed)

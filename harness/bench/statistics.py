@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.config.naming import member_name, model_of, repeat_of
-from harness.core.evaluation import segmentation_scores
+from harness.core.scores import segmentation_scores
 from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws
 
 

@@ -3,16 +3,13 @@ returns, per member, what each image contributes (`eval_images`): for segmentati
 its per-class intersection, predicted and true pixel counts (background excluded for multi-class
 tasks). They come back in the one host sync of the evaluation.
 
-Scores are then a function of summed counts (`segmentation_scores`, numpy): over all images they
+Scores are then a function of summed counts (`core.scores.segmentation_scores`, numpy): over all images they
 are the validation scores; over one image, that image's scores (val_scores.csv); over a bootstrap
 resample of the images, the resample's scores. One function, so the three always agree.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
-from harness.config.metrics import per_class
 from harness.core.backend import import_tf
 from harness.core.member_step import graph_method, on_device
 
@@ -70,27 +67,3 @@ def _hard_labels(probabilities, masks, classes: int):
         return tf.cast(probabilities > 0.5, tf.float32), masks
     predicted = tf.one_hot(tf.argmax(probabilities, axis=-1), classes, dtype=tf.float32)
     return predicted[..., 1:], masks[..., 1:]
-
-
-def segmentation_scores(totals: dict, examples) -> dict:
-    """Mean loss, IoU and F1 (dice) from summed counts. Works on any leading axes (one image, all
-    of them, a batch of bootstrap resamples): counts are [..., C'] and `examples` broadcasts.
-    Classes absent from both prediction and truth are left out of the mean; where no class is
-    present at all (an empty image predicted empty), IoU and F1 are 1: nothing to get wrong."""
-    intersection, predicted, truth = (np.asarray(totals[k], np.float64) for k in ("intersection", "predicted", "truth"))
-    union = predicted + truth - intersection
-    present = union > 0
-    n_present = present.sum(-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        iou = np.where(present, intersection / np.where(present, union, 1.0), 0.0).sum(-1) / np.maximum(n_present, 1)
-        f1 = np.where(present, 2.0 * intersection / np.where(present, predicted + truth, 1.0), 0.0).sum(-1) / np.maximum(n_present, 1)
-    iou, f1 = np.where(n_present > 0, iou, 1.0), np.where(n_present > 0, f1, 1.0)
-    scores = {"loss": np.asarray(totals["loss"], np.float64) / examples, "iou": iou, "f1": f1}
-    if "compare_loss" in totals:  # members on different losses: each also scored on the common one
-        scores["compare_loss"] = np.asarray(totals["compare_loss"], np.float64) / examples
-    if intersection.shape[-1] > 1:  # multi-class: each class's own IoU and F1 too
-        with np.errstate(invalid="ignore", divide="ignore"):
-            for c in range(intersection.shape[-1]):
-                scores[per_class("iou", c + 1)] = np.where(present[..., c], intersection[..., c] / np.where(present[..., c], union[..., c], 1.0), np.nan)
-                scores[per_class("f1", c + 1)] = np.where(present[..., c], 2 * intersection[..., c] / np.where(present[..., c], predicted[..., c] + truth[..., c], 1.0), np.nan)
-    return scores

@@ -15,7 +15,8 @@ from typing import Any, Callable, ClassVar
 from harness.config.naming import model_of
 from harness.config.schema import DataSpec, ModelSpec, OptimizerSpec
 from harness.core.backend import import_keras, import_tf
-from harness.core.evaluation import segmentation_counts, segmentation_scores
+from harness.core.evaluation import segmentation_counts
+from harness.core.scores import segmentation_scores
 from harness.core.losses import make_loss
 from harness.core.member_step import Batch, StepOutput, Update, gradients
 from harness.core.schedules import WarmupSchedule

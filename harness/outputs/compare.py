@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -12,10 +14,39 @@ from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
+from harness.outputs.columns import plain_text
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
 FINISHED = "summary.csv"
+
+
+def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs: bool, pairs_csv: Path | None) -> None:
+    """`harness compare`: the models side by side (and the settings that differ between the runs);
+    with `pairs`, the verdicts between models of different runs, computed (or refused, exit 2)
+    before anything is printed."""
+    table = compare_runs(run_dirs)
+    found = None
+    if pairs:
+        from harness.outputs.cross_run import cross_run_pairs
+
+        found = cross_run_pairs(run_dirs)
+    if as_json:
+        models = table.to_json(orient="records")
+        print(models if found is None else f'{{"models": {models}, "pairs": {found.pairs.to_json(orient="records")}, "notes": {json.dumps(found.notes)}}}')
+    else:
+        print_comparison(table, pairs_tested=found is not None)
+        if len(run_dirs) > 1:
+            differing = differing_settings(run_dirs)
+            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
+            for line in differing:
+                print(f"  {plain_text(line)}")
+        if found is not None:
+            print_cross_run(found)
+    for frame, path in ((table, csv), (found.pairs if found is not None else None, pairs_csv)):
+        if path and frame is not None:
+            frame.to_csv(path, index=False)
+            print(f"saved: {path}", file=sys.stderr if as_json else sys.stdout)  # stdout holds the JSON
 
 
 def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
@@ -62,7 +93,7 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
 PRIORITY = ["run", "model", "val_iou", "status", "params", "ms_per_step", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
 
 
-def print_comparison(table: pd.DataFrame, console=None) -> None:
+def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False) -> None:
     """Side by side, as many columns as the terminal is wide (most important first), run and model
     never cut; the best of each column in bold green, a status other than ok in red."""
     from rich.console import Console
@@ -80,17 +111,21 @@ def print_comparison(table: pd.DataFrame, console=None) -> None:
 
     view = TerminalTable(table, order, identifiers=("run", "model"), headers={c: c for c in order}, style=style)
     print_table(view, lambda shown, total: f"harness compare: best of each column in bold green ({shown} of {total} columns; --csv or --json for all)", console)
-    console.print(escape(comparison_note(table)))
+    console.print(escape(comparison_note(table, pairs_tested)))
 
 
-def comparison_note(table: pd.DataFrame) -> str:
-    """What bold green does not mean: compare lines up numbers, it tests no difference between
-    runs; and with one training seed a run's own intervals cover validation-image noise only."""
+def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
+    """What bold green does not mean: the table lines up numbers, it tests no difference between
+    runs (`--pairs` does, below it); and with one training seed a run's own intervals cover
+    validation-image noise only."""
     repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1) if "repeats" in table else pd.Series([1] * len(table))
-    note = "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported."
+    note = ("Bold green marks the best number of a column; the table tests nothing, the pairs below do."
+            if pairs_tested else
+            "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported "
+            "(--pairs tests them, for runs scored on the same images).")
     if (repeats <= 1).any():
         note += (" Runs with one training seed measured no training randomness (their intervals cover validation-image noise "
-                 "only): train with train.repeats: 3 or more, in one run, for verdicts about models.")
+                 f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
     unfinished = sorted(set(table.loc[table["compared_on"] != FINISHED, "run"])) if "compared_on" in table else []
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
@@ -129,3 +164,42 @@ def _flatten(node, prefix: str = ""):
             yield from _flatten(item, f"{prefix}{item['name']}.")
     else:
         yield prefix.rstrip("."), node
+
+
+PAIR_PRIORITY = ["model_a", "model_b", "difference", "verdict", "p_holm", "p_a_better", "seeds_a_better", "seeds_b_better", "repeats_to_resolve"]
+
+
+def print_cross_run(found, console=None) -> None:
+    """The pairs across runs, a row each (the difference a minus b with its interval, and whether
+    it is supported, or with one seed beyond image noise), then the verdict in words and the notes.
+    Each run is numbered (`unet [2]`): run labels are too long for a row and a sentence."""
+    from rich.console import Console
+
+    from harness.outputs.report import verdict
+
+    console = console or Console()
+    pairs = found.pairs
+    if pairs.empty:
+        console.print("No pair across these runs has scores on both sides.")
+        return
+    number = {label: i + 1 for i, label in enumerate(dict.fromkeys([*pairs["run_a"], *pairs["run_b"]]))}
+    console.print(escape("runs: " + ", ".join(f"[{i}] {label}" for label, i in number.items())))
+    short = pairs.assign(model_a=[f"{m} [{number[r]}]" for r, m in zip(pairs["run_a"], pairs["model_a"])],
+                         model_b=[f"{m} [{number[r]}]" for r, m in zip(pairs["run_b"], pairs["model_b"])])
+    texts = {
+        "difference": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(pairs["diff"], pairs["diff_low"], pairs["diff_high"])],
+        "verdict": [_pair_word(row) for row in pairs.itertuples(index=False)],
+    }
+    view = TerminalTable(short, PAIR_PRIORITY, identifiers=("model_a", "model_b"), texts=texts,
+                         headers={"difference": f"{found.rank} a - b [95%]", "verdict": "verdict", "model_a": "a", "model_b": "b"})
+    print_table(view, lambda shown, total: f"harness compare --pairs: models of different runs, on the same images ({shown} of {total} columns)", console)
+    for text in [verdict(short, found.rank, table="--pairs-csv"), *found.notes]:
+        console.print(escape(text))
+
+
+def _pair_word(row) -> str:
+    if getattr(row, "supported", False):
+        return "supported"
+    if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
+        return "beyond image noise" if row.beyond_image_noise else "within image noise"
+    return "not supported"

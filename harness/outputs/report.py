@@ -196,11 +196,11 @@ def _listed(rows: list, rank_by: str, where: str, suffix=lambda row: "") -> str:
     return "; ".join(named) + (f"; and {rest} more ({where})" if rest else "")
 
 
-def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None) -> str:
+def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None, table: str = "pairs.csv") -> str:
     """What the comparison supports, in words, and what its intervals cover: with one training
     seed no difference between models is called supported (training randomness was not measured);
     with repeats, the supported differences, the others with the repeats that might resolve
-    them, and each model's seed-to-seed spread."""
+    them, and each model's seed-to-seed spread. `table`: where every pair is listed."""
     if "supported" not in pairs or pairs["supported"].isna().all() or "covers" not in pairs:
         return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
     rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
@@ -213,16 +213,16 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
                 "train.repeats: 3 or more.")
         if beyond:
             text += (f" Only these particular trained networks differ beyond image noise, in {len(beyond)} of {len(rows)} pairs"
-                     f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, 'pairs.csv, beyond_image_noise')}.")
+                     f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, f'{table}, beyond_image_noise')}.")
         return text
     supported = [row for row in rows if row.supported]
     unsupported = [row for row in rows if not row.supported]
     seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
     parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
-    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, 'pairs.csv, supported', lambda row: _seeds_better(row, rank_by))}."
+    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, f'{table}, supported', lambda row: _seeds_better(row, rank_by))}."
                  if supported else f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported: {_listed(unsupported, rank_by, 'pairs.csv', lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
+        parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")

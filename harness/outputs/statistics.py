@@ -105,16 +105,18 @@ def _scoring(members: dict[str, Scored], metric: str):
     return names, count, values_on
 
 
-def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED, split: str = "val"):
+def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = RESAMPLES, seed: int = SEED, split: str = "val",
+                     compared: Callable[[str, str], bool] | None = None):
     """One training seed: (per-member table, per-pair table) for `metric` (e.g. "iou", "loss"), a
     paired bootstrap over validation images. The intervals cover image noise only, so no pair is
     `supported`; `beyond_image_noise` says whether its interval excludes zero.
 
-    members: name -> Scored, all on the same N images in the same order."""
+    members: name -> Scored, all on the same N images in the same order; compared: which pairs
+    (a, b) to compare (default: every pair)."""
     names, count, values_on = _scoring(members, metric)
     if not names:
         return pd.DataFrame(), pd.DataFrame()
-    pairs = list(combinations(range(len(names)), 2))
+    pairs = [(a, b) for a, b in combinations(range(len(names)), 2) if compared is None or compared(names[a], names[b])]
 
     def statistic(indices, axis=-1):
         values = values_on(indices)
@@ -246,12 +248,15 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, seeds: int
     return float(low)
 
 
-def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val", resampled: bool = False):
+def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val", resampled: bool = False,
+                 compared: Callable[[str, str], bool] | None = None):
     """(per-model table, per-pair table) over repeats. per_seed: columns model, repeat, member,
     value (the member's `metric`); draws: member -> its metric on shared image resamples
     (`image_draws`), or None where the metric has no per-image basis (training randomness only);
-    resampled: each seed trained on its own bootstrap of the training set (said in `covers`).
-    Pairs are compared over the repeats both models completed, paired by repeat."""
+    resampled: each seed trained on its own bootstrap of the training set (said in `covers`);
+    compared: which pairs of models (a, b) to compare, Holm's adjustment running over them alone
+    (default: every pair). Pairs are compared over the repeats both models completed, paired by
+    repeat."""
     table = per_seed.pivot_table(index="repeat", columns="model", values="value", aggfunc="first")
     member = per_seed.pivot_table(index="repeat", columns="model", values="member", aggfunc="first")
     models = list(dict.fromkeys(per_seed["model"]))
@@ -270,6 +275,8 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
         model_rows.append({"model": model, "seeds": len(values), "mean": interval.mean, "std": interval.seed_std, "low": interval.low, "high": interval.high})
     pair_rows = []
     for a, b in combinations(models, 2):
+        if compared is not None and not compared(a, b):
+            continue
         both = table[[a, b]].dropna()
         pairs_of = [(member.loc[r, a], member.loc[r, b]) for r in both.index]
         d = (both[a] - both[b]).to_numpy()

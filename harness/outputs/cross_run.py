@@ -1,0 +1,217 @@
+"""`harness compare RUN_DIR RUN_DIR ... --pairs`: verdicts between models of different runs.
+
+A model trained last week and one trained tonight can be compared as strictly as two members of
+one run, when both were scored on the same images: per image, from each run's val_scores.csv (or
+test_scores.csv, when the runs rank on a test split), with the statistics of one run
+(`statistics.bootstrap_metric` with one training seed, `statistics.across_seeds` with repeats),
+over the pairs whose models come from different runs (Holm's adjustment runs over those alone).
+
+Checked before anything is computed, in order, each refusal naming what differs (exit 2): every
+run has finished (summary.csv); they rank by the same column; they have one training seed each or
+repeats each (a one-seed model has no spread to weigh against another's); their data settings
+that decide the scored images are equal (`data.*` but batch_size, augment, bootstrap_train and
+cache); and the images scored were the same, image by image (each image's count of true pixels
+per class, from the files: what a changed file, split or size would show). Runs made with other
+library versions are compared, and the note says which versions differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from harness.config.metrics import metric_of, split_column
+from harness.config.naming import model_of, repeat_of
+from harness.config.schema import ExperimentConfig
+from harness.errors import ConfigError
+from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
+from harness.outputs.tables import load_summary
+from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
+from harness.rundir import RunDir
+
+# Data settings that change how the models trained, never which images they were scored on.
+TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
+SEPARATOR = ": "  # between a run's label and a model's name in the pairs' model_a / model_b
+
+
+@dataclass
+class RunScores:
+    """What one run contributes: its label, config and library versions, then (after the checks
+    on its settings) per-member values of the ranking column (model, repeat, member, value) and
+    per-image quantities on the ranking column's split."""
+
+    run: RunDir
+    config: ExperimentConfig
+    versions: dict
+    members: pd.DataFrame | None = None
+    scored: dict | None = None
+
+    @property
+    def label(self) -> str:
+        return self.run.label
+
+
+@dataclass(frozen=True)
+class CrossRun:
+    """The pairs across runs (`run_a, model_a, run_b, model_b`, then the columns of a run's own
+    pairs.csv: `diff, diff_low, diff_high, covers, supported`, ...), the column compared and what
+    a reader should know beside them."""
+
+    pairs: pd.DataFrame
+    rank: str
+    notes: list[str]
+
+
+def cross_run_pairs(run_dirs: list[Path]) -> CrossRun:
+    """Every pair of models from different runs, on the runs' ranking column. ConfigError (exit 2)
+    when the runs cannot be compared pair by pair."""
+    runs = [_open(Path(d)) for d in _distinct(run_dirs)]
+    rank = _same_ranking(runs)
+    _same_seeding(runs)
+    _same_data(runs)
+    for run in runs:
+        _read_scores(run, rank)
+    _same_images(runs, split_column(rank)[0])
+    notes = [note] if (note := _versions_note(runs)) else []
+    return CrossRun(_labelled(_statistics(runs, rank)), rank, notes)
+
+
+def _distinct(run_dirs: list[Path]) -> list[Path]:
+    if len(run_dirs) < 2:
+        raise ConfigError("compare --pairs compares models of different runs: give two run directories or more")
+    seen: dict[Path, Path] = {}
+    for d in run_dirs:
+        resolved = Path(d).resolve()
+        if resolved in seen:
+            raise ConfigError(f"compare --pairs: {d} is given twice (as {seen[resolved]}); a run's own pairs are in its pairs.csv")
+        seen[resolved] = Path(d)
+    return list(run_dirs)
+
+
+def _open(run_dir: Path) -> RunScores:
+    run = RunDir(run_dir)
+    if not run.summary_csv.is_file():
+        raise ConfigError(f"{run_dir}: no summary.csv (the run has not finished, or this is not a run directory); "
+                          "pairs across runs need each model's final scores")
+    return RunScores(run, run.read_config(), run.read_record().versions)
+
+
+def _read_scores(scores: RunScores, rank: str) -> None:
+    """Each member's value of `rank` (with repeats: per seed, the members that finished) and, for
+    a validation or test metric, each member's per-image quantities on that split."""
+    run, split = scores.run, split_column(rank)[0]
+    path = run.test_scores_csv if split == "test" else run.val_scores_csv
+    scores.scored = last_evaluations(path, scores.config.data.classes) if split in ("val", "test") else {}
+    source = run.path / "summary_members.csv" if scores.config.train.repeats > 1 else run.summary_csv
+    table = load_summary(source)
+    if scores.config.train.repeats > 1 and "status" in table:
+        table = table[table["status"] == "ok"]
+    if rank not in table:
+        raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}")
+    scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
+                                   "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
+
+
+def _same_ranking(runs: list[RunScores]) -> str:
+    ranks = {r.label: r.config.ranking_column() for r in runs}
+    if len(set(ranks.values())) > 1:
+        raise ConfigError("compare --pairs: the runs rank by different columns (a test split in one run ranks on test):",
+                          [f"{label}: {rank}" for label, rank in ranks.items()])
+    return next(iter(ranks.values()))
+
+
+def _same_seeding(runs: list[RunScores]) -> None:
+    repeats = {r.label: r.config.train.repeats for r in runs}
+    if len({n > 1 for n in repeats.values()}) > 1:
+        raise ConfigError("compare --pairs: some runs trained one seed and others several; a one-seed model has no "
+                          "seed-to-seed spread to weigh a difference against. Compare runs with repeats together "
+                          "(train.repeats: 3 or more in each), or one-seed runs together (image noise only):",
+                          [f"{label}: train.repeats {n}" for label, n in repeats.items()])
+
+
+def _same_data(runs: list[RunScores]) -> None:
+    """The data settings that decide the scored images, equal in every run."""
+    def deciding(config: ExperimentConfig) -> dict:
+        settings = config.data.model_dump(mode="json")
+        return {k: v for k, v in settings.items() if k not in TRAINING_ONLY_DATA}
+
+    first, rest = runs[0], runs[1:]
+    base = deciding(first.config)
+    problems = []
+    for run in rest:
+        other = deciding(run.config)
+        problems += [f"data.{k}: {first.label} = {base.get(k)}, {run.label} = {other.get(k)}" for k in sorted(set(base) | set(other)) if base.get(k) != other.get(k)]
+    if problems:
+        raise ConfigError("compare --pairs: the runs' data settings differ, so their models were not scored on the same images:", problems)
+
+
+def _same_images(runs: list[RunScores], split: str) -> None:
+    """Image by image, each run's scored images hold the same true pixels per class (the counts
+    val_scores.csv / test_scores.csv keep): equal settings over files that changed would not."""
+    if split not in ("val", "test"):
+        return  # a ranking column with no per-image basis: there is nothing per image to check or resample
+    where = "test_scores.csv" if split == "test" else "val_scores.csv"
+    truths = {}
+    for run in runs:
+        if not run.scored:
+            raise ConfigError(f"compare --pairs: {run.label} has no per-image scores in its {where} to pair on")
+        with_counts = [s for s in run.scored.values() if "truth" in s.quantities]
+        truths[run.label] = np.asarray(with_counts[0].quantities["truth"]) if with_counts else None
+    first = runs[0].label
+    for label, truth in truths.items():
+        if truth is None or truths[first] is None:
+            continue  # reconstruction members keep no counts: the data settings are the check
+        if truth.shape != truths[first].shape:
+            raise ConfigError(f"compare --pairs: {first} scored {len(truths[first])} images in {where}, {label} {len(truth)}: not the same images")
+        differ = np.flatnonzero(np.any(truth.reshape(len(truth), -1) != truths[first].reshape(len(truth), -1), axis=1))
+        if len(differ):
+            raise ConfigError(f"compare --pairs: {first} and {label} were not scored on the same images: the true masks of "
+                              f"{len(differ)} of {len(truth)} images in {where} differ (the first: image {int(differ[0])}); "
+                              "was a data file changed between the runs?")
+
+
+def _statistics(runs: list[RunScores], rank: str) -> pd.DataFrame:
+    """The runs' members under one name space (`<run label>: <model>`), compared across runs."""
+    split, metric = split_column(rank)[0], metric_of(rank)
+
+    def key(run: RunScores, name: str) -> str:
+        return f"{run.label}{SEPARATOR}{name}"
+
+    def across(a: str, b: str) -> bool:
+        return a.rsplit(SEPARATOR, 1)[0] != b.rsplit(SEPARATOR, 1)[0]
+
+    scored = {key(r, name): s for r in runs for name, s in r.scored.items() if name in set(r.members["member"])}
+    if runs[0].config.train.repeats == 1:
+        if metric not in BOOTSTRAPPED or not scored:
+            raise ConfigError(f"compare --pairs: one-seed runs ranked by {rank} have no per-image scores to compare on "
+                              "(rank by a validation or test metric, or train with repeats)")
+        _, pairs = bootstrap_metric(scored, metric, split=split, compared=across)
+        return pairs
+    per_seed = pd.concat([r.members.assign(model=[key(r, m) for m in r.members["model"]], member=[key(r, m) for m in r.members["member"]]) for r in runs],
+                         ignore_index=True)
+    draws = image_draws(scored, metric) if metric in BOOTSTRAPPED and split in ("val", "test") else None
+    _, pairs = across_seeds(per_seed, rank, draws, split, any(r.config.data.bootstrap_train for r in runs), compared=across)
+    return pairs
+
+
+def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:
+    """model_a / model_b split into the run and the model, the runs first."""
+    if pairs.empty:
+        return pairs
+    out = pairs.copy()
+    for side in ("a", "b"):
+        parts = out[f"model_{side}"].str.rsplit(SEPARATOR, n=1)
+        out[f"run_{side}"], out[f"model_{side}"] = parts.str[0], parts.str[1]
+    first = ["run_a", "model_a", "run_b", "model_b"]
+    return out[first + [c for c in out.columns if c not in first]]
+
+
+def _versions_note(runs: list[RunScores]) -> str | None:
+    """Which library versions differ between the runs (part of a difference may be the software)."""
+    names = sorted(set().union(*(r.versions for r in runs)))
+    differing = [f"{n}: " + ", ".join(f"{r.label} {r.versions.get(n, '-')}" for r in runs)
+                 for n in names if len({r.versions.get(n) for r in runs}) > 1]
+    return ("The runs used different versions (part of a difference may be the software): " + "; ".join(differing) + ".") if differing else None

@@ -1,0 +1,158 @@
+"""`harness compare --pairs`: verdicts between models of different runs, paired on the images both
+were scored on, and the refusals when they were not (in process; the runs are tiny and real)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from conftest import run_main, tiny_config, write_yaml
+
+import harness
+from harness.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Two one-seed runs of the tiny config (seeds 3 and 4) and two runs with 2 repeats each."""
+    folder = tmp_path_factory.mktemp("cross")
+    for name, changes in (("one", {}), ("two", {"seed": 4}), ("rep_a", {"train": {"epochs": 1, "repeats": 2}}),
+                          ("rep_b", {"seed": 5, "train": {"epochs": 1, "repeats": 2}})):
+        config = tiny_config(**changes)
+        config["name"] = name
+        assert run_main("run", write_yaml(folder / f"{name}.yaml", config), "--results", folder / "results").returncode == 0
+    return folder / "results"
+
+
+def run_of(results, name):
+    return next((results / name).iterdir())
+
+
+def copy_of(run_dir, folder, run_id="20261101-000000"):
+    """The same trained networks under another run id: a run compared with its own copy."""
+    copied = folder / run_dir.parent.name / run_id
+    shutil.copytree(run_dir, copied)
+    return copied
+
+
+def test_a_pair_across_runs_gets_the_interval_one_run_would_have_given_it(results, tmp_path):
+    one = run_of(results, "one")
+    again = copy_of(one, tmp_path)
+    found = harness.compare_pairs([one, again])
+    pairs = found.pairs
+    assert len(pairs) == 9 and set(pairs["run_a"]) == {"one/" + one.name} and set(pairs["run_b"]) == {"one/" + again.name}
+    assert found.rank == "val_iou" and not pairs["supported"].any()
+    assert set(pairs["covers"]) == {"validation images only (one training seed: training randomness not measured)"}
+    same = pairs[pairs["model_a"] == pairs["model_b"]]
+    assert (same["diff"] == 0).all() and not same["beyond_image_noise"].any()
+    # unet of one run against fcn of the other: the very networks of the run's own pair (unet, fcn).
+    own = pd.read_csv(one / "pairs.csv").dropna(subset=["diff_low"])
+    own = own[(own["model_a"] == "fcn") & (own["model_b"] == "unet")].iloc[0]
+    across = pairs[(pairs["model_a"] == "fcn") & (pairs["model_b"] == "unet")].iloc[0]
+    for column in ("diff", "diff_low", "diff_high", "p_a_better"):
+        assert across[column] == pytest.approx(own[column], abs=1e-12), column
+
+
+def test_pairs_print_a_verdict_in_words_and_save_as_csv(results, tmp_path):
+    runs = [run_of(results, "one"), run_of(results, "two")]
+    shutil.copytree(runs[1], tmp_path / "one" / runs[1].name)  # `two` under the same experiment name: it differs by seed only
+    runs[1] = tmp_path / "one" / runs[1].name
+    printed = run_main("compare", *runs, "--pairs", "--pairs-csv", tmp_path / "pairs.csv")
+    assert printed.returncode == 0, printed.stderr
+    text = " ".join(printed.stdout.split())
+    assert "runs: [1] one/" in text and "[2] one/" in text and "the pairs below do" in text
+    assert "One training seed: the intervals of val_iou cover validation-image noise only" in text
+    assert "fcn [1]" in text and "seed: one/" in text  # the short names, and the settings that differ
+    saved = pd.read_csv(tmp_path / "pairs.csv")
+    assert len(saved) == 9 and list(saved.columns[:4]) == ["run_a", "model_a", "run_b", "model_b"]
+    as_json = json.loads(run_main("compare", *runs, "--pairs", "--json").stdout)
+    assert len(as_json["models"]) == 6 and len(as_json["pairs"]) == 9 and as_json["notes"] == []
+
+
+def test_runs_with_repeats_are_compared_over_seeds_and_images_with_holm_over_the_pairs_across(results):
+    found = harness.compare_pairs([run_of(results, "rep_a"), run_of(results, "rep_b")])
+    pairs = found.pairs
+    assert len(pairs) == 9 and (pairs["seeds"] == 2).all()
+    assert set(pairs["covers"]) == {"training seeds and validation images"}
+    assert pairs["p_holm"].to_numpy() == pytest.approx(np.minimum(1, np.maximum.accumulate(
+        np.sort(pairs["p_t"].to_numpy()) * np.arange(9, 0, -1)))[np.argsort(np.argsort(pairs["p_t"].to_numpy()))])
+    assert (pairs["seeds_a_better"] + pairs["seeds_b_better"] <= 2).all()
+
+
+def _edit_config(run_dir, edit):
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    edit(config)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    (lambda c: c["data"].update(val_size=16), "data.val_size: one/"),
+    (lambda c: c["train"].update(repeats=3), "some runs trained one seed and others several"),
+    (lambda c: c["output"].update(rank_by="val_f1"), "the runs rank by different columns"),
+])
+def test_runs_that_did_not_score_alike_are_refused_naming_what_differs(results, tmp_path, edit, said):
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    _edit_config(other, edit)
+    refused = run_main("compare", one, other, "--pairs")
+    assert refused.returncode == 2 and said in " ".join(refused.stderr.split()), refused.stderr
+    assert refused.stdout == "", "nothing is printed before the refusal"
+
+
+def test_settings_that_only_change_training_do_not_refuse(results, tmp_path):
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    _edit_config(other, lambda c: c["data"].update(batch_size=2, bootstrap_train=True, augment={"flip_left_right": True}))
+    assert len(harness.compare_pairs([one, other]).pairs) == 9
+
+
+def test_a_changed_mask_is_found_image_by_image(results, tmp_path):
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    scores = pd.read_csv(other / "val_scores.csv")
+    scores.loc[scores["image"] == 5, "truth"] += 1  # what a mask file edited between the runs would show
+    scores.to_csv(other / "val_scores.csv", index=False)
+    with pytest.raises(ConfigError, match=r"the true masks of 1 of 8 images in val_scores.csv differ \(the first: image 5\)"):
+        harness.compare_pairs([one, other])
+
+
+def test_pairs_need_two_distinct_finished_runs(results, tmp_path):
+    one = run_of(results, "one")
+    assert "give two run directories" in run_main("compare", one, "--pairs").stderr
+    assert "is given twice" in run_main("compare", one, one, "--pairs").stderr
+    unfinished = copy_of(one, tmp_path)
+    (unfinished / "summary.csv").unlink()
+    refused = run_main("compare", one, unfinished, "--pairs")
+    assert refused.returncode == 2 and "no summary.csv" in refused.stderr
+
+
+def test_other_library_versions_are_said(results, tmp_path):
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    info = json.loads((other / "run.json").read_text())
+    info["versions"]["tensorflow"] = "2.0.0"
+    (other / "run.json").write_text(json.dumps(info))
+    notes = harness.compare_pairs([one, other]).notes
+    assert len(notes) == 1 and "tensorflow: one/" in notes[0] and "2.0.0" in notes[0]
+
+
+def test_pairs_are_computed_without_tensorflow(results, tmp_path):
+    """Read from files alone, like the rest of `compare`: no TensorFlow import (seconds)."""
+    import subprocess
+    import sys
+
+    one = run_of(results, "one")
+    again = copy_of(one, tmp_path)
+    script = (
+        "import sys\n"
+        "from harness.cli import main\n"
+        f"assert main(['compare', {str(one)!r}, {str(again)!r}, '--pairs']) == 0\n"
+        "print(sorted(m for m in ('tensorflow', 'tf_keras', 'keras') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
