@@ -94,3 +94,15 @@ def test_repeats_to_resolve_is_taken_at_its_word_on_held_out_seeds():
     none = calibration_row(_seeded(16, {"a": 0.67, "b": 0.67}, 0.03), 3, 16, subsets=40, resamples=200)
     assert none["prediction_checked"] >= 3 and none["resolved_as_predicted"] <= 0.3
     assert none["unsupported_pairs"] > none["prediction_checked"] and 2 <= none["median_predicted_repeats"] <= 13
+
+
+def test_pairs_across_two_runs_of_other_seeds_are_calibrated_against_held_out_seeds():
+    # compare --pairs over two runs of 3 seeds each: coverage near an exact interval's, and a model
+    # against itself in the other run (true difference 0) seldom called supported.
+    from harness.bench.calibration import across_runs_row
+
+    row = across_runs_row(_seeded(16, {"a": 0.70, "b": 0.66}, 0.02), 3, 16, subsets=40, resamples=200)
+    assert row["across_runs"] and row["intervals"] == 40 * 4 and row["held_out_seeds"] == 10
+    assert row["ideal_coverage"] - 0.03 <= row["coverage"] <= 1.0, row  # too narrow is the failure that misleads
+    assert row["same_model_supported"] <= 0.1 and row["false_claims"] <= 0.05
+    assert row["supported"] > row["same_model_supported"], "a against b differs by two seed spreads: sometimes supported"

@@ -156,3 +156,10 @@ def test_pairs_are_computed_without_tensorflow(results, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_runs_of_the_same_name_from_two_folders_are_told_apart_by_their_paths(results, tmp_path):
+    one = run_of(results, "one")
+    elsewhere = copy_of(one, tmp_path, run_id=one.name)  # the same experiment and run id, another folder
+    pairs = harness.compare_pairs([one, elsewhere]).pairs
+    assert len(pairs) == 9 and set(pairs["run_a"]) == {str(one)} and set(pairs["run_b"]) == {str(elsewhere)}

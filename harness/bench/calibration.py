@@ -66,9 +66,10 @@ def bench_calibration(folder: Path, seeds: int = 16, steps: int = 256, side: int
     train_s = time.perf_counter() - began
     scored = last_evaluations(result.run_dir / "val_scores.csv", config.data.classes)
     rows = [calibration_row(scored, size, seeds, subsets, resamples) for size in sizes if size < seeds]
+    rows += [across_runs_row(scored, size, seeds, subsets, resamples) for size in sizes if 1 < size and 2 * size < seeds]
     table = pd.DataFrame(rows)
     table.insert(0, "section", "calibration_bootstrap" if bootstrap_train else "calibration")
-    table.insert(1, "contender", [f"R = {r}" for r in table["repeats"]])
+    table.insert(1, "contender", [f"{'across two runs, ' if row.get('across_runs') else ''}R = {row['repeats']}" for row in rows])
     table["seeds_trained"] = seeds
     table["pair_seed_std"] = pair_seed_spread(per_seed_values(scored))
     table["train_s"] = round(train_s, 1)
@@ -110,6 +111,39 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         row["median_predicted_repeats"] = float(within["predicted"].median()) if len(within) else math.nan
         row["resolved_as_predicted"] = round(float(within["resolved"].mean()), 3) if len(within) else math.nan  # the claim: 0.8
     return row
+
+
+def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples: int, seed: int = 0) -> dict:
+    """`compare --pairs` over two runs of R = `size` seeds each, trained with different seeds:
+    each subset draws 2R seeds, the first R play run 1 (every model), the next R run 2, paired
+    by position as the command pairs repeats; every model of run 1 is compared with every model
+    of run 2 (Holm over those pairs), and the seeds drawn by neither play the truth. A model
+    against itself in the other run has a true difference of 0: any support is a false claim."""
+    models = list(dict.fromkeys(model_of(n) for n in scored))
+    per_seed = per_seed_values(scored)
+    rng = np.random.default_rng(seed)
+    outcomes, same = [], []
+    for _ in range(subsets):
+        drawn = rng.choice(np.arange(1, seeds + 1), 2 * size, replace=False).tolist()
+        runs = {"1": drawn[:size], "2": drawn[size:]}
+        held_out = [r for r in range(1, seeds + 1) if r not in drawn]
+        frame = pd.concat([per_seed[per_seed["repeat"] == r].assign(model=lambda f, k=k: k + ":" + f["model"], repeat=i + 1)
+                           for k, chosen in runs.items() for i, r in enumerate(chosen)], ignore_index=True)
+        draws = image_draws({n: scored[n] for n in frame["member"]}, METRIC, resamples=resamples)
+        pairs = across_seeds(frame, f"val_{METRIC}", draws, compared=lambda a, b: a.split(":")[0] != b.split(":")[0])[1]
+        truth = per_seed[per_seed["repeat"].isin(held_out)].groupby("model")["value"].mean()
+        judged = _judge(pairs, {(a, b): float(truth[a.split(":")[1]] - truth[b.split(":")[1]]) for a, b in zip(pairs["model_a"], pairs["model_b"])})
+        outcomes += judged
+        same += [j["supported"] for j, a, b in zip(judged, pairs["model_a"], pairs["model_b"]) if a.split(":")[1] == b.split(":")[1]]
+    frame = pd.DataFrame(outcomes)
+    m = seeds - 2 * size
+    return {
+        "repeats": size, "across_runs": True, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame), "models": len(models),
+        "coverage": round(frame["covered"].mean(), 3), "ideal_coverage": round(ideal_coverage(size, m), 3),
+        "supported": round(frame["supported"].mean(), 3), "false_claims": round(frame["false_claim"].mean(), 3),
+        "false_share_of_supported": round(frame.loc[frame["supported"], "false_claim"].mean(), 3) if frame["supported"].any() else 0.0,
+        "same_model_supported": round(float(np.mean(same)), 3),
+    }
 
 
 def per_seed_values(scored: dict, images: np.ndarray | None = None) -> pd.DataFrame:

@@ -46,12 +46,9 @@ class RunScores:
     run: RunDir
     config: ExperimentConfig
     versions: dict
+    label: str = ""  # `<experiment>/<run_id>`, or the run's path where two runs share that
     members: pd.DataFrame | None = None
     scored: dict | None = None
-
-    @property
-    def label(self) -> str:
-        return self.run.label
 
 
 @dataclass(frozen=True)
@@ -69,6 +66,9 @@ def cross_run_pairs(run_dirs: list[Path]) -> CrossRun:
     """Every pair of models from different runs, on the runs' ranking column. ConfigError (exit 2)
     when the runs cannot be compared pair by pair."""
     runs = [_open(Path(d)) for d in _distinct(run_dirs)]
+    labels = [r.run.label for r in runs]
+    for run in runs:  # runs copied from elsewhere may share experiment and run id
+        run.label = run.run.label if labels.count(run.run.label) == 1 else str(run.run.path)
     rank = _same_ranking(runs)
     _same_seeding(runs)
     _same_data(runs)
