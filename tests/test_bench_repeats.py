@@ -105,4 +105,5 @@ def test_pairs_across_two_runs_of_other_seeds_are_calibrated_against_held_out_se
     assert row["across_runs"] and row["intervals"] == 40 * 4 and row["held_out_seeds"] == 10
     assert row["ideal_coverage"] - 0.03 <= row["coverage"] <= 1.0, row  # too narrow is the failure that misleads
     assert row["same_model_supported"] <= 0.1 and row["false_claims"] <= 0.05
+    assert row["nightly_alarms_paired"] <= 0.05, "two nights of the same model: a one-sided 95% interval alarms 2.5% of the time"
     assert row["supported"] > row["same_model_supported"], "a against b differs by two seed spreads: sometimes supported"

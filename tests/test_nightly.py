@@ -265,3 +265,24 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     assert list(table["night"]) == ["2026-11-19", "2026-11-20", "2026-11-21"]
     assert list(table["regressions"]) == [0, len(regressed), 0]
     assert math.isclose(table["fcn val_iou"][0], table["fcn val_iou"][2])  # same code, same data: same result
+
+
+def test_beyond_noise_pairs_tonight_with_the_earlier_run_on_the_same_images_or_says_why_not(tmp_path):
+    watched = {"nightly": {"thresholds": {"val_iou": {"abs": 0.0, "beyond_noise": True}}}}
+    config = write_yaml(tmp_path / "n.yaml", tiny_config(output={**tiny_config()["output"], **watched}))
+    results = tmp_path / "results"
+    assert run_main("nightly", config, "--results", results, "--night", "2026-11-19").returncode == 0
+    night1 = next(p for p in (results / "tiny").iterdir() if p.is_dir())
+    worse = run_main("nightly", config, "--results", results, "--night", "2026-11-20", "--set", "train.optimizer.learning_rate=1e-7")
+    assert worse.returncode == 6, worse.stderr
+    night2 = max(p for p in (results / "tiny").iterdir() if p.is_dir())
+    changes = json.loads((night2 / "nightly.json").read_text())["changes"]
+    paired = [c for c in changes if c["note"].startswith(f"paired with {night1.name} on the same images: tonight - then ")]
+    assert paired and all(c["regressed"] == (not c["note"].endswith(": noise")) for c in paired)
+    assert any(c["regressed"] for c in paired)
+    # The earlier run's folder moved away: judged by tonight's interval alone, and said.
+    night2.rename(tmp_path / "moved")
+    assert run_main("nightly", config, "--results", results, "--night", "2026-11-21").returncode in (0, 6)
+    night3 = max(p for p in (results / "tiny").iterdir() if p.is_dir())
+    notes = json.loads((night3 / "nightly.json").read_text())["notes"]
+    assert any(f"not paired with {night2.name}: its run folder" in n and "is gone" in n for n in notes), notes

@@ -260,3 +260,26 @@ def test_the_verdict_gives_repeats_to_resolve_as_a_guess_and_says_when_none_is_l
     text = verdict(pairs, "val_iou")
     assert "perhaps 15 repeats would resolve it (a guess from 3 seeds, often optimistic)" in text
     assert "no number of repeats is likely to resolve it (the true difference may be zero, or too small for these validation images)" in text
+
+
+def test_a_nightly_drop_paired_on_the_same_images_is_judged_by_the_interval_of_the_change():
+    from harness.nights.regressions import Paired
+
+    status = {"m": "ok"}
+    now = {("m", "val_iou"): 0.80, ("m", "val_iou_low"): 0.79, ("m", "val_iou_high"): 0.81}  # tonight's own interval excludes 0.83
+    watched = {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}
+    crossing = {("m", "val_iou"): Paired(-0.03, -0.07, +0.01, "validation images only")}
+    [noise] = compare(now, {("m", "val_iou"): 0.83}, status, status, watched, "previous", "r0", paired=crossing)
+    assert not noise.regressed and noise.note == ("paired with r0 on the same images: tonight - then -0.03 [-0.07, +0.01] "
+                                                  "of validation images only: noise")
+    below = {("m", "val_iou"): Paired(-0.03, -0.05, -0.01, "validation images only")}
+    [drop] = compare(now, {("m", "val_iou"): 0.83}, status, status, watched, "previous", "r0", paired=below)
+    assert drop.regressed and drop.note.endswith("of validation images only")
+    # A loss: worse is up. The interval above 0 is a regression; within the threshold nothing is.
+    loss = {"val_loss": ThresholdSpec(abs=0.01, beyond_noise=True)}
+    [up] = compare({("m", "val_loss"): 0.50}, {("m", "val_loss"): 0.45}, status, status, loss, "previous", "r0",
+                   paired={("m", "val_loss"): Paired(0.05, 0.02, 0.08, "x")})
+    assert up.regressed
+    [small] = compare({("m", "val_loss"): 0.455}, {("m", "val_loss"): 0.45}, status, status, loss, "previous", "r0",
+                      paired={("m", "val_loss"): Paired(0.005, 0.002, 0.008, "x")})
+    assert not small.regressed and small.note == ""

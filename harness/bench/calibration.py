@@ -130,20 +130,31 @@ def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         frame = pd.concat([per_seed[per_seed["repeat"] == r].assign(model=lambda f, k=k: k + ":" + f["model"], repeat=i + 1)
                            for k, chosen in runs.items() for i, r in enumerate(chosen)], ignore_index=True)
         draws = image_draws({n: scored[n] for n in frame["member"]}, METRIC, resamples=resamples)
-        pairs = across_seeds(frame, f"val_{METRIC}", draws, compared=lambda a, b: a.split(":")[0] != b.split(":")[0])[1]
+        per_model, pairs = across_seeds(frame, f"val_{METRIC}", draws, compared=lambda a, b: a.split(":")[0] != b.split(":")[0])
         truth = per_seed[per_seed["repeat"].isin(held_out)].groupby("model")["value"].mean()
         judged = _judge(pairs, {(a, b): float(truth[a.split(":")[1]] - truth[b.split(":")[1]]) for a, b in zip(pairs["model_a"], pairs["model_b"])})
         outcomes += judged
-        same += [j["supported"] for j, a, b in zip(judged, pairs["model_a"], pairs["model_b"]) if a.split(":")[1] == b.split(":")[1]]
-    frame = pd.DataFrame(outcomes)
+        same += [{"supported": j["supported"], **_nightly_alarms(row, per_model.set_index("model"))}
+                 for j, row in zip(judged, pairs.itertuples(index=False)) if row.model_a.split(":")[1] == row.model_b.split(":")[1]]
+    frame, same = pd.DataFrame(outcomes), pd.DataFrame(same)
     m = seeds - 2 * size
     return {
         "repeats": size, "across_runs": True, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame), "models": len(models),
         "coverage": round(frame["covered"].mean(), 3), "ideal_coverage": round(ideal_coverage(size, m), 3),
         "supported": round(frame["supported"].mean(), 3), "false_claims": round(frame["false_claim"].mean(), 3),
         "false_share_of_supported": round(frame.loc[frame["supported"], "false_claim"].mean(), 3) if frame["supported"].any() else 0.0,
-        "same_model_supported": round(float(np.mean(same)), 3),
+        "same_model_supported": round(float(same["supported"].mean()), 3),
+        # `harness nightly` on two nights of the same code (run 1 the earlier), threshold 0, beyond_noise:
+        "nightly_alarms_paired": round(float(same["paired"].mean()), 3),  # the change's paired interval below 0
+        "nightly_alarms_tonight_only": round(float(same["tonight_only"].mean()), 3),  # the earlier mean above tonight's interval
     }
+
+
+def _nightly_alarms(pair, per_model: pd.DataFrame) -> dict:
+    """A model against itself, run 1 (model_a) then run 2 (model_b), IoU: would `beyond_noise`
+    call tonight's drop a regression, paired (diff = then - tonight, its interval above 0) or by
+    tonight's interval alone (the earlier mean above it)?"""
+    return {"paired": bool(pair.diff_low > 0), "tonight_only": bool(per_model.loc[pair.model_a, "mean"] > per_model.loc[pair.model_b, "high"])}
 
 
 def per_seed_values(scored: dict, images: np.ndarray | None = None) -> pd.DataFrame:

@@ -187,9 +187,11 @@ class ThresholdSpec(Strict):
     rel: Annotated[float, Field(ge=0)] | None = None
     # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
     higher_is_better: bool | None = None
-    # True: a change beyond the threshold counts only if the earlier value is also outside
-    # tonight's 95% interval (summary.csv <metric>_low/_high): not a drop noise explains. With one
-    # training seed that interval covers validation-image noise only; with repeats, training too.
+    # True: a change beyond the threshold counts only if it is beyond noise too: where both runs
+    # scored the same images, the 95% interval of tonight minus then (`harness compare --pairs`,
+    # each model against itself) lies wholly on the bad side of 0; else the earlier value lies
+    # outside tonight's 95% interval (summary.csv <metric>_low/_high). With one training seed
+    # those intervals cover image noise only; with repeats, training randomness too.
     beyond_noise: bool = False
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ now missing or not finite, or when a model that trained fine before diverged.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
 from harness.config.schema import ThresholdSpec
@@ -21,6 +21,17 @@ def higher_is_better(metric: str, threshold: ThresholdSpec | None = None) -> boo
     if threshold is not None and threshold.higher_is_better is not None:
         return threshold.higher_is_better
     return metrics.higher_is_better(metric)
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A watched metric's change, tonight minus the earlier run, for one model, with its 95%
+    interval from the two runs paired on the same images (`harness compare --pairs`)."""
+
+    diff: float
+    low: float
+    high: float
+    covers: str
 
 
 @dataclass(frozen=True)
@@ -51,10 +62,13 @@ def compare(
     against: str,
     against_run: str,
     resampled: bool = False,
+    paired: Mapping[tuple[str, str], Paired] | None = None,
 ) -> list[Change]:
     """Every watched (model, metric) present in both runs, plus every model that stopped training
     fine. Models only in one of the two runs are reported as a note, not a regression.
-    `resampled`: tonight's seeds each trained on a bootstrap of the training set (said in notes)."""
+    `resampled`: tonight's seeds each trained on a bootstrap of the training set (said in notes).
+    `paired`: (model, metric) -> the change's interval from both runs on the same images, which a
+    `beyond_noise` threshold judges by where it can (else by tonight's interval alone)."""
     changes: list[Change] = []
     models = sorted(set(now_status) | {m for m, _ in now})
     for model in models:
@@ -70,7 +84,10 @@ def compare(
                 continue
             interval = (now.get((model, f"{metric}_low"), math.nan), now.get((model, f"{metric}_high"), math.nan))
             covers = noise_covered(metric, now.get((model, "repeats"), 1), resampled)
-            changes.append(_change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval, covers))
+            pair = (paired or {}).get((model, metric)) if threshold.beyond_noise else None
+            change = _change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval, covers,
+                             noise_by_tonight=pair is None)
+            changes.append(change if pair is None else _judged_paired(change, pair, threshold))
     return changes
 
 
@@ -86,7 +103,10 @@ def noise_covered(metric: str, repeats: float, resampled: bool = False) -> str:
 NOISE_OF_IMAGES = noise_covered("val_iou", 1)
 
 
-def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan), covers: str = NOISE_OF_IMAGES) -> Change:
+def _change(against: str, run: str, model: str, metric: str, before: float, now: float, threshold: ThresholdSpec, interval=(math.nan, math.nan), covers: str = NOISE_OF_IMAGES,
+            noise_by_tonight: bool = True) -> Change:
+    """The change against its threshold; with `beyond_noise` (and `noise_by_tonight`: no paired
+    interval to judge by instead), a drop the earlier value lies within tonight's interval of is noise."""
     sign = -1.0 if higher_is_better(metric, threshold) else 1.0
     allowed = f"abs {threshold.abs:g}" if threshold.abs is not None else f"rel {threshold.rel:.0%}"
     if not columns.is_finite(before):
@@ -98,7 +118,7 @@ def _change(against: str, run: str, model: str, metric: str, before: float, now:
     # A change of exactly the threshold is allowed, also when decimal values round (0.5 - 0.48).
     regressed = worse_by > limit + _ROUNDING * max(abs(before), abs(now), limit)
     note = ""
-    if threshold.beyond_noise:
+    if threshold.beyond_noise and noise_by_tonight:
         low, high = interval
         if not (columns.is_finite(low) and columns.is_finite(high)):
             note = "no interval tonight: judged by the threshold alone"
@@ -107,6 +127,17 @@ def _change(against: str, run: str, model: str, metric: str, before: float, now:
         elif regressed:
             note = f"beyond tonight's 95% interval [{low:.4g}, {high:.4g}] of {covers}"
     return Change(against, run, model, metric, before, now, worse_by, allowed, regressed, note)
+
+
+def _judged_paired(change: Change, pair: Paired, threshold: ThresholdSpec) -> Change:
+    """A change beyond its threshold is a regression only if the paired interval of tonight minus
+    the earlier run lies wholly on the bad side of 0: the two runs' noise on the same images is
+    weighed together, not tonight's alone against an earlier value taken as exact."""
+    if not change.regressed or not (columns.is_finite(pair.low) and columns.is_finite(pair.high)):
+        return change
+    worse = pair.high < 0 if higher_is_better(change.metric, threshold) else pair.low > 0
+    said = f"paired with {change.against_run} on the same images: tonight - then {pair.diff:+.4g} [{pair.low:+.4g}, {pair.high:+.4g}] of {pair.covers}"
+    return replace(change, regressed=worse, note=said + ("" if worse else ": noise"))
 
 
 def models_added_or_removed(now_status: Mapping[str, str], before_status: Mapping[str, str]) -> list[str]:

@@ -29,6 +29,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.nights.regressions import Change, compare, models_added_or_removed
+from harness.nights.paired import paired_changes
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.derived import write_report_page
 from harness.outputs.plots import save_trend_plots
@@ -232,7 +233,9 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
             notes.append(f"no {against} run to compare with" + (" (pin one: harness history NAME --pin RUN_ID)" if against == "baseline" else ""))
             continue
         before, before_status = store.metrics_of(reference.run_id), store.model_status_of(reference.run_id)
-        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train)
+        paired, unpaired = paired_changes(reference.run_dir, reference.run_id, run.path, thresholds)
+        notes += [f"{against}: {n}" for n in unpaired]
+        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired)
         notes += [f"{against} ({reference.run_id}): {n}" for n in models_added_or_removed(now_status, before_status)]
         if reference.fingerprint != store.get(run_id).fingerprint:
             notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")

@@ -62,21 +62,22 @@ class CrossRun:
     notes: list[str]
 
 
-def cross_run_pairs(run_dirs: list[Path]) -> CrossRun:
-    """Every pair of models from different runs, on the runs' ranking column. ConfigError (exit 2)
-    when the runs cannot be compared pair by pair."""
+def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model: bool = False) -> CrossRun:
+    """Every pair of models from different runs on `metric` (default: the runs' ranking column,
+    the same in every run); `same_model`: only each model against itself in the other runs (what
+    `harness nightly` asks). ConfigError (exit 2) when the runs cannot be compared pair by pair."""
     runs = [_open(Path(d)) for d in _distinct(run_dirs)]
     labels = [r.run.label for r in runs]
     for run in runs:  # runs copied from elsewhere may share experiment and run id
         run.label = run.run.label if labels.count(run.run.label) == 1 else str(run.run.path)
-    rank = _same_ranking(runs)
+    rank = metric or _same_ranking(runs)
     _same_seeding(runs)
     _same_data(runs)
     for run in runs:
         _read_scores(run, rank)
     _same_images(runs, split_column(rank)[0])
     notes = [note] if (note := _versions_note(runs)) else []
-    return CrossRun(_labelled(_statistics(runs, rank)), rank, notes)
+    return CrossRun(_labelled(_statistics(runs, rank, same_model)), rank, notes)
 
 
 def _distinct(run_dirs: list[Path]) -> list[Path]:
@@ -173,7 +174,7 @@ def _same_images(runs: list[RunScores], split: str) -> None:
                               "was a data file changed between the runs?")
 
 
-def _statistics(runs: list[RunScores], rank: str) -> pd.DataFrame:
+def _statistics(runs: list[RunScores], rank: str, same_model: bool = False) -> pd.DataFrame:
     """The runs' members under one name space (`<run label>: <model>`), compared across runs."""
     split, metric = split_column(rank)[0], metric_of(rank)
 
@@ -181,7 +182,8 @@ def _statistics(runs: list[RunScores], rank: str) -> pd.DataFrame:
         return f"{run.label}{SEPARATOR}{name}"
 
     def across(a: str, b: str) -> bool:
-        return a.rsplit(SEPARATOR, 1)[0] != b.rsplit(SEPARATOR, 1)[0]
+        (run_a, model_a), (run_b, model_b) = a.rsplit(SEPARATOR, 1), b.rsplit(SEPARATOR, 1)
+        return run_a != run_b and (model_a == model_b or not same_model)
 
     scored = {key(r, name): s for r in runs for name, s in r.scored.items() if name in set(r.members["member"])}
     if runs[0].config.train.repeats == 1:
