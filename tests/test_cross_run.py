@@ -163,3 +163,18 @@ def test_runs_of_the_same_name_from_two_folders_are_told_apart_by_their_paths(re
     elsewhere = copy_of(one, tmp_path, run_id=one.name)  # the same experiment and run id, another folder
     pairs = harness.compare_pairs([one, elsewhere]).pairs
     assert len(pairs) == 9 and set(pairs["run_a"]) == {str(one)} and set(pairs["run_b"]) == {str(elsewhere)}
+
+
+def test_data_found_at_other_paths_is_compared_when_its_images_check_out_one_by_one(results, tmp_path):
+    one, other = (copy_of(run_of(results, "one"), tmp_path, run_id) for run_id in ("20261101-000000", "20261102-000000"))
+    _edit_config(one, lambda c: c["data"].update(source="arrays", arrays="/data/shapes.npz"))
+    _edit_config(other, lambda c: c["data"].update(source="arrays", arrays="/mnt/copy/shapes.npz"))
+    found = harness.compare_pairs([one, other])
+    assert len(found.pairs) == 9
+    assert any("data.arrays: one/20261101-000000 = /data/shapes.npz, one/20261102-000000 = /mnt/copy/shapes.npz" in n
+               and "found the same by their true masks" in n for n in found.notes), found.notes
+    scores = pd.read_csv(other / "val_scores.csv")
+    scores.loc[scores["image"] == 0, "truth"] += 1
+    scores.to_csv(other / "val_scores.csv", index=False)
+    with pytest.raises(ConfigError, match="not scored on the same images"):
+        harness.compare_pairs([one, other])

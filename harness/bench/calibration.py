@@ -32,6 +32,7 @@ from harness.outputs.statistics import CONFIDENCE, across_seeds, bootstrap_metri
 from harness.outputs.uncertainty import last_evaluations
 
 METRIC = "iou"
+NIGHTLY_DROP = 0.02  # IoU: the default nightly threshold of val_iou
 
 # Close in quality on purpose: the pairs a user would want told apart.
 CALIBRATION_MODELS = [
@@ -122,7 +123,7 @@ def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     models = list(dict.fromkeys(model_of(n) for n in scored))
     per_seed = per_seed_values(scored)
     rng = np.random.default_rng(seed)
-    outcomes, same = [], []
+    outcomes, alarms = [], []
     for _ in range(subsets):
         drawn = rng.choice(np.arange(1, seeds + 1), 2 * size, replace=False).tolist()
         runs = {"1": drawn[:size], "2": drawn[size:]}
@@ -134,9 +135,11 @@ def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         truth = per_seed[per_seed["repeat"].isin(held_out)].groupby("model")["value"].mean()
         judged = _judge(pairs, {(a, b): float(truth[a.split(":")[1]] - truth[b.split(":")[1]]) for a, b in zip(pairs["model_a"], pairs["model_b"])})
         outcomes += judged
-        same += [{"supported": j["supported"], **_nightly_alarms(row, per_model.set_index("model"))}
-                 for j, row in zip(judged, pairs.itertuples(index=False)) if row.model_a.split(":")[1] == row.model_b.split(":")[1]]
-    frame, same = pd.DataFrame(outcomes), pd.DataFrame(same)
+        alarms += [{"same_model": row.model_a.split(":")[1] == row.model_b.split(":")[1], "supported": j["supported"],
+                    "true_drop": float(truth[row.model_a.split(":")[1]] - truth[row.model_b.split(":")[1]]), **_nightly_alarms(row, per_model.set_index("model"))}
+                   for j, row in zip(judged, pairs.itertuples(index=False))]
+    frame, alarms = pd.DataFrame(outcomes), pd.DataFrame(alarms)
+    same, dropped = alarms[alarms["same_model"]], alarms[alarms["true_drop"] > NIGHTLY_DROP]
     m = seeds - 2 * size
     return {
         "repeats": size, "across_runs": True, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame), "models": len(models),
@@ -147,6 +150,10 @@ def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         # `harness nightly` on two nights of the same code (run 1 the earlier), threshold 0, beyond_noise:
         "nightly_alarms_paired": round(float(same["paired"].mean()), 3),  # the change's paired interval below 0
         "nightly_alarms_tonight_only": round(float(same["tonight_only"].mean()), 3),  # the earlier mean above tonight's interval
+        # ... and where tonight's model is truly worse by more than NIGHTLY_DROP (held-out seeds): found how often
+        "nightly_drops": len(dropped),
+        "nightly_drops_found_paired": round(float(dropped["paired"].mean()), 3) if len(dropped) else math.nan,
+        "nightly_drops_found_tonight_only": round(float(dropped["tonight_only"].mean()), 3) if len(dropped) else math.nan,
     }
 
 

@@ -34,6 +34,8 @@ from harness.rundir import RunDir
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
+# Data settings that say where the files are, not what they hold.
+WHERE_DATA = ("images", "masks", "val_images", "val_masks", "test_images", "test_masks", "manifest", "arrays", "tfds.data_dir")
 SEPARATOR = ": "  # between a run's label and a model's name in the pairs' model_a / model_b
 
 
@@ -72,11 +74,14 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
         run.label = run.run.label if labels.count(run.run.label) == 1 else str(run.run.path)
     rank = metric or _same_ranking(runs)
     _same_seeding(runs)
-    _same_data(runs)
+    moved = _same_data(runs)
     for run in runs:
         _read_scores(run, rank)
-    _same_images(runs, split_column(rank)[0])
+    _same_images(runs, split_column(rank)[0], moved)
     notes = [note] if (note := _versions_note(runs)) else []
+    if moved:
+        notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
+                     "by their true masks, image by image.")
     return CrossRun(_labelled(_statistics(runs, rank, same_model)), rank, notes)
 
 
@@ -133,26 +138,37 @@ def _same_seeding(runs: list[RunScores]) -> None:
                           [f"{label}: train.repeats {n}" for label, n in repeats.items()])
 
 
-def _same_data(runs: list[RunScores]) -> None:
-    """The data settings that decide the scored images, equal in every run."""
+def _same_data(runs: list[RunScores]) -> list[str]:
+    """The data settings that decide the scored images, equal in every run; returns those that
+    only say where the files are (`data.images`, ...), which may differ (data moved to another
+    machine) if the images check out one by one (`_same_images`)."""
     def deciding(config: ExperimentConfig) -> dict:
         settings = config.data.model_dump(mode="json")
+        if isinstance(settings.get("tfds"), dict):
+            settings["tfds.data_dir"] = settings["tfds"].pop("data_dir")
         return {k: v for k, v in settings.items() if k not in TRAINING_ONLY_DATA}
 
     first, rest = runs[0], runs[1:]
     base = deciding(first.config)
-    problems = []
+    problems, moved = [], []
     for run in rest:
         other = deciding(run.config)
-        problems += [f"data.{k}: {first.label} = {base.get(k)}, {run.label} = {other.get(k)}" for k in sorted(set(base) | set(other)) if base.get(k) != other.get(k)]
+        for key in sorted(set(base) | set(other)):
+            if base.get(key) != other.get(key):
+                (moved if key in WHERE_DATA else problems).append(f"data.{key}: {first.label} = {base.get(key)}, {run.label} = {other.get(key)}")
     if problems:
         raise ConfigError("compare --pairs: the runs' data settings differ, so their models were not scored on the same images:", problems)
+    return moved
 
 
-def _same_images(runs: list[RunScores], split: str) -> None:
+def _same_images(runs: list[RunScores], split: str, moved: list[str]) -> None:
     """Image by image, each run's scored images hold the same true pixels per class (the counts
-    val_scores.csv / test_scores.csv keep): equal settings over files that changed would not."""
+    val_scores.csv / test_scores.csv keep): equal settings over files that changed would not.
+    Data found at other paths (`moved`) must pass this check: without counts they are refused."""
     if split not in ("val", "test"):
+        if moved:
+            raise ConfigError(f"compare --pairs: the runs' data files are at other paths and {split or 'this'} column has no per-image scores "
+                              "to check them by:", moved)
         return  # a ranking column with no per-image basis: there is nothing per image to check or resample
     where = "test_scores.csv" if split == "test" else "val_scores.csv"
     truths = {}
@@ -164,6 +180,9 @@ def _same_images(runs: list[RunScores], split: str) -> None:
     first = runs[0].label
     for label, truth in truths.items():
         if truth is None or truths[first] is None:
+            if moved:
+                raise ConfigError("compare --pairs: the runs' data files are at other paths and their members keep no true-mask "
+                                  "counts to check the images by:", moved)
             continue  # reconstruction members keep no counts: the data settings are the check
         if truth.shape != truths[first].shape:
             raise ConfigError(f"compare --pairs: {first} scored {len(truths[first])} images in {where}, {label} {len(truth)}: not the same images")
