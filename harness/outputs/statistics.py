@@ -250,13 +250,11 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, seeds: int
 
 def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarray] | None = None, split: str = "val", resampled: bool = False,
                  compared: Callable[[str, str], bool] | None = None):
-    """(per-model table, per-pair table) over repeats. per_seed: columns model, repeat, member,
-    value (the member's `metric`); draws: member -> its metric on shared image resamples
-    (`image_draws`), or None where the metric has no per-image basis (training randomness only);
-    resampled: each seed trained on its own bootstrap of the training set (said in `covers`);
-    compared: which pairs of models (a, b) to compare, Holm's adjustment running over them alone
-    (default: every pair). Pairs are compared over the repeats both models completed, paired by
-    repeat."""
+    """(per-model table, per-pair table) over repeats, each pair over the repeats both models
+    completed, paired by repeat. per_seed: model, repeat, member, value (its `metric`); draws:
+    member -> its metric on shared image resamples (`image_draws`), None without a per-image basis
+    (seeds only); resampled: seeds trained on bootstraps of the training set (said in `covers`);
+    compared: which pairs (a, b), Holm's adjustment over them alone (default: every pair)."""
     table = per_seed.pivot_table(index="repeat", columns="model", values="value", aggfunc="first")
     member = per_seed.pivot_table(index="repeat", columns="model", values="member", aggfunc="first")
     models = list(dict.fromkeys(per_seed["model"]))
