@@ -14,7 +14,10 @@ on the same validation images. For each subset and pair, the harness's own stati
   what calling its exclusion of zero "supported" would claim;
 - with repeats, `repeats_to_resolve` taken at its word: a pair left unsupported, predicted to be
   resolved by r repeats (r no more than the seeds held out), is asked of r held-out seeds
-  (`resolved_as_predicted`, against the 80% it promises).
+  (`resolved_as_predicted`, against the 80% it promises);
+- across two runs (`across_runs_row`): `harness compare --pairs` between two runs of R other
+  seeds each, the same judgement, and `harness nightly`'s `beyond_noise` on two nights of the
+  same model (false alarms) and on drops the held-out seeds confirm (found).
 """
 
 from __future__ import annotations

@@ -10,9 +10,13 @@ Checked before anything is computed, in order, each refusal naming what differs 
 run has finished (summary.csv); they rank by the same column; they have one training seed each or
 repeats each (a one-seed model has no spread to weigh against another's); their data settings
 that decide the scored images are equal (`data.*` but batch_size, augment, bootstrap_train and
-cache); and the images scored were the same, image by image (each image's count of true pixels
+cache; the paths of the files may differ, data moved to another machine, if the next check can
+be made); and the images scored were the same, image by image (each image's count of true pixels
 per class, from the files: what a changed file, split or size would show). Runs made with other
-library versions are compared, and the note says which versions differ.
+library versions are compared, and a note says which versions differ.
+
+`harness nightly` asks the same of tonight's run and an earlier one, for each watched metric,
+each model against itself (`metric`, `same_model`: nights/paired.py).
 """
 
 from __future__ import annotations
