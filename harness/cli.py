@@ -185,6 +185,7 @@ def _add_compare(commands) -> None:
                          help="also compare every model of one run with every model of the others, paired on the images both were scored on "
                               "(the runs must have scored the same images; exit 2 says what differs)")
     compare.add_argument("--pairs-csv", type=Path, default=None, metavar="FILE", help="with --pairs: save the pairs as CSV")
+    compare.add_argument("--chosen", action="store_true", help="with --pairs: only the model each group chose (runs with output.compare_by)")
     _add_json(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -316,7 +317,8 @@ def cmd_workers(args) -> int:
 def cmd_compare(args) -> int:
     from harness.outputs.compare import compare_command
 
-    compare_command(args.run_dirs, as_json=args.json, csv=args.csv, pairs=args.pairs or args.pairs_csv is not None, pairs_csv=args.pairs_csv)
+    compare_command(args.run_dirs, as_json=args.json, csv=args.csv, pairs=args.pairs or args.pairs_csv is not None or args.chosen,
+                    pairs_csv=args.pairs_csv, chosen=args.chosen)
     return EXIT_OK
 
 

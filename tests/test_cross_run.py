@@ -20,12 +20,17 @@ from harness.errors import ConfigError
 def results(tmp_path_factory):
     """Two one-seed runs of the tiny config (seeds 3 and 4) and two runs with 2 repeats each."""
     folder = tmp_path_factory.mktemp("cross")
+    grid = [{"name": n, "arch": f"tiny_{n}", "grid": {"optimizer.learning_rate": [0.001, 0.01]}} for n in ("fcn", "unet")]
+    by_arch = {"models": grid, "train": {"epochs": 1}, "data": {"test_size": 8}, "output": {**TINY_OUTPUT, "compare_by": ["arch"]}}
     for name, changes in (("one", {}), ("two", {"seed": 4}), ("rep_a", {"train": {"epochs": 1, "repeats": 2}}),
-                          ("rep_b", {"seed": 5, "train": {"epochs": 1, "repeats": 2}})):
+                          ("rep_b", {"seed": 5, "train": {"epochs": 1, "repeats": 2}}), ("grid_a", by_arch), ("grid_b", {**by_arch, "seed": 4})):
         config = tiny_config(**changes)
         config["name"] = name
         assert run_main("run", write_yaml(folder / f"{name}.yaml", config), "--results", folder / "results").returncode == 0
     return folder / "results"
+
+
+TINY_OUTPUT = tiny_config()["output"]
 
 
 def run_of(results, name):
@@ -178,3 +183,17 @@ def test_data_found_at_other_paths_is_compared_when_its_images_check_out_one_by_
     scores.to_csv(other / "val_scores.csv", index=False)
     with pytest.raises(ConfigError, match="not scored on the same images"):
         harness.compare_pairs([one, other])
+
+
+def test_chosen_compares_only_the_model_each_group_chose_on_validation(results):
+    runs = [run_of(results, "grid_a"), run_of(results, "grid_b")]
+    chosen = {r.name: set(pd.read_csv(r / "summary.csv").query("chosen_in_group")["model"]) for r in runs}
+    assert all(len(c) == 2 for c in chosen.values())  # one learning rate per architecture
+    found = harness.compare_pairs(runs, chosen=True)
+    assert found.rank == "test_iou" and len(found.pairs) == 4  # 2 chosen x 2 chosen
+    assert set(found.pairs["model_a"]) == chosen[runs[0].name] and set(found.pairs["model_b"]) == chosen[runs[1].name]
+    assert len(harness.compare_pairs(runs).pairs) == 16
+    printed = run_main("compare", *runs, "--chosen")
+    assert printed.returncode == 0 and "test_iou a - b" in printed.stdout, printed.stderr
+    refused = run_main("compare", run_of(results, "one"), run_of(results, "two"), "--chosen")
+    assert refused.returncode == 2 and "chose no model per group" in refused.stderr

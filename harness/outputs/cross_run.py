@@ -68,10 +68,11 @@ class CrossRun:
     notes: list[str]
 
 
-def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model: bool = False) -> CrossRun:
+def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model: bool = False, chosen: bool = False) -> CrossRun:
     """Every pair of models from different runs on `metric` (default: the runs' ranking column,
     the same in every run); `same_model`: only each model against itself in the other runs (what
-    `harness nightly` asks). ConfigError (exit 2) when the runs cannot be compared pair by pair."""
+    `harness nightly` asks); `chosen`: only the model each group of a run chose on validation
+    (`output.compare_by`). ConfigError (exit 2) when the runs cannot be compared pair by pair."""
     runs = [_open(Path(d)) for d in _distinct(run_dirs)]
     labels = [r.run.label for r in runs]
     for run in runs:  # runs copied from elsewhere may share experiment and run id
@@ -80,7 +81,7 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
     _same_seeding(runs)
     moved = _same_data(runs)
     for run in runs:
-        _read_scores(run, rank)
+        _read_scores(run, rank, chosen)
     _same_images(runs, split_column(rank)[0], moved)
     notes = [note] if (note := _versions_note(runs)) else []
     if moved:
@@ -109,9 +110,10 @@ def _open(run_dir: Path) -> RunScores:
     return RunScores(run, run.read_config(), run.read_record().versions)
 
 
-def _read_scores(scores: RunScores, rank: str) -> None:
-    """Each member's value of `rank` (with repeats: per seed, the members that finished) and, for
-    a validation or test metric, each member's per-image quantities on that split."""
+def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
+    """Each member's value of `rank` (with repeats: per seed, the members that finished; `chosen`:
+    of the models each group chose) and, for a validation or test metric, each member's
+    per-image quantities on that split."""
     run, split = scores.run, split_column(rank)[0]
     path = run.test_scores_csv if split == "test" else run.val_scores_csv
     scores.scored = last_evaluations(path, scores.config.data.classes) if split in ("val", "test") else {}
@@ -119,10 +121,19 @@ def _read_scores(scores: RunScores, rank: str) -> None:
     table = load_summary(source)
     if scores.config.train.repeats > 1 and "status" in table:
         table = table[table["status"] == "ok"]
+    if chosen:
+        table = table[table["model"].map(model_of).isin(_chosen_models(run))]
     if rank not in table:
         raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}")
     scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
                                    "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
+
+
+def _chosen_models(run: RunDir) -> set[str]:
+    summary = load_summary(run.summary_csv)
+    if "chosen_in_group" not in summary:
+        raise ConfigError(f"compare --pairs --chosen: {run.path} chose no model per group (its config has no output.compare_by)")
+    return set(summary.loc[summary["chosen_in_group"].astype(str).str.lower() == "true", "model"])
 
 
 def _same_ranking(runs: list[RunScores]) -> str:
