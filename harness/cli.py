@@ -426,7 +426,9 @@ def cmd_history(args) -> int:
         return EXIT_OK
     print_history(table, store.path.parent.name, baseline)
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        from harness.rundir import save_table_as
+
+        save_table_as(table, args.csv, "--csv")
         print(f"saved: {args.csv}")
     return EXIT_OK
 

@@ -197,3 +197,15 @@ def test_chosen_compares_only_the_model_each_group_chose_on_validation(results):
     assert printed.returncode == 0 and "test_iou a - b" in printed.stdout, printed.stderr
     refused = run_main("compare", run_of(results, "one"), run_of(results, "two"), "--chosen")
     assert refused.returncode == 2 and "chose no model per group" in refused.stderr
+
+
+def test_a_table_asked_for_at_a_path_that_cannot_be_written_is_named_not_a_crash(results, tmp_path):
+    runs = [run_of(results, "one"), run_of(results, "two")]
+    blocker = tmp_path / "a_file"
+    blocker.write_text("mine")
+    for option in ("--csv", "--pairs-csv"):
+        refused = run_main("compare", *runs, option, blocker / "table.csv")
+        assert refused.returncode == 2 and f"{option} {blocker / 'table.csv'}: cannot be written" in refused.stderr, refused.stderr
+    assert blocker.read_text() == "mine"
+    made = run_main("compare", *runs, "--pairs-csv", tmp_path / "new" / "pairs.csv")
+    assert made.returncode == 0 and len(pd.read_csv(tmp_path / "new" / "pairs.csv")) == 9

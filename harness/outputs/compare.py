@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir
+from harness.rundir import RunDir, save_table_as
 from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
@@ -43,9 +43,9 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
                 print(f"  {plain_text(line)}")
         if found is not None:
             print_cross_run(found)
-    for frame, path in ((table, csv), (found.pairs if found is not None else None, pairs_csv)):
+    for frame, path, option in ((table, csv, "--csv"), (found.pairs if found is not None else None, pairs_csv, "--pairs-csv")):
         if path and frame is not None:
-            frame.to_csv(path, index=False)
+            save_table_as(frame, path, option)
             print(f"saved: {path}", file=sys.stderr if as_json else sys.stdout)  # stdout holds the JSON
 
 

@@ -39,3 +39,17 @@ def current_umask() -> int:
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def save_table_as(frame, path: Path, option: str) -> None:
+    """A table the user asked for (`--csv FILE`), written whole or not at all; a path that cannot
+    be written is named with the option that gave it (exit 2; a full disk exit 4), never an
+    internal error. The folder is made if missing."""
+    from harness.errors import ConfigError, ResourceError
+
+    try:
+        atomic_write_text(Path(path), frame.to_csv(index=False))
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise ResourceError(f"{option} {path}: disk full; nothing was written there") from None
+        raise ConfigError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
