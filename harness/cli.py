@@ -440,6 +440,10 @@ def cmd_sample_data(args) -> int:
         from harness.data.sample_data import make_sample_data
     except ImportError as exc:
         raise ConfigError(f"sample-data needs scikit-image: pip install scikit-image ({exc})") from None
+    from harness.rundir import make_folder
+
+    for sub in ("images", "masks"):
+        make_folder(Path(args.out) / sub, "sample-data OUT:")
     counts = make_sample_data(args.out)
     print(f"wrote {sum(counts.values())} image/mask pairs to {args.out}/images and {args.out}/masks (how: {args.out}/README.txt)")
     return EXIT_OK

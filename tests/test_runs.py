@@ -195,3 +195,16 @@ def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_u
     assert listed.returncode == 0, listed.stderr
     row = next(line for line in listed.stdout.splitlines() if "20261120-000000" in line)
     assert "unreadable run.json" in row and "nan" not in row.lower()
+
+
+def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_crash(results, tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("mine")
+    run_dir = next((results / "tiny").iterdir())
+    config = write_yaml(tmp_path / "c.yaml", tiny_config(train={"epochs": 1}))
+    for command, said in ((("run", config, "--results", blocker / "r"), "the results folder (--results DIR, output.results_dir)"),
+                          (("export-batches", run_dir, "--steps", "1", "--out", blocker / "e"), "export-batches --out"),
+                          (("sample-data", blocker / "d"), "sample-data OUT:")):
+        refused = run_main(*command)
+        assert refused.returncode == 2 and said in refused.stderr and "cannot be made a folder" in refused.stderr, refused.stderr
+    assert blocker.read_text() == "mine"

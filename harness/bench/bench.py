@@ -84,9 +84,9 @@ TINY_CALIBRATION_IMAGES = {"seeds": 4, "steps": 8, "side": 16, "train_size": 32,
 
 
 def _dated_folder(out_dir: Path) -> Path:
-    folder = out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    from harness.rundir import make_folder
+
+    return make_folder(out_dir / datetime.now(timezone.utc).strftime("%Y-%m-%d"), "bench --out")
 
 
 def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:

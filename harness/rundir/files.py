@@ -53,3 +53,18 @@ def save_table_as(frame, path: Path, option: str) -> None:
         if is_disk_full(exc):
             raise ResourceError(f"{option} {path}: disk full; nothing was written there") from None
         raise ConfigError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
+
+
+def make_folder(path: Path, given_by: str) -> Path:
+    """`mkdir -p` of a folder the user named (`given_by`: the option or setting that named it): one
+    that cannot be made (a file in its way, no permission) is a ConfigError naming it (exit 2), a
+    full disk a ResourceError (exit 4), never an internal error."""
+    from harness.errors import ConfigError, ResourceError
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise ResourceError(f"{given_by} {path}: disk full while creating it; free some space or choose another folder") from None
+        raise ConfigError(f"{given_by} {path}: cannot be made a folder ({exc.strerror or exc}: {exc.filename or path})") from None
+    return Path(path)

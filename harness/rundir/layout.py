@@ -12,7 +12,7 @@ from typing import Any
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, ResourceError
-from harness.rundir.files import atomic_write_text, is_disk_full
+from harness.rundir.files import atomic_write_text, is_disk_full, make_folder
 from harness.rundir.record import RunRecord
 from harness.config.loading import apply_override, validate_config
 
@@ -132,13 +132,7 @@ def new_run_id() -> str:
 
 def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) -> RunDir:
     """results/<name>/<run_id>/, with a suffix if two runs start in the same second."""
-    base = Path(results_dir or config.output.results_dir) / config.name
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise ResourceError(f"disk full while creating {base}: free some space or choose another results folder (--results DIR)") from None
-        raise
+    base = make_folder(Path(results_dir or config.output.results_dir) / config.name, "the results folder (--results DIR, output.results_dir)")
     run_id = new_run_id()
     for attempt in range(1, 1000):
         candidate = base / (run_id if attempt == 1 else f"{run_id}-{attempt}")

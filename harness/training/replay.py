@@ -34,10 +34,9 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     config = run.read_config()
     if not 1 <= steps <= config.total_steps:
         raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
-    out = Path(out or run.path / "replay")
+    out = rd.make_folder(Path(out or run.path / "replay"), "export-batches --out")  # before TensorFlow starts
     prepare_process(config.model_copy(update={"placement": config.placement.model_copy(update={"strategy": "one_device", "device": "/cpu:0", "logical_cpus": None})}))
     config, scan = resolve_data_sizes(config, run.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
     arrays = _batches(build_datasets(config.data, config.training_seeds(), 0, steps, scan).train, steps)
     np.savez(out / "batches.npz", **arrays)
     facts = {}
