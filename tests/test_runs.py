@@ -204,7 +204,9 @@ def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_cra
     config = write_yaml(tmp_path / "c.yaml", tiny_config(train={"epochs": 1}))
     for command, said in ((("run", config, "--results", blocker / "r"), "the results folder (--results DIR, output.results_dir)"),
                           (("export-batches", run_dir, "--steps", "1", "--out", blocker / "e"), "export-batches --out"),
-                          (("sample-data", blocker / "d"), "sample-data OUT:")):
+                          (("sample-data", blocker / "d"), "sample-data OUT:"),
+                          (("plan", config, "--results", blocker / "p"), "the results folder"),
+                          (("nightly", config, "--results", blocker / "n"), "the results folder")):
         refused = run_main(*command)
         assert refused.returncode == 2 and said in refused.stderr and "cannot be made a folder" in refused.stderr, refused.stderr
     assert blocker.read_text() == "mine"

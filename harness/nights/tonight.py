@@ -75,7 +75,7 @@ def run_nightly(
     code_dir: Path | None = None,
 ) -> NightlyResult:
     settings = config.output.nightly
-    folder = experiment_dir(config, results_dir)
+    folder = rd.make_folder(experiment_dir(config, results_dir), "the results folder (--results DIR, output.results_dir)")
     night = night or current_night(settings.night_starts_at_hour)
     with FolderLock(folder, purpose="nightly"):
         from harness.members.registry import check_code
