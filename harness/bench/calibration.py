@@ -122,46 +122,55 @@ def across_runs_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     each subset draws 2R seeds, the first R play run 1 (every model), the next R run 2, paired
     by position as the command pairs repeats; every model of run 1 is compared with every model
     of run 2 (Holm over those pairs), and the seeds drawn by neither play the truth. A model
-    against itself in the other run has a true difference of 0: any support is a false claim."""
-    models = list(dict.fromkeys(model_of(n) for n in scored))
+    against itself in the other run has a true difference of 0: any support is a false claim.
+    Run 1 also plays an earlier night and run 2 tonight, for `harness nightly`'s `beyond_noise`."""
     per_seed = per_seed_values(scored)
     rng = np.random.default_rng(seed)
-    outcomes, alarms = [], []
+    outcomes = []
     for _ in range(subsets):
         drawn = rng.choice(np.arange(1, seeds + 1), 2 * size, replace=False).tolist()
-        runs = {"1": drawn[:size], "2": drawn[size:]}
-        held_out = [r for r in range(1, seeds + 1) if r not in drawn]
-        frame = pd.concat([per_seed[per_seed["repeat"] == r].assign(model=lambda f, k=k: k + ":" + f["model"], repeat=i + 1)
-                           for k, chosen in runs.items() for i, r in enumerate(chosen)], ignore_index=True)
-        draws = image_draws({n: scored[n] for n in frame["member"]}, METRIC, resamples=resamples)
-        per_model, pairs = across_seeds(frame, f"val_{METRIC}", draws, compared=lambda a, b: a.split(":")[0] != b.split(":")[0])
-        truth = per_seed[per_seed["repeat"].isin(held_out)].groupby("model")["value"].mean()
-        judged = _judge(pairs, {(a, b): float(truth[a.split(":")[1]] - truth[b.split(":")[1]]) for a, b in zip(pairs["model_a"], pairs["model_b"])})
-        outcomes += judged
-        alarms += [{"same_model": row.model_a.split(":")[1] == row.model_b.split(":")[1], "supported": j["supported"],
-                    "true_drop": float(truth[row.model_a.split(":")[1]] - truth[row.model_b.split(":")[1]]), **_nightly_alarms(row, per_model.set_index("model"))}
-                   for j, row in zip(judged, pairs.itertuples(index=False))]
-    frame, alarms = pd.DataFrame(outcomes), pd.DataFrame(alarms)
-    same, dropped = alarms[alarms["same_model"]], alarms[alarms["true_drop"] > NIGHTLY_DROP]
+        two_runs = _as_two_runs(per_seed, drawn[:size], drawn[size:])
+        draws = image_draws({n: scored[n] for n in two_runs["member"]}, METRIC, resamples=resamples)
+        per_model, pairs = across_seeds(two_runs, f"val_{METRIC}", draws, compared=lambda a, b: a[0] != b[0])
+        truth = per_seed[~per_seed["repeat"].isin(drawn)].groupby("model")["value"].mean()
+        true_diff = {(a, b): float(truth[_model(a)] - truth[_model(b)]) for a, b in zip(pairs["model_a"], pairs["model_b"])}
+        for judged, row in zip(_judge(pairs, true_diff), pairs.itertuples(index=False)):
+            outcomes.append({**judged, "same_model": _model(row.model_a) == _model(row.model_b), "true_drop": true_diff[(row.model_a, row.model_b)],
+                             **_nightly_alarms(row, per_model.set_index("model"))})
+    found = pd.DataFrame(outcomes)
+    same, dropped = found[found["same_model"]], found[found["true_drop"] > NIGHTLY_DROP]
     m = seeds - 2 * size
+
+    def share(frame: pd.DataFrame, column: str) -> float:
+        return round(float(frame[column].mean()), 3) if len(frame) else math.nan
+
     return {
-        "repeats": size, "across_runs": True, "held_out_seeds": m, "subsets": subsets, "intervals": len(frame), "models": len(models),
-        "coverage": round(frame["covered"].mean(), 3), "ideal_coverage": round(ideal_coverage(size, m), 3),
-        "supported": round(frame["supported"].mean(), 3), "false_claims": round(frame["false_claim"].mean(), 3),
-        "false_share_of_supported": round(frame.loc[frame["supported"], "false_claim"].mean(), 3) if frame["supported"].any() else 0.0,
-        "same_model_supported": round(float(same["supported"].mean()), 3),
-        # `harness nightly` on two nights of the same code (run 1 the earlier), threshold 0, beyond_noise:
-        "nightly_alarms_paired": round(float(same["paired"].mean()), 3),  # the change's paired interval below 0
-        "nightly_alarms_tonight_only": round(float(same["tonight_only"].mean()), 3),  # the earlier mean above tonight's interval
+        "repeats": size, "across_runs": True, "held_out_seeds": m, "subsets": subsets, "intervals": len(found), "models": per_seed["model"].nunique(),
+        "coverage": share(found, "covered"), "ideal_coverage": round(ideal_coverage(size, m), 3),
+        "supported": share(found, "supported"), "false_claims": share(found, "false_claim"),
+        "false_share_of_supported": share(found[found["supported"]], "false_claim") if found["supported"].any() else 0.0,
+        "same_model_supported": share(same, "supported"),
+        # `harness nightly` on two nights of the same code, threshold 0, beyond_noise: alarms (all false) ...
+        "nightly_alarms_paired": share(same, "paired"), "nightly_alarms_tonight_only": share(same, "tonight_only"),
         # ... and where tonight's model is truly worse by more than NIGHTLY_DROP (held-out seeds): found how often
         "nightly_drops": len(dropped),
-        "nightly_drops_found_paired": round(float(dropped["paired"].mean()), 3) if len(dropped) else math.nan,
-        "nightly_drops_found_tonight_only": round(float(dropped["tonight_only"].mean()), 3) if len(dropped) else math.nan,
+        "nightly_drops_found_paired": share(dropped, "paired"), "nightly_drops_found_tonight_only": share(dropped, "tonight_only"),
     }
 
 
+def _as_two_runs(per_seed: pd.DataFrame, first: list[int], second: list[int]) -> pd.DataFrame:
+    """The per-seed table of two runs: run 1 holds every model's seeds `first`, run 2 its seeds
+    `second`, each renumbered 1..R; models are named `1:<model>` and `2:<model>`."""
+    return pd.concat([per_seed[per_seed["repeat"] == r].assign(model=lambda f, k=k: k + ":" + f["model"], repeat=i + 1)
+                      for k, chosen in (("1", first), ("2", second)) for i, r in enumerate(chosen)], ignore_index=True)
+
+
+def _model(name: str) -> str:
+    return name.split(":", 1)[1]
+
+
 def _nightly_alarms(pair, per_model: pd.DataFrame) -> dict:
-    """A model against itself, run 1 (model_a) then run 2 (model_b), IoU: would `beyond_noise`
+    """Run 1's model_a as the earlier night, run 2's model_b as tonight, IoU: would `beyond_noise`
     call tonight's drop a regression, paired (diff = then - tonight, its interval above 0) or by
     tonight's interval alone (the earlier mean above it)?"""
     return {"paired": bool(pair.diff_low > 0), "tonight_only": bool(per_model.loc[pair.model_a, "mean"] > per_model.loc[pair.model_b, "high"])}
