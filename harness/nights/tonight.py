@@ -64,10 +64,6 @@ def current_night(starts_at_hour: int, now: datetime | None = None) -> str:
     return (now - timedelta(hours=starts_at_hour)).date().isoformat()
 
 
-def experiment_dir(config: ExperimentConfig, results_dir: Path | None = None) -> Path:
-    return Path(results_dir or config.output.results_dir) / config.name
-
-
 def run_nightly(
     config: ExperimentConfig,
     results_dir: Path | None = None,
@@ -75,7 +71,7 @@ def run_nightly(
     code_dir: Path | None = None,
 ) -> NightlyResult:
     settings = config.output.nightly
-    folder = rd.make_folder(experiment_dir(config, results_dir), "the results folder (--results DIR, output.results_dir)")
+    folder = rd.make_experiment_folder(config, results_dir)
     night = night or current_night(settings.night_starts_at_hour)
     with FolderLock(folder, purpose="nightly"):
         from harness.members.registry import check_code

@@ -117,22 +117,22 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
     run, split = scores.run, split_column(rank)[0]
     path = run.test_scores_csv if split == "test" else run.val_scores_csv
     scores.scored = last_evaluations(path, scores.config.data.classes) if split in ("val", "test") else {}
+    summary = load_summary(run.summary_csv)
     source = run.path / "summary_members.csv" if scores.config.train.repeats > 1 else run.summary_csv
-    table = load_summary(source)
+    table = load_summary(source) if scores.config.train.repeats > 1 else summary
     if scores.config.train.repeats > 1 and "status" in table:
         table = table[table["status"] == "ok"]
     if chosen:
-        table = table[table["model"].map(model_of).isin(_chosen_models(run))]
+        table = table[table["model"].map(model_of).isin(_chosen_models(summary, run.path))]
     if rank not in table:
         raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}")
     scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
                                    "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
 
 
-def _chosen_models(run: RunDir) -> set[str]:
-    summary = load_summary(run.summary_csv)
+def _chosen_models(summary: pd.DataFrame, run_path: Path) -> set[str]:
     if "chosen_in_group" not in summary:
-        raise ConfigError(f"compare --pairs --chosen: {run.path} chose no model per group (its config has no output.compare_by)")
+        raise ConfigError(f"compare --pairs --chosen: {run_path} chose no model per group (its config has no output.compare_by)")
     return set(summary.loc[summary["chosen_in_group"].astype(str).str.lower() == "true", "model"])
 
 

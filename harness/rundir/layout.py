@@ -130,9 +130,15 @@ def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
+def make_experiment_folder(config: ExperimentConfig, results_dir: Path | None = None) -> Path:
+    """results/<name>/, made if missing: where an experiment's runs, plan and history live. One
+    that cannot be made is named, with the options that chose it (exit 2; a full disk exit 4)."""
+    return make_folder(Path(results_dir or config.output.results_dir) / config.name, "the results folder (--results DIR, output.results_dir)")
+
+
 def create_run_dir(config: ExperimentConfig, results_dir: Path | None = None) -> RunDir:
     """results/<name>/<run_id>/, with a suffix if two runs start in the same second."""
-    base = make_folder(Path(results_dir or config.output.results_dir) / config.name, "the results folder (--results DIR, output.results_dir)")
+    base = make_experiment_folder(config, results_dir)
     run_id = new_run_id()
     for attempt in range(1, 1000):
         candidate = base / (run_id if attempt == 1 else f"{run_id}-{attempt}")

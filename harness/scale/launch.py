@@ -17,7 +17,7 @@ from harness.errors import ConfigError
 from harness.members.registry import check_code
 from harness.members.trial import trial_build
 from harness.outputs.derived import samples_from_exports, write_outputs
-from harness.rundir import FolderLock, make_folder
+from harness.rundir import FolderLock
 from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
 from harness.scale.plan import Plan, find_devices, make_plan, save_plan, uses_groups
@@ -69,8 +69,7 @@ def _refuse_race_over_groups(config: ExperimentConfig, plan: Plan) -> None:
 
 def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tuple[Plan, Path]:
     """`harness plan`: measure every model (cached), pack them, write results/<name>/plan.json."""
-    results = Path(results_dir or config.output.results_dir)
-    make_folder(results / config.name, "the results folder (--results DIR, output.results_dir)")  # before minutes of measuring
+    results = rd.make_experiment_folder(config, results_dir).parent  # before minutes of measuring
     check_code(config)
     _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     config, _ = resolve_data_sizes(config, results_dir)
