@@ -88,11 +88,12 @@ def compare(run_dirs: list[str | Path]):
     return compare_runs([Path(d) for d in run_dirs])
 
 
-def compare_pairs(run_dirs: list[str | Path], chosen: bool = False):
+def compare_pairs(run_dirs: list[str | Path], chosen: bool = False, metric: str | None = None):
     """`harness compare --pairs`: every model of one run against every model of the others, paired
-    on the images both were scored on (`chosen`: only the model each group chose, with
-    output.compare_by); a `CrossRun` (`.pairs` DataFrame, `.rank`, `.notes`). ConfigError (exit
-    2) when the runs did not score the same images, or seed differently."""
+    on the images both were scored on, on `metric` (a summary column; default: the runs' ranking
+    column); `chosen`: only the model each group chose, with output.compare_by. A `CrossRun`
+    (`.pairs` DataFrame, `.rank`: the column compared, `.notes`). ConfigError (exit 2) when the
+    runs did not score the same images, or seed differently."""
     from harness.outputs.cross_run import cross_run_pairs
 
-    return cross_run_pairs([Path(d) for d in run_dirs], chosen=chosen)
+    return cross_run_pairs([Path(d) for d in run_dirs], metric, chosen=chosen)

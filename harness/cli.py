@@ -186,6 +186,9 @@ def _add_compare(commands) -> None:
                               "(the runs must have scored the same images; exit 2 says what differs)")
     compare.add_argument("--pairs-csv", type=Path, default=None, metavar="FILE", help="with --pairs: save the pairs as CSV")
     compare.add_argument("--chosen", action="store_true", help="with --pairs: only the model each group chose (runs with output.compare_by)")
+    compare.add_argument("--metric", default=None, metavar="COLUMN",
+                         help="with --pairs: compare on this summary column (val_f1, test_iou, ...) instead of the runs' ranking column, "
+                              "which may then differ between the runs")
     _add_json(compare)
     compare.set_defaults(func=cmd_compare)
 
@@ -317,8 +320,9 @@ def cmd_workers(args) -> int:
 def cmd_compare(args) -> int:
     from harness.outputs.compare import compare_command
 
-    compare_command(args.run_dirs, as_json=args.json, csv=args.csv, pairs=args.pairs or args.pairs_csv is not None or args.chosen,
-                    pairs_csv=args.pairs_csv, chosen=args.chosen)
+    asked_for_pairs = args.pairs or args.pairs_csv is not None or args.chosen or args.metric is not None
+    compare_command(args.run_dirs, as_json=args.json, csv=args.csv, pairs=asked_for_pairs, pairs_csv=args.pairs_csv, chosen=args.chosen,
+                    metric=args.metric)
     return EXIT_OK
 
 

@@ -209,3 +209,39 @@ def test_a_table_asked_for_at_a_path_that_cannot_be_written_is_named_not_a_crash
     assert blocker.read_text() == "mine"
     made = run_main("compare", *runs, "--pairs-csv", tmp_path / "new" / "pairs.csv")
     assert made.returncode == 0 and len(pd.read_csv(tmp_path / "new" / "pairs.csv")) == 9
+
+
+def test_metric_compares_on_another_column_even_where_the_runs_rank_differently(results, tmp_path):
+    one = run_of(results, "one")
+    ranked_on_f1 = copy_of(one, tmp_path)
+    _edit_config(ranked_on_f1, lambda c: c["output"].update(rank_by="val_f1"))
+    on_iou = harness.compare_pairs([one, ranked_on_f1], metric="val_iou").pairs
+    same_ranking = harness.compare_pairs([one, copy_of(one, tmp_path, "20261102-000000")]).pairs
+    for column in ("diff", "diff_low", "diff_high"):  # the ranking setting changes nothing but the default column
+        assert on_iou[column].to_numpy() == pytest.approx(same_ranking[column].to_numpy(), abs=1e-12), column
+    found = harness.compare_pairs([one, ranked_on_f1], metric="val_f1")
+    assert found.rank == "val_f1" and len(found.pairs) == 9
+    f1 = pd.read_csv(one / "summary.csv").set_index("model")["val_f1"]
+    across = found.pairs[(found.pairs["model_a"] == "fcn") & (found.pairs["model_b"] == "unet")].iloc[0]
+    assert across["diff"] == pytest.approx(f1["fcn"] - f1["unet"], abs=1e-6)  # the difference of the runs' own F1 scores
+    assert not (found.pairs["diff"] == on_iou["diff"]).all()
+    printed = run_main("compare", one, ranked_on_f1, "--metric", "val_f1")
+    assert printed.returncode == 0 and "val_f1 a - b" in printed.stdout, printed.stderr
+
+
+def test_metric_that_a_run_does_not_have_is_named_with_the_columns_it_has(results, tmp_path):
+    one = run_of(results, "one")
+    refused = run_main("compare", one, copy_of(one, tmp_path), "--metric", "val_iuo")
+    said = " ".join(refused.stderr.split())
+    assert refused.returncode == 2 and "no val_iuo column" in said and "val_iou" in said and refused.stdout == "", refused.stderr
+
+
+def test_own_losses_of_models_trained_on_different_losses_are_noted(results, tmp_path):
+    one = run_of(results, "one")  # deconv trains on focal+dice, fcn and unet on bce+dice
+    notes = harness.compare_pairs([one, copy_of(one, tmp_path)], metric="val_loss").notes
+    assert len(notes) == 1 and "val_loss is each model's own training loss" in notes[0] and "bce+dice, focal+dice" in notes[0], notes
+    assert harness.compare_pairs([one, copy_of(one, tmp_path, "20261102-000000")]).notes == []  # IoU: the same measure whatever the loss
+    one_loss = [copy_of(one, tmp_path, run_id) for run_id in ("20261103-000000", "20261104-000000")]
+    for run in one_loss:
+        _edit_config(run, lambda c: c["models"][2].update(loss="bce+dice"))
+    assert harness.compare_pairs(one_loss, metric="val_loss").notes == []

@@ -21,16 +21,17 @@ COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", 
 FINISHED = "summary.csv"
 
 
-def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs: bool, pairs_csv: Path | None, chosen: bool = False) -> None:
+def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs: bool, pairs_csv: Path | None, chosen: bool = False,
+                    metric: str | None = None) -> None:
     """`harness compare`: the models side by side (and the settings that differ between the runs);
-    with `pairs`, the verdicts between models of different runs, computed (or refused, exit 2)
-    before anything is printed."""
+    with `pairs`, the verdicts between models of different runs on `metric` (default: the runs'
+    ranking column), computed (or refused, exit 2) before anything is printed."""
     table = compare_runs(run_dirs)
     found = None
     if pairs:
         from harness.outputs.cross_run import cross_run_pairs
 
-        found = cross_run_pairs(run_dirs, chosen=chosen)
+        found = cross_run_pairs(run_dirs, metric, chosen=chosen)
     if as_json:
         models = table.to_json(orient="records")
         print(models if found is None else f'{{"models": {models}, "pairs": {found.pairs.to_json(orient="records")}, "notes": {json.dumps(found.notes)}}}')

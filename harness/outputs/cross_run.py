@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config.metrics import metric_of, split_column
+from harness.config.metrics import OWN_LOSS_RANKINGS, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
@@ -69,8 +69,8 @@ class CrossRun:
 
 
 def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model: bool = False, chosen: bool = False) -> CrossRun:
-    """Every pair of models from different runs on `metric` (default: the runs' ranking column,
-    the same in every run); `same_model`: only each model against itself in the other runs (what
+    """Every pair of models from different runs on `metric`, a summary column (default: the runs'
+    ranking column, which must then be the same in every run); `same_model`: only each model against itself in the other runs (what
     `harness nightly` asks); `chosen`: only the model each group of a run chose on validation
     (`output.compare_by`). ConfigError (exit 2) when the runs cannot be compared pair by pair."""
     runs = [_open(Path(d)) for d in _distinct(run_dirs)]
@@ -83,7 +83,7 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
     for run in runs:
         _read_scores(run, rank, chosen)
     _same_images(runs, split_column(rank)[0], moved)
-    notes = [note] if (note := _versions_note(runs)) else []
+    notes = [note for note in (_own_loss_note(runs, rank), _versions_note(runs)) if note]
     if moved:
         notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
                      "by their true masks, image by image.")
@@ -125,7 +125,9 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
     if chosen:
         table = table[table["model"].map(model_of).isin(_chosen_models(summary, run.path))]
     if rank not in table:
-        raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}")
+        scores_there = [c for c in table.columns if split_column(c)[0] in ("val", "test")]
+        raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}"
+                          + (f" (its score columns: {', '.join(scores_there)})" if scores_there else ""))
     scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
                                    "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
 
@@ -243,6 +245,18 @@ def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:
         out[f"run_{side}"], out[f"model_{side}"] = parts.str[0], parts.str[1]
     first = ["run_a", "model_a", "run_b", "model_b"]
     return out[first + [c for c in out.columns if c not in first]]
+
+
+def _own_loss_note(runs: list[RunScores], rank: str) -> str | None:
+    """What the run itself warns of (training/actions.py `validation_warnings`): a column of each
+    model's own loss compares models that trained on different losses."""
+    if rank not in OWN_LOSS_RANKINGS:
+        return None
+    losses = sorted({m.loss for r in runs for m in r.config.models if m.predicts_masks})
+    if len(losses) < 2:
+        return None
+    return (f"{rank} is each model's own training loss, and these models trained on different losses ({', '.join(losses)}): "
+            "part of each difference is the loss, not the model.")
 
 
 def _versions_note(runs: list[RunScores]) -> str | None:
