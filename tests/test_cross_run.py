@@ -234,6 +234,8 @@ def test_metric_that_a_run_does_not_have_is_named_with_the_columns_it_has(result
     refused = run_main("compare", one, copy_of(one, tmp_path), "--metric", "val_iuo")
     said = " ".join(refused.stderr.split())
     assert refused.returncode == 2 and "no val_iuo column" in said and "val_iou" in said and refused.stdout == "", refused.stderr
+    with pytest.raises(ConfigError, match="one-seed runs have no per-image scores of ms_per_step"):  # a cost: one value per model
+        harness.compare_pairs([one, copy_of(one, tmp_path, "20261102-000000")], metric="ms_per_step")
 
 
 def test_own_losses_of_models_trained_on_different_losses_are_noted(results, tmp_path):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config.metrics import OWN_LOSS_RANKINGS, metric_of, split_column
+from harness.config.metrics import OWN_LOSS_RANKINGS, column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
@@ -224,8 +224,8 @@ def _statistics(runs: list[RunScores], rank: str, same_model: bool = False) -> p
     scored = {key(r, name): s for r in runs for name, s in r.scored.items() if name in set(r.members["member"])}
     if runs[0].config.train.repeats == 1:
         if metric not in BOOTSTRAPPED or not scored:
-            raise ConfigError(f"compare --pairs: one-seed runs ranked by {rank} have no per-image scores to compare on "
-                              "(rank by a validation or test metric, or train with repeats)")
+            raise ConfigError(f"compare --pairs: one-seed runs have no per-image scores of {rank} to compare on "
+                              f"(compare on {', '.join(column(m) for m in BOOTSTRAPPED)} or their test_ twins, or train with repeats)")
         _, pairs = bootstrap_metric(scored, metric, split=split, compared=across)
         return pairs
     per_seed = pd.concat([r.members.assign(model=[key(r, m) for m in r.members["model"]], member=[key(r, m) for m in r.members["member"]]) for r in runs],
