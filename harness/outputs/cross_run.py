@@ -1,19 +1,21 @@
 """`harness compare RUN_DIR RUN_DIR ... --pairs`: verdicts between models of different runs.
 
-A model trained last week and one trained tonight can be compared as strictly as two members of
-one run, when both were scored on the same images: per image, from each run's val_scores.csv (or
-test_scores.csv, when the runs rank on a test split), with the statistics of one run
-(`statistics.bootstrap_metric` with one training seed, `statistics.across_seeds` with repeats),
-over the pairs whose models come from different runs (Holm's adjustment runs over those alone).
+A model trained last week and one trained tonight can be compared as strictly as two members of one
+run, when both were scored on the same images: per image, from each run's val_scores.csv (or
+test_scores.csv, when the column compared is a test one; by default the runs' ranking column,
+`--metric` another), with the statistics of one run (`statistics.bootstrap_metric` with one
+training seed, `statistics.across_seeds` with repeats), over the pairs whose models come from
+different runs (Holm's adjustment runs over those alone).
 
-Checked before anything is computed, in order, each refusal naming what differs (exit 2): every
-run has finished (summary.csv); they rank by the same column; they have one training seed each or
-repeats each (a one-seed model has no spread to weigh against another's); their data settings
-that decide the scored images are equal (`data.*` but batch_size, augment, bootstrap_train and
-cache; the paths of the files may differ, data moved to another machine, if the next check can
-be made); and the images scored were the same, image by image (each image's count of true pixels
-per class, from the files: what a changed file, split or size would show). Runs made with other
-library versions are compared, and a note says which versions differ.
+Checked before anything is computed, in order, each refusal naming what differs (exit 2): every run
+has finished (summary.csv); they rank by the same column (unless `--metric` names one); they have
+one training seed each or repeats each (a one-seed model has no spread to weigh against another's);
+their data settings that decide the scored images are equal (`data.*` but batch_size, augment,
+bootstrap_train and cache; the paths of the files may differ, data moved to another machine, if the
+next check can be made); and the images scored were the same, image by image (each image's count of
+true pixels per class, from the files: what a changed file, split or size would show). Runs made
+with other library versions are compared, and a note says which versions differ; so is a column of
+each model's own loss over models that trained on different losses.
 
 `harness nightly` asks the same of tonight's run and an earlier one, for each watched metric,
 each model against itself (`metric`, `same_model`: nights/paired.py).
@@ -70,9 +72,10 @@ class CrossRun:
 
 def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model: bool = False, chosen: bool = False) -> CrossRun:
     """Every pair of models from different runs on `metric`, a summary column (default: the runs'
-    ranking column, which must then be the same in every run); `same_model`: only each model against itself in the other runs (what
-    `harness nightly` asks); `chosen`: only the model each group of a run chose on validation
-    (`output.compare_by`). ConfigError (exit 2) when the runs cannot be compared pair by pair."""
+    ranking column, which must then be the same in every run); `same_model`: only each model
+    against itself in the other runs (what `harness nightly` asks); `chosen`: only the model each
+    group of a run chose on validation (`output.compare_by`). ConfigError (exit 2) when the runs
+    cannot be compared pair by pair."""
     runs = [_open(Path(d)) for d in _distinct(run_dirs)]
     labels = [r.run.label for r in runs]
     for run in runs:  # runs copied from elsewhere may share experiment and run id
