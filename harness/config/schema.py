@@ -361,6 +361,10 @@ class ExperimentConfig(Strict):
             return metrics.on_split(rank_by, "test")
         return rank_by
 
+    def mask_losses(self) -> list[str]:
+        """The losses the members that predict masks train on, each once, sorted."""
+        return sorted({m.loss for m in self.models if m.predicts_masks})
+
     def compare_loss(self) -> str | None:
         """The common loss pairs compare members on (None: no member predicts masks)."""
         if self.output.compare_loss is not None:

@@ -21,6 +21,12 @@ def is_finite(value: Any) -> bool:
         return False
 
 
+def chosen_rows(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the model each group chose on validation (`chosen_in_group`, with
+    output.compare_by): True as written, or "True" as a CSV gives it back beside gaps."""
+    return summary[summary["chosen_in_group"].astype(str).str.lower() == "true"]
+
+
 def is_missing(value: Any) -> bool:
     """None, NaN or NA: a cell with nothing in it (an infinite value is not missing: it is shown)."""
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))

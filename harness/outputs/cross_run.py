@@ -33,6 +33,7 @@ from harness.config.metrics import OWN_LOSS_RANKINGS, column, metric_of, split_c
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
+from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
@@ -138,7 +139,7 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
 def _chosen_models(summary: pd.DataFrame, run_path: Path) -> set[str]:
     if "chosen_in_group" not in summary:
         raise ConfigError(f"compare --pairs --chosen: {run_path} chose no model per group (its config has no output.compare_by)")
-    return set(summary.loc[summary["chosen_in_group"].astype(str).str.lower() == "true", "model"])
+    return set(chosen_rows(summary)["model"])
 
 
 def _same_ranking(runs: list[RunScores]) -> str:
@@ -255,7 +256,7 @@ def _own_loss_note(runs: list[RunScores], rank: str) -> str | None:
     model's own loss compares models that trained on different losses."""
     if rank not in OWN_LOSS_RANKINGS:
         return None
-    losses = sorted({m.loss for r in runs for m in r.config.models if m.predicts_masks})
+    losses = sorted({loss for r in runs for loss in r.config.mask_losses()})
     if len(losses) < 2:
         return None
     return (f"{rank} is each model's own training loss, and these models trained on different losses ({', '.join(losses)}): "

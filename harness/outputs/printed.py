@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.outputs.columns import format_column, is_missing, terminal_text
+from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
 from harness.outputs.report import chosen_on, verdict
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
@@ -44,7 +44,7 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
     ahead at which tuning budget (the report's Per group section has the rest)."""
     if "chosen_in_group" not in summary:
         return ""
-    chosen = summary[summary["chosen_in_group"].astype(bool)]
+    chosen = chosen_rows(summary)
     text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
         f"{group}: {model}" for group, model in zip(chosen["compare_group"], chosen["model"])) + "."
     budget_file = run_dir / "expected_best.csv"

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
+from harness.outputs.columns import chosen_rows
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
 from harness.outputs.tuning_budget import curve, describe_leaders
@@ -235,7 +236,7 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
     if "chosen_in_group" not in summary:
         return "<p>No group verdicts were written.</p>"
     columns = ["compare_group", "model", on_split(rank_by, "selected_val"), rank_by, f"{rank_by}_low", f"{rank_by}_high"]
-    chosen = summary[summary["chosen_in_group"].astype(bool)][[c for c in dict.fromkeys(columns) if c in summary]]
+    chosen = chosen_rows(summary)[[c for c in dict.fromkeys(columns) if c in summary]]
     parts = [html_table(chosen)]
     if len(pairs):
         parts.append(f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>")

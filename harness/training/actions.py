@@ -254,7 +254,7 @@ def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
     and validation far worse than training (usually BatchNorm moving averages, momentum 0.99, that
     have not caught up with the weights in a short run)."""
     warnings = []
-    losses = sorted({m.loss for m in config.models if m.predicts_masks})
+    losses = config.mask_losses()
     if config.output.compare_loss is None and len(losses) > 1:
         warnings.append(
             f"members train on different losses ({', '.join(losses)}); pairs.csv and the loss plot compare them on "
