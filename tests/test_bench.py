@@ -107,8 +107,12 @@ def test_the_fixed_section_times_each_phase_of_a_whole_command_against_the_hand_
     assert result.returncode == 0, result.stderr
     (csv,) = tmp_path.glob("*/bench.csv")
     table = pd.read_csv(csv).set_index("phase")
-    for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "end: write_tables", "tail (last line to exit)", "end to end"):
+    for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "best_weights", "end: write_tables", "tail (last line to exit)", "end to end"):
         assert table.loc[phase, "harness_s"] >= 0, phase
+    assert table.loc["best_weights", "harness_s"] > 0  # smoke's members improve at the first evaluation at least
+    # The phases account for the whole command: nothing the run does falls between them.
+    parts = table.drop(["end to end", "end-of-run actions"])["harness_s"].sum()
+    assert abs(parts - table.loc["end to end", "harness_s"]) < 0.01 * table.loc["end to end", "harness_s"]
     for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "end to end"):
         assert table.loc[phase, "hand_loop_s"] > 0, phase
     end_to_end = table.loc["end to end"]

@@ -28,7 +28,10 @@ from harness.core.backend import user_environment
 from harness.errors import ConfigError
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
-HARNESS_PHASES = ("build", "first_call", "first_validation", "steady_steps", "validation", "checkpoints")
+# The Runner's phases up to the end of training, in run.json `phases`; `eval_actions`: early stops
+# and race rungs (their records, members leaving the step), `best_weights`: best.keras written.
+HARNESS_PHASES = ("build", "first_call", "first_validation", "steady_steps", "validation", "checkpoints", "best_weights", "eval_actions")
+REST_OF_LOOP = "the rest of training (rows, run.json, progress)"
 
 
 def grid_config(archs_lrs: tuple[int, int]) -> dict:
@@ -93,6 +96,8 @@ def time_harness(config: Path, overrides: list[str], folder: Path) -> dict[str, 
         phases = json.loads(run_json.read_text(encoding="utf-8"))["phases"]
     seconds, marks = phases["seconds"], phases["marks"]
     timed = {"imports and config": marks["runner_started"] - began, **{p: seconds.get(p, 0.0) for p in HARNESS_PHASES}}
+    # What the phases leave out of training's wall time, so the rows add up to the whole command.
+    timed[REST_OF_LOOP] = marks["training_done"] - marks["runner_started"] - sum(seconds.get(p, 0.0) for p in HARNESS_PHASES)
     timed.update({k: v for k, v in seconds.items() if k.startswith("end: ")})
     timed["printing the results"] = results_line - marks["end_of_run_done"]
     timed["tail (last line to exit)"] = ended - results_line

@@ -39,6 +39,8 @@ EvalAction = Callable[[Evaluation], "Departure | None"]
 class SaveBest:
     """models/<name>/best.keras: each member's weights at its best score so far."""
 
+    phase = "best_weights"  # run.json `phases`: a whole model file per improvement, often the epoch end's largest write after the checkpoint
+
     def __init__(self, tracker: BestTracker, models: dict[str, object]):
         self.tracker, self.models = tracker, models
 

@@ -183,11 +183,16 @@ class Runner:
             self.validated = True
         with self.clock.timed("validation" if "first_validation" in self.clock.seconds else "first_validation"):
             rows, evaluation = validate(self.compiled, self.roster, val_dataset, self.val_scores, step, schedule.epoch_of(step))
-        departures = [d for action in self.eval_actions if (d := action(evaluation))]
+        departures = []
+        for action in self.eval_actions:
+            with self.clock.timed(getattr(action, "phase", "eval_actions")):
+                if departure := action(evaluation):
+                    departures.append(departure)
         if departures and self.roster.training():
             leaving = [name for d in departures for name in d.members]
             note = next((d.note for d in departures if d.note is not None), None)
-            self.compiled.depart(self.roster.training(), step, "; ".join(d.why for d in departures), also_note=note)
+            with self.clock.timed("eval_actions"):
+                self.compiled.depart(self.roster.training(), step, "; ".join(d.why for d in departures), also_note=note)
             how = "switched off in the fused step (no new trace)" if self.compiled.switches is not None else "the fused step rebuilt without them"
             self._phase(f"{', '.join(leaving)} leave: {how}")
             self.book.record.rebuilds = self.compiled.rebuilds
