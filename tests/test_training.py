@@ -198,3 +198,28 @@ def test_without_divergence_isolation_a_plain_loop_is_reproduced_too(tmp_path):
         losses, weights = train_alone(config, name)
         assert train_losses(result, name) == losses
         assert_same_weights(result.models[name].get_weights(), weights)
+
+
+@pytest.mark.slow
+def test_best_weights_wait_for_the_checkpoint_and_are_the_same_whenever_it_comes(tmp_path):
+    """best.keras is written with the next checkpoint: at every epoch end (the default) the live
+    weights, with one checkpoint at the end a copy kept since the improvement. Both runs write the
+    same best.json and the same weights."""
+    from harness.core.backend import import_keras
+
+    every_epoch = run(validate_config(tiny_config(train={"epochs": 3})), results_dir=tmp_path / "e")
+    at_the_end = run(validate_config(tiny_config(train={"epochs": 3, "checkpoint_every_steps": 12})), results_dir=tmp_path / "c")
+    assert at_the_end.info["checkpoints"] == [12] and every_epoch.info["checkpoints"] == [12, 8, 4]
+    steps = {}
+    for name in ("fcn", "unet", "deconv"):
+        best = [json.loads((r.run_dir / "models" / name / "best.json").read_text()) for r in (every_epoch, at_the_end)]
+        assert best[0] == best[1], name
+        steps[name] = best[0]["step"]
+        weights = [import_keras().models.load_model(r.run_dir / "models" / name / "best.keras", compile=False).get_weights() for r in (every_epoch, at_the_end)]
+        for a, b in zip(*weights):
+            np.testing.assert_array_equal(a, b)
+    assert min(steps.values()) < 12, steps  # one member's best came before the only checkpoint: the copy was written
+    final = import_keras().models.load_model(at_the_end.run_dir / "models" / "unet" / "model.keras", compile=False).get_weights()
+    alone = import_keras().models.load_model(every_epoch.run_dir / "models" / "unet" / "model.keras", compile=False).get_weights()
+    for a, b in zip(final, alone):  # writing a copy into the model and back left its training untouched
+        np.testing.assert_array_equal(a, b)

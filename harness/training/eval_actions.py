@@ -37,16 +37,21 @@ EvalAction = Callable[[Evaluation], "Departure | None"]
 
 
 class SaveBest:
-    """models/<name>/best.keras: each member's weights at its best score so far."""
+    """models/<name>/best.keras: each member's weights at its best score so far, written with the
+    run's next checkpoint (`BestTracker`)."""
 
-    phase = "best_weights"  # run.json `phases`: a whole model file per improvement, often the epoch end's largest write after the checkpoint
+    phase = "best_weights"  # run.json `phases`: with the flush, a whole model file per improved member
 
-    def __init__(self, tracker: BestTracker, models: dict[str, object]):
-        self.tracker, self.models = tracker, models
+    def __init__(self, tracker: BestTracker, models: dict[str, object], checkpoint_due: Callable[[int], bool]):
+        self.tracker, self.models, self.checkpoint_due = tracker, models, checkpoint_due
 
     def __call__(self, evaluation: Evaluation) -> None:
+        follows = self.checkpoint_due(evaluation.step)
         for name, scores in evaluation.scores.items():
-            self.tracker.update(name, self.models[name], evaluation.step, scores)
+            self.tracker.update(name, self.models[name], evaluation.step, scores, checkpoint_follows=follows)
+
+    def flush(self, step: int) -> None:
+        self.tracker.flush(self.models, step)
 
 
 class StopEarly:
@@ -93,7 +98,7 @@ class RaceRung:
         return Departure(list(rung["dropped"]), f"race rung {rung['rung']} dropped {', '.join(rung['dropped'])}", note=rung)
 
 
-def make_eval_actions(config, run: RunDir, roster, book, start: int, steps_per_epoch: int, say) -> list[EvalAction]:
+def make_eval_actions(config, run: RunDir, roster, book, start: int, schedule, say) -> list[EvalAction]:
     """What follows each evaluation of this run, in order; early stopping's history and the race's
     rungs so far are read back from what a resumed run already wrote."""
     members, record = roster.members, book.record
@@ -101,10 +106,10 @@ def make_eval_actions(config, run: RunDir, roster, book, start: int, steps_per_e
     actions: list[EvalAction] = []
     if config.output.export:
         tracker = BestTracker(run.path / "models", [m.name for m in members], start, stopper.metric if stopper else "loss")
-        actions.append(SaveBest(tracker, {m.name: m.model for m in members}))
+        actions.append(SaveBest(tracker, {m.name: m.model for m in members}, schedule.checkpoint_due))
     if stopper:
         actions.append(StopEarly(stopper, {m.name: m for m in members}, roster.records, book.write, say))
-    if race := make_race(config.train.race, steps_per_epoch, config.total_steps, record, start):
+    if race := make_race(config.train.race, schedule.steps_per_epoch, config.total_steps, record, start):
         record.race = race.as_info()
         actions.append(RaceRung(race, roster.records, lambda info: book.update(race=info), say))
     return actions

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.metrics import column, higher_is_better
@@ -52,6 +53,13 @@ class BestTracker:
     """Keeps models/<name>/best.keras at the best validation score seen so far: the lowest loss,
     or with early stopping its metric (the member's best state by what stopped it).
 
+    The file is written with the run's next checkpoint (`flush`), not at each improvement: a model
+    file per member per improvement was, with short epochs, a write as large as the checkpoint's
+    own. At an evaluation the checkpoint follows at once (the default: every epoch end) the live
+    weights are written then; otherwise a copy of the improved weights waits in host memory. So
+    what is on disk never runs ahead of the newest checkpoint, and a run killed in between redoes
+    those evaluations and finds the same improvements again.
+
     On resume, a best model saved after the restored step belongs to work that is being redone:
     it is forgotten, and the redone validations choose again.
     """
@@ -62,6 +70,7 @@ class BestTracker:
         self.column = column(metric)
         self.sign = -1.0 if higher_is_better(self.column) else 1.0  # compare as "lower is better"
         self.best: dict[str, float] = {}
+        self.pending: dict[str, _Improved] = {}
         for name in names:
             record = self._record(name)
             if record is None:
@@ -72,14 +81,34 @@ class BestTracker:
                 for stale in (self._meta(name), self.folder / name / "best.keras"):
                     stale.unlink(missing_ok=True)
 
-    def update(self, name: str, model, step: int, scores: dict[str, float]) -> bool:
+    def update(self, name: str, model, step: int, scores: dict[str, float], checkpoint_follows: bool = True) -> bool:
+        """Note an improvement; `checkpoint_follows`: the run checkpoints at this step, before its
+        weights change (else they are copied now)."""
         value = float(scores[self.metric])
         if not is_finite(value) or self.sign * value >= self.best.get(name, float("inf")):
             return False
-        export_model(model, self.folder / name / "best.keras")
-        atomic_write_text(self._meta(name), json.dumps({"step": step, self.column: value}) + "\n")
+        self.pending[name] = _Improved(step, value, None if checkpoint_follows else model.get_weights())
         self.best[name] = self.sign * value
         return True
+
+    def flush(self, models: dict, step: int) -> None:
+        """Write best.keras and best.json of each member improved since the last flush; before
+        the checkpoint at `step` (a kill between the two leaves files the resumed run forgets)."""
+        for name, improved in sorted(self.pending.items()):
+            model = models[name]
+            if improved.weights is None:
+                if improved.step != step:
+                    raise AssertionError(f"best weights of {name} at step {improved.step} were not kept for the checkpoint at {step}")
+                export_model(model, self.folder / name / "best.keras")
+            else:
+                live = model.get_weights()
+                model.set_weights(improved.weights)
+                try:
+                    export_model(model, self.folder / name / "best.keras")
+                finally:
+                    model.set_weights(live)
+            atomic_write_text(self._meta(name), json.dumps({"step": improved.step, self.column: improved.value}) + "\n")
+        self.pending.clear()
 
     def _meta(self, name: str) -> Path:
         return self.folder / name / "best.json"
@@ -89,3 +118,10 @@ class BestTracker:
             return json.loads(self._meta(name).read_text())
         except (OSError, ValueError):
             return None
+
+
+@dataclass(frozen=True)
+class _Improved:
+    step: int
+    value: float
+    weights: list | None  # None: the model's live weights are these (a checkpoint follows at once)

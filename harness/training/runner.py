@@ -36,7 +36,7 @@ from harness.training import checkpoints as ckpt
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag
-from harness.training.eval_actions import make_eval_actions
+from harness.training.eval_actions import SaveBest, make_eval_actions
 from harness.training.phase_clock import PhaseClock
 from harness.training.records import RunResult, StepTiming
 from harness.training.restore import restore_run
@@ -130,7 +130,7 @@ class Runner:
         self.book.update(steps_done=start)
         datasets = build_datasets(config.data, config.training_seeds(), start, config.total_steps, self.scan)  # 5.
         schedule = Schedule(config.total_steps, config.train.steps_per_call, datasets.steps_per_epoch, config.train.checkpoint_every_steps or datasets.steps_per_epoch)
-        self.eval_actions = make_eval_actions(config, run, self.roster, self.book, start, datasets.steps_per_epoch, self._phase)
+        self.eval_actions = make_eval_actions(config, run, self.roster, self.book, start, schedule, self._phase)
         self.compiled = CompiledMembers(config, self.placement, global_step)
         self.compiled.rebuilds = [r for r in record.rebuilds if r["step"] <= start]  # later ones are redone
         self.compiled.build(self.roster.training())  # 6.
@@ -209,6 +209,10 @@ class Runner:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
         (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
         folder = self.run_dir.checkpoints
+        for action in self.eval_actions:  # best.keras first: the files never run ahead of a checkpoint
+            if isinstance(action, SaveBest):
+                with self.clock.timed(action.phase):
+                    action.flush(step)
         with self.clock.timed("checkpoints"):
             ckpt.save(checkpoint, folder, step)
         kept, dropped = ckpt.keep_newest(folder, [step, *self.book.record.checkpoints], self.config.train.keep_checkpoints)
