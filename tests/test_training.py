@@ -223,3 +223,19 @@ def test_best_weights_wait_for_the_checkpoint_and_are_the_same_whenever_it_comes
     alone = import_keras().models.load_model(every_epoch.run_dir / "models" / "unet" / "model.keras", compile=False).get_weights()
     for a, b in zip(final, alone):  # writing a copy into the model and back left its training untouched
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("writes, training, expected", [
+    (5.0, 20.0, None),  # a quarter of a short run: seconds, not worth a warning
+    (12.0, 100.0, None),  # above 10 s but 12% of training
+    (36.0, 200.0, "train.checkpoint_every_steps: 64 would write them about 1/4 as often"),
+    (100.0, 200.0, "train.checkpoint_every_steps: 96 would write them only at the end"),
+])
+def test_a_run_whose_checkpoints_cost_much_of_training_says_what_interval_would_not(writes, training, expected):
+    from harness.training.checkpoints import write_cost_warning
+
+    warning = write_cost_warning(writes, training, every=16, total_steps=96, checkpoint_mb=1234.0)
+    if expected is None:
+        assert warning is None
+    else:
+        assert expected in warning and f"{writes:.1f} s of training's {training:.1f} s" in warning and "1,234 MB" in warning

@@ -116,7 +116,8 @@ class TrainSpec(Strict):
     # None keeps each model's own (Keras: 0.99). Short comparisons want ~0.9: with 0.99 the moving
     # averages lag the weights for hundreds of steps and inference-mode validation is meaningless.
     batchnorm_momentum: Annotated[float, Field(ge=0, lt=1)] | None = None
-    # None: at the end of every epoch. A checkpoint is always written at the end of the run.
+    # None: at the end of every epoch. A checkpoint is always written at the end of the run, and
+    # each member's best.keras is written with the checkpoints (training/export.py, BestTracker).
     checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
     keep_checkpoints: Annotated[int, Field(ge=1, le=1000)] = 3
     # Each model is trained this many times at once, as extra members of the same step: repeat r

@@ -20,6 +20,7 @@ makes the run's own disappear. Restoring, in order (`restore_newest_valid`):
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ from harness.rundir import atomic_write_text
 tf = import_tf()
 
 _CKPT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
+# The run says what its periodic writes cost when they take more than this share of training's
+# wall time (and at least WRITES_MIN_S: a short run's few seconds are not worth a warning), and
+# proposes a checkpoint interval that would bring them near WRITES_TARGET.
+WRITES_SHARE, WRITES_MIN_S, WRITES_TARGET = 0.15, 10.0, 0.05
 _TOKEN_KEY = "run_token/.ATTRIBUTES/VARIABLE_VALUE"
 
 
@@ -94,6 +99,27 @@ def keep_newest(directory: Path, own_steps: list[int], keep: int) -> tuple[list[
     of files that are gone."""
     ordered = sorted(set(own_steps), reverse=True)
     return ordered[:keep], ordered[keep:]
+
+
+def size_mb(directory: Path, step: int) -> float:
+    return sum(f.stat().st_size for f in directory.glob(f"ckpt-{step}.*")) / 2**20
+
+
+def write_cost_warning(writes_s: float, training_s: float, every: int, total_steps: int, checkpoint_mb: float) -> str | None:
+    """What the checkpoints and best.keras files cost, when that is a large share of training, and
+    the `train.checkpoint_every_steps` that would write them about WRITES_TARGET of it."""
+    if training_s <= 0 or writes_s < max(WRITES_MIN_S, WRITES_SHARE * training_s):
+        return None
+    share = writes_s / training_s
+    factor = math.ceil(share / WRITES_TARGET)
+    suggested = min(every * factor, total_steps)
+    often = "only at the end" if suggested >= total_steps else f"about 1/{factor} as often"
+    return (
+        f"checkpoints and best weights took {writes_s:.1f} s of training's {training_s:.1f} s ({share:.0%}): every {every} steps "
+        f"a checkpoint writes every member's weights and optimizer state ({checkpoint_mb:,.0f} MB), and best.keras of each "
+        f"member that improved; train.checkpoint_every_steps: {suggested} would write them {often}, at the cost of redoing "
+        f"up to {suggested} steps after a crash (SIGTERM and SIGINT still checkpoint before exiting)"
+    )
 
 
 def delete(directory: Path, steps: list[int]) -> None:

@@ -104,7 +104,7 @@ class Runner:
         if step < config.total_steps:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
-                           self.roster.records, self.timing, self.book)
+                           self.roster.records, self.timing, self.book, warnings=self._write_cost_warnings(schedule))
         for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
@@ -204,6 +204,14 @@ class Runner:
         """Say what the run is doing before anything that takes more than a moment."""
         if self.config.output.progress != "none" and self.placement.is_chief:
             print(f"harness: {text} ...", file=sys.stderr, flush=True)
+
+    def _write_cost_warnings(self, schedule: Schedule) -> list[str]:
+        seconds, marks = self.clock.seconds, self.clock.marks
+        writes = seconds.get("checkpoints", 0.0) + seconds.get("best_weights", 0.0)
+        newest = max(self.book.record.checkpoints, default=None)
+        size = ckpt.size_mb(self.run_dir.checkpoints, newest) if newest is not None else 0.0
+        note = ckpt.write_cost_warning(writes, marks["training_done"] - marks["runner_started"], schedule.checkpoint_every, self.config.total_steps, size)
+        return [note] if note else []
 
     def _checkpoint(self, checkpoint, step: int) -> None:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
