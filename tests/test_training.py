@@ -239,3 +239,16 @@ def test_a_run_whose_checkpoints_cost_much_of_training_says_what_interval_would_
         assert warning is None
     else:
         assert expected in warning and f"{writes:.1f} s of training's {training:.1f} s" in warning and "1,234 MB" in warning
+
+
+@pytest.mark.slow
+def test_the_write_cost_warning_quotes_the_runs_own_phases_and_checkpoint(tmp_path, monkeypatch):
+    from harness.training import checkpoints
+
+    monkeypatch.setattr(checkpoints, "WRITES_MIN_S", 0.0)
+    monkeypatch.setattr(checkpoints, "WRITES_SHARE", 0.0)  # any write time warns: the wiring, not the threshold
+    result = run(validate_config(tiny_config()), results_dir=tmp_path)
+    (warning,) = [w for w in result.info["warnings"] if w.startswith("checkpoints and best weights took")]
+    seconds = result.info["phases"]["seconds"]
+    assert f"took {seconds['checkpoints'] + seconds['best_weights']:.1f} s of training's" in warning
+    assert f"({checkpoints.size_mb(result.run_dir / 'checkpoints', 8):,.0f} MB)" in warning and "every 4 steps" in warning

@@ -33,7 +33,7 @@ class Departure:
     note: dict | None = None  # a record completed with the rebuilt step's first call (a race rung)
 
 
-EvalAction = Callable[[Evaluation], "Departure | None"]
+EvalAction = Callable[[Evaluation], "Departure | None"]  # with a `phase`: its name in run.json `phases`
 
 
 class SaveBest:
@@ -58,6 +58,8 @@ class StopEarly:
     """train.early_stopping: a member whose score stopped improving is frozen (its flag, in every
     checkpoint, says so) and recorded as `stopped` at this step, before this step's checkpoint."""
 
+    phase = "eval_actions"  # run.json `phases`
+
     def __init__(self, stopper: EarlyStopping, members: dict[str, object], records: dict[str, MemberRecord], save_records, say):
         self.stopper, self.members, self.records, self.save_records, self.say = stopper, members, records, save_records, say
 
@@ -79,6 +81,8 @@ class RaceRung:
     """train.race: at a rung, rank the members still training and drop those below the cut,
     recorded in run.json at once (before the checkpoint at this step: a resumed run never trains a
     member its run.json calls dropped)."""
+
+    phase = "eval_actions"  # run.json `phases`
 
     def __init__(self, race: Race, records: dict[str, MemberRecord], save_race, say):
         self.race, self.records, self.save_race, self.say = race, records, save_race, say

@@ -185,7 +185,7 @@ class Runner:
             rows, evaluation = validate(self.compiled, self.roster, val_dataset, self.val_scores, step, schedule.epoch_of(step))
         departures = []
         for action in self.eval_actions:
-            with self.clock.timed(getattr(action, "phase", "eval_actions")):
+            with self.clock.timed(action.phase):
                 if departure := action(evaluation):
                     departures.append(departure)
         if departures and self.roster.training():
