@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import signal
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
@@ -108,6 +110,50 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
     assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
 
 
+def saved_members(checkpoint_path) -> set[int]:
+    from harness.core.backend import import_tf
+
+    keys = import_tf().train.load_checkpoint(str(checkpoint_path)).get_variable_to_shape_map()
+    return {int(k.split("_")[1]) for k in keys if k.startswith("member_")}
+
+
+def weights_of(path) -> list:
+    from harness.core.backend import import_keras
+
+    return import_keras().models.load_model(path, compile=False).get_weights()
+
+
+@pytest.mark.slow
+def test_a_race_checkpoints_only_the_members_still_racing_and_restores_the_others_from_left(full_and_race, tmp_path):
+    from harness.core.backend import import_tf
+    from harness.members.registry import build_members
+    from harness.training import checkpoints as ckpt
+
+    full, race = full_and_race
+    names = [m["name"] for m in FOUR]
+    dropped = {names.index(n) for n, m in race.info["models"].items() if m["status"] == "dropped"}
+    folder = race.run_dir / "checkpoints"
+    assert saved_members(folder / "ckpt-12") == set(range(4)) - dropped  # after both rungs: the winner alone
+    assert saved_members(folder / "ckpt-4") == set(range(4)) - {i for i in dropped if race.info["models"][names[i]]["changed_at_step"] == 4}
+    assert saved_members(full.run_dir / "checkpoints" / "ckpt-12") == set(range(4))
+    assert sorted(p.name for p in (folder / "left").iterdir()) == [f"member-{i}" for i in sorted(dropped)]
+    # Restored in a fresh set of members: those left out come from left/, each as the run exported it.
+    with import_tf().distribute.OneDeviceStrategy("/cpu:0").scope():
+        members = build_members(validate_config(race_config(race=RACE)))
+        step = import_tf().Variable(0, dtype=import_tf().int64)
+    checkpoint = ckpt.make_checkpoint(members, step, race.info["run_token"])
+    assert ckpt.restore_newest_valid(checkpoint, folder, race.info["checkpoints"]).step == 12
+    for member in members:
+        for a, b in zip(member.model.get_weights(), weights_of(race.run_dir / "models" / member.name / "model.keras")):
+            np.testing.assert_array_equal(a, b)
+    # A left/ folder gone (in a copy): the checkpoints that need it do not restore, and say why.
+    damaged = shutil.copytree(folder, tmp_path / "checkpoints")
+    shutil.rmtree(damaged / "left" / f"member-{min(dropped)}")
+    with pytest.raises(ckpt.NoValidCheckpoint) as refused:
+        ckpt.restore_newest_valid(checkpoint, damaged, race.info["checkpoints"])
+    assert f"{names[min(dropped)]} left the run before it, and its state" in "\n".join(refused.value.problems)
+
+
 @pytest.mark.slow
 def test_over_several_replicas_a_rung_rebuilds_the_step_and_times_its_first_call(tmp_path):
     # A switch around a cross-replica sum would be a sync point inside control flow: mirrored rebuilds.
@@ -147,6 +193,10 @@ def test_a_race_interrupted_after_a_rung_and_resumed_equals_the_uninterrupted_ra
     resumed = pd.read_csv(run_dir / "losses.csv").sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
     expected = uninterrupted.losses.sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(resumed, expected, check_exact=True)
+    # The members dropped before the restored step came back from checkpoints/left/: the same final weights.
+    for name in (n for n, m in info["models"].items() if m["status"] == "dropped" and m["changed_at_step"] <= info["resumes"][0]["from_step"]):
+        for a, b in zip(weights_of(run_dir / "models" / name / "model.keras"), weights_of(uninterrupted.run_dir / "models" / name / "model.keras")):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_a_race_over_several_groups_is_refused_with_the_reason(tmp_path):

@@ -16,15 +16,23 @@ makes the run's own disappear. Restoring, in order (`restore_newest_valid`):
      (`assert_consumed`); one that fails is named with the reason and the previous one tried;
   5. none restores: if the run had completed a checkpoint, refuse (exit 2) naming what is wrong,
      never restart silently; if it never had (killed during its first save), start at step 0.
+
+A member that left the fused step (stopped early, dropped by a race rung) is written once to
+left/member-<i>/ and left out of the checkpoints after it (`RunCheckpoint`): a race's later
+checkpoints hold only the members still racing. A checkpoint is restored with the members it
+holds, and the ones it leaves out from their left/ folders; a missing or damaged one makes that
+checkpoint one that does not restore, like a damaged file of its own.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Collection
 
 from harness.core.backend import import_tf
 from harness.errors import ConfigError
@@ -38,34 +46,60 @@ _CKPT_INDEX = re.compile(r"^ckpt-(\d+)\.index$")
 # proposes a checkpoint interval that would bring them near WRITES_TARGET.
 WRITES_SHARE, WRITES_MIN_S, WRITES_TARGET = 0.15, 10.0, 0.05
 _TOKEN_KEY = "run_token/.ATTRIBUTES/VARIABLE_VALUE"
+_MEMBER_KEY = re.compile(r"^member_(\d+)_")
+LEFT = "left"  # checkpoints/left/member-<i>/: the state of a member that left the fused step
 
 
 class NoValidCheckpoint(ConfigError):
     """The run completed checkpoints but none restores (changed code, corrupt or missing files)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class RunCheckpoint:
-    """What a checkpoint of this run holds, with and without the run's token (checkpoints written
-    before tokens existed are restored without it)."""
+    """What a checkpoint of this run holds: every member's objects (models, optimizers, flags:
+    whatever its kind holds, nested models included), the global step and the run's token
+    (checkpoints written before tokens existed are restored without it).
 
-    with_token: "tf.train.Checkpoint"
-    without_token: "tf.train.Checkpoint"
+    A member that left the fused step (stopped early, dropped by a race) never changes again, so
+    its state is written once, to left/member-<i>/, and the checkpoints after it leave it out
+    (`left`: the positions of the members that left, set by the run before each save). Restoring a
+    checkpoint takes the members it holds from it and the others from their left/ folders."""
+
+    members: list
+    global_step: Any
+    token_variable: Any
     token: str
+    left: set[int] = field(default_factory=set)
+    written_left: set[int] = field(default_factory=set)  # left/ folders that hold this timeline's state
+
+    def objects(self, without: Collection[int] = (), token: bool = True) -> "tf.train.Checkpoint":
+        items = {"global_step": self.global_step}
+        for i in range(len(self.members)):
+            if i not in without:
+                items.update(self._member_items(i))
+        return tf.train.Checkpoint(**items, **({"run_token": self.token_variable} if token else {}))
+
+    def member_objects(self, i: int, token: bool = True) -> "tf.train.Checkpoint":
+        return tf.train.Checkpoint(**self._member_items(i), **({"run_token": self.token_variable} if token else {}))
+
+    def _member_items(self, i: int) -> dict[str, Any]:
+        # Positions, not names, key the objects: the config check keeps them in the same order,
+        # and positions keep the keys valid identifiers whatever the model is called.
+        return {f"member_{i}_{key}": obj for key, obj in self.members[i].checkpoint_items().items()}
+
+    @property
+    def with_token(self) -> "tf.train.Checkpoint":
+        return self.objects()
+
+    @property
+    def without_token(self) -> "tf.train.Checkpoint":
+        return self.objects(token=False)
 
 
 def make_checkpoint(members, global_step, token: str) -> RunCheckpoint:
-    """Every member's objects (models, optimizers, flags: whatever its kind holds), nested models
-    included, the global step and the run's token."""
-    items = {"global_step": global_step}
-    for i, m in enumerate(members):
-        # Positions, not names, key the objects: the config check keeps them in the same order,
-        # and positions keep the keys valid identifiers whatever the model is called.
-        for key, obj in m.checkpoint_items().items():
-            items[f"member_{i}_{key}"] = obj
     with tf.device("/cpu:0"):
         token_variable = tf.Variable(token, dtype=tf.string, trainable=False, name="run_token")
-    return RunCheckpoint(tf.train.Checkpoint(run_token=token_variable, **items), tf.train.Checkpoint(**items), token)
+    return RunCheckpoint(list(members), global_step, token_variable, token)
 
 
 @dataclass(frozen=True)
@@ -88,9 +122,24 @@ def save(checkpoint: RunCheckpoint, directory: Path, step: int) -> str:
     """Write ckpt-<step>. The caller records it as the run's own once this returns."""
     check_folder(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    path = checkpoint.with_token.write(str(directory / f"ckpt-{step}"))
+    for i in sorted(checkpoint.left - checkpoint.written_left):  # before the first checkpoint without them
+        _write_left(checkpoint, directory, i)
+        checkpoint.written_left.add(i)
+    path = checkpoint.objects(without=checkpoint.left).write(str(directory / f"ckpt-{step}"))
     _write_pointer(directory, step)
     return path
+
+
+def _write_left(checkpoint: RunCheckpoint, directory: Path, i: int) -> None:
+    """left/member-<i>/ckpt, whole or not at all: written beside it, then renamed. One there
+    already is another timeline's (the run resumed from before this member left): no checkpoint
+    the run restores can need it."""
+    final = directory / LEFT / f"member-{i}"
+    partial = final.with_name(f".member-{i}-partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    checkpoint.member_objects(i).write(str(partial / "ckpt"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(partial, final)
 
 
 def keep_newest(directory: Path, own_steps: list[int], keep: int) -> tuple[list[int], list[int]]:
@@ -165,14 +214,9 @@ def restore_newest_valid(checkpoint: RunCheckpoint, directory: Path, recorded: l
     candidates = present if recorded is None else sorted(recorded, reverse=True)
     skipped = []
     for step in candidates:
-        path = directory / f"ckpt-{step}"
-        problem = _files_problem(directory, step)
+        problem = _restore_candidate(checkpoint, directory, step)
         if problem is None:
-            problem, has_token = _owner(path, checkpoint.token)
-        if problem is None:
-            problem = _restore(checkpoint.with_token if has_token else checkpoint.without_token, path)
-        if problem is None:
-            return Restored(step, str(path), skipped)
+            return Restored(step, str(directory / f"ckpt-{step}"), skipped)
         skipped.append(f"ckpt-{step}: {problem}")
     ignored = sorted(set(present) - set(candidates))
     if recorded:
@@ -189,6 +233,24 @@ def restore_newest_valid(checkpoint: RunCheckpoint, directory: Path, recorded: l
         note = "no checkpoint of this run was completed (killed during its first save?): starting from step 0"
         skipped += [f"ckpt-{s}: not a completed save of this run (not in run.json): left as it is" for s in ignored]
     return Restored(0, None, skipped, note)
+
+
+def _restore_candidate(checkpoint: RunCheckpoint, directory: Path, step: int) -> str | None:
+    """Restore ckpt-<step> completely, with the members it leaves out from left/; or say why not."""
+    path = directory / f"ckpt-{step}"
+    problem = _files_problem(directory, step)
+    if problem is None:
+        problem, has_token = _owner(path, checkpoint.token)
+    if problem is None:
+        problem, absent = _absent_members(path, len(checkpoint.members))
+    if problem is None:
+        problem = _restore(checkpoint.objects(without=absent, token=has_token), path)
+    for i in sorted(absent) if problem is None else ():
+        if problem := _restore_left(checkpoint, directory, i, has_token):
+            return problem
+    if problem is None:
+        checkpoint.written_left = set(absent)  # their left/ folders hold this timeline's state
+    return problem
 
 
 def _files_problem(directory: Path, step: int) -> str | None:
@@ -214,6 +276,28 @@ def _owner(path: Path, token: str) -> tuple[str | None, bool]:
     if owner != token:
         return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere", True
     return None, True
+
+
+def _absent_members(path: Path, count: int) -> tuple[str | None, set[int]]:
+    """(why it cannot be read, or None; the positions of the members the checkpoint leaves out)."""
+    try:
+        keys = tf.train.load_checkpoint(str(path)).get_variable_to_shape_map()
+    except Exception as exc:  # as in _owner
+        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", set()
+    present = {int(m[1]) for key in keys if (m := _MEMBER_KEY.match(key))}
+    return None, set(range(count)) - present
+
+
+def _restore_left(checkpoint: RunCheckpoint, directory: Path, i: int, has_token: bool) -> str | None:
+    """A member the checkpoint leaves out, from left/member-<i>/ (written when it left the step)."""
+    path = directory / LEFT / f"member-{i}" / "ckpt"
+    name = getattr(checkpoint.members[i], "name", f"member {i}")
+    if not path.with_suffix(".index").is_file():
+        return f"{name} left the run before it, and its state, {path.parent}, is missing"
+    problem, _ = _owner(path, checkpoint.token) if has_token else (None, False)
+    if problem is None:
+        problem = _restore(checkpoint.member_objects(i, token=has_token), path)
+    return None if problem is None else f"{name}'s state from when it left the run ({path.parent}): {problem}"
 
 
 def _restore(target, path: Path) -> str | None:

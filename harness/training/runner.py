@@ -217,6 +217,7 @@ class Runner:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
         (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
         folder = self.run_dir.checkpoints
+        checkpoint.left = {i for i, m in enumerate(self.roster.members) if not self.roster.records[m.name].status.trains}
         for action in self.eval_actions:  # best.keras first: the files never run ahead of a checkpoint
             if isinstance(action, SaveBest):
                 with self.clock.timed(action.phase):
