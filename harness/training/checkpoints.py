@@ -165,7 +165,7 @@ def write_cost_warning(writes_s: float, training_s: float, every: int, total_ste
     often = "only at the end" if suggested >= total_steps else f"about 1/{factor} as often"
     return (
         f"checkpoints and best weights took {writes_s:.1f} s of training's {training_s:.1f} s ({share:.0%}): every {every} steps "
-        f"a checkpoint writes every member's weights and optimizer state ({checkpoint_mb:,.0f} MB), and best.keras of each "
+        f"a checkpoint writes the weights and optimizer state of every member still training ({checkpoint_mb:,.0f} MB), and best.keras of each "
         f"member that improved; train.checkpoint_every_steps: {suggested} would write them {often}, at the cost of redoing "
         f"up to {suggested} steps after a crash (SIGTERM and SIGINT still checkpoint before exiting)"
     )
