@@ -154,6 +154,42 @@ def test_a_race_checkpoints_only_the_members_still_racing_and_restores_the_other
     assert f"{names[min(dropped)]} left the run before it, and its state" in "\n".join(refused.value.problems)
 
 
+class Killed(BaseException):
+    """What a SIGKILL looks like from inside: nothing after it runs."""
+
+
+@pytest.mark.slow
+def test_a_race_checkpointed_with_every_member_resumes_and_writes_left_for_the_dropped(full_and_race, tmp_path, monkeypatch):
+    # A checkpoint written before left/ existed holds every member, also those dropped before it:
+    # such a run, resumed, writes left/ for them at its first save and ends as the race did.
+    from harness.training import checkpoints as ckpt
+
+    _, race = full_and_race
+    real_save = ckpt.save
+
+    def old_save(checkpoint, directory, step):
+        checkpoint.left = set()  # every member in the checkpoint, as before
+        real_save(checkpoint, directory, step)
+        if step == 8:
+            raise Killed  # after rung 2's checkpoint was written, before it was recorded: resume from step 4
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt, "save", old_save)
+        with pytest.raises(Killed):
+            harness.run(validate_config(race_config(race=RACE)), results_dir=tmp_path)
+    (run_dir,) = (tmp_path / "tiny").iterdir()
+    assert saved_members(run_dir / "checkpoints" / "ckpt-4") == set(range(4)) and not (run_dir / "checkpoints" / "left").exists()
+    resumed = harness.resume(run_dir)
+    assert resumed.info["resumes"][0]["from_step"] == 4
+    names = [m["name"] for m in FOUR]
+    dropped = {names.index(n) for n, m in race.info["models"].items() if m["status"] == "dropped"}
+    assert saved_members(run_dir / "checkpoints" / "ckpt-12") == set(range(4)) - dropped
+    assert sorted(p.name for p in (run_dir / "checkpoints" / "left").iterdir()) == [f"member-{i}" for i in sorted(dropped)]
+    for name in names:
+        for a, b in zip(weights_of(run_dir / "models" / name / "model.keras"), weights_of(race.run_dir / "models" / name / "model.keras")):
+            np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.slow
 def test_over_several_replicas_a_rung_rebuilds_the_step_and_times_its_first_call(tmp_path):
     # A switch around a cross-replica sum would be a sync point inside control flow: mirrored rebuilds.
