@@ -240,9 +240,8 @@ def _restore_candidate(checkpoint: RunCheckpoint, directory: Path, step: int) ->
     path = directory / f"ckpt-{step}"
     problem = _files_problem(directory, step)
     if problem is None:
-        problem, has_token = _owner(path, checkpoint.token)
-    if problem is None:
-        problem, absent = _absent_members(path, len(checkpoint.members))
+        problem, has_token, held = _inspect(path, checkpoint.token)
+        absent = set(range(len(checkpoint.members))) - held
     if problem is None:
         problem = _restore(checkpoint.objects(without=absent, token=has_token), path)
     for i in sorted(absent) if problem is None else ():
@@ -262,30 +261,22 @@ def _files_problem(directory: Path, step: int) -> str | None:
     return None
 
 
-def _owner(path: Path, token: str) -> tuple[str | None, bool]:
-    """(why it is not this run's, or None; whether it carries a token: checkpoints written before
-    tokens existed have none and are restored without one)."""
+def _inspect(path: Path, token: str) -> tuple[str | None, bool, set[int]]:
+    """One read of a checkpoint: (why it is not this run's, or None; whether it carries a token:
+    checkpoints written before tokens existed have none and are restored without one; the
+    positions of the members it holds)."""
     try:
         reader = tf.train.load_checkpoint(str(path))
+        held = {int(m[1]) for key in reader.get_variable_to_shape_map() if (m := _MEMBER_KEY.match(key))}
         if not reader.has_tensor(_TOKEN_KEY):
-            return None, False
+            return None, False, held
         owner = reader.get_tensor(_TOKEN_KEY)
     except Exception as exc:  # a truncated or garbled index or data file: TensorFlow raises several kinds
-        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", False
+        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", False, set()
     owner = owner.decode() if isinstance(owner, bytes) else str(owner)
     if owner != token:
-        return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere", True
-    return None, True
-
-
-def _absent_members(path: Path, count: int) -> tuple[str | None, set[int]]:
-    """(why it cannot be read, or None; the positions of the members the checkpoint leaves out)."""
-    try:
-        keys = tf.train.load_checkpoint(str(path)).get_variable_to_shape_map()
-    except Exception as exc:  # as in _owner
-        return f"unreadable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}", set()
-    present = {int(m[1]) for key in keys if (m := _MEMBER_KEY.match(key))}
-    return None, set(range(count)) - present
+        return f"belongs to another run (token {owner[:12]}, this run's is {token[:12]}): it was copied in from elsewhere", True, held
+    return None, True, held
 
 
 def _restore_left(checkpoint: RunCheckpoint, directory: Path, i: int, has_token: bool) -> str | None:
@@ -294,7 +285,7 @@ def _restore_left(checkpoint: RunCheckpoint, directory: Path, i: int, has_token:
     name = getattr(checkpoint.members[i], "name", f"member {i}")
     if not path.with_suffix(".index").is_file():
         return f"{name} left the run before it, and its state, {path.parent}, is missing"
-    problem, _ = _owner(path, checkpoint.token) if has_token else (None, False)
+    problem = _inspect(path, checkpoint.token)[0] if has_token else None
     if problem is None:
         problem = _restore(checkpoint.member_objects(i, token=has_token), path)
     return None if problem is None else f"{name}'s state from when it left the run ({path.parent}): {problem}"
