@@ -19,6 +19,13 @@ from harness.scale.packing import Need, makespan_s, pack, split_in_two, spread
 from harness.scale.probe_member import cache_key, probe_config
 
 
+@pytest.mark.parametrize("recipe", [{"race": {"rungs": [1], "keep": 0.5, "metric": "val_iou"}}, {"early_stopping": {"patience": 2}}])
+def test_a_members_probe_config_is_one_model_without_the_runs_race_or_early_stop(recipe):
+    config = validate_config(tiny_config(train={"repeats": 2, **recipe}))
+    probe = validate_config(probe_config(config, "fcn"), accepted=True)  # a race of one model is refused
+    assert [m.name for m in probe.member_specs()] == ["fcn"] and probe.train.race is None and probe.train.early_stopping is None
+
+
 # -- packing: pure functions --------------------------------------------------------------------
 
 

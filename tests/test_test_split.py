@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from conftest import tiny_config
 from pictures import data_config, picture, write_folder
 
@@ -18,6 +19,7 @@ from harness.data.resolve import resolve_data
 from harness.data.scan import split_of
 from harness.data.sources import Item
 from harness.errors import ConfigError, DataError
+from harness.rundir import RunDir
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +184,21 @@ def test_compare_by_names_a_setting_of_a_model_entry():
     with pytest.raises(ConfigError) as caught:
         validate_config(tiny_config(output={"compare_by": ["architecture"]}))
     assert "output.compare_by" in caught.value.render() and "arch" in caught.value.render()
+
+
+def test_a_data_setting_the_source_does_not_read_is_refused_not_ignored(tmp_path):
+    with pytest.raises(ConfigError) as caught:  # under synthetic: no test split, without a word
+        validate_config(tiny_config(data={"test_fraction": 0.2, "fit": "crop"}))
+    text = caught.value.render()
+    assert "test_fraction: source synthetic does not read it" in text and "data.test_size" in text and "fit:" in text
+    with pytest.raises(ConfigError) as caught:
+        validate_config(tiny_config(data={"source": "folder", "images": "i", "masks": "m", "max_shapes": 2, "manifest": "x.csv"}))
+    assert "max_shapes: source folder" in caught.value.render() and "manifest: source folder" in caught.value.render()
+    resolved = validate_config(tiny_config(data={"max_shapes": 2, "test_size": 8}))  # synthetic's own settings
+    assert validate_config(resolved.model_dump(mode="json")) == resolved  # a run's config.yaml, defaults written out
+    older = tiny_config(data={"test_fraction": 0.2})  # a run started before the check: still read, as it was
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(older), encoding="utf-8")
+    assert RunDir(tmp_path).read_config().data.test_fraction == 0.2
 
 
 def test_tfds_test_split_is_held_out(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config.recipes import Strict
 
@@ -56,6 +56,21 @@ class TfdsSpec(Strict):
 
 SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
 SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
+REAL_SOURCES = ("folder", "csv", "arrays", "tfds")
+# Settings only some sources read. Given (anything but its default) under another source, one
+# would be ignored without a word: a test_fraction under synthetic would leave the run with no
+# test split at all, and its ranking on the validation images it chose with.
+READ_ONLY_BY = {
+    "max_shapes": ("synthetic",),
+    "images": ("folder", "arrays"), "masks": ("folder", "arrays"),
+    "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
+    "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",),
+    **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "fit", "cache")},
+}
+INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
+# Validation context of a config harness already ran with (a run's config.yaml, a group's share):
+# a setting refused since is kept as it was, so that older runs stay readable and resumable.
+ACCEPTED = "accepted"
 Side = Annotated[int, Field(ge=8, le=4096)]
 
 
@@ -111,7 +126,7 @@ class DataSpec(Strict):
         return (value, value) if isinstance(value, int) else value
 
     @model_validator(mode="after")
-    def _source_complete(self) -> "DataSpec":
+    def _source_complete(self, info: ValidationInfo) -> "DataSpec":
         problems = []
         for source, fields in SOURCE_FIELDS.items():
             given = [f for f in fields if getattr(self, f) is not None]
@@ -125,6 +140,9 @@ class DataSpec(Strict):
             object.__setattr__(self, "train_size", self.train_size or 512)
             object.__setattr__(self, "val_size", self.val_size or 64)
             object.__setattr__(self, "test_size", self.test_size or 0)
+        if not (info.context or {}).get(ACCEPTED):
+            problems += [_ignored(self.source, name, readers) for name, readers in READ_ONLY_BY.items()
+                         if self.source not in readers and getattr(self, name) != type(self).model_fields[name].default]
         if (self.test_images is None) != (self.test_masks is None):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
@@ -150,3 +168,9 @@ class DataSpec(Strict):
         if not self.resolved:
             raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
         return self.train_size // self.batch_size
+
+
+def _ignored(source: str, name: str, readers: tuple[str, ...]) -> str:
+    instead = INSTEAD.get(source, {}).get(name)
+    hint = f" ({source} takes {instead})" if instead else ""
+    return f"{name}: source {source} does not read it, only {', '.join(readers)}{hint}"

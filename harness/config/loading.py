@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config.data_spec import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
@@ -33,7 +34,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     return validate_config(raw, source=str(path))
 
 
-def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
+def validate_config(raw: Any, source: str = "config", accepted: bool = False) -> ExperimentConfig:
+    """`accepted`: a config harness already ran with (a run's config.yaml), whose settings refused
+    since are kept as they were (data_spec.ACCEPTED)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     # Grids first, here, so that a bad value is named by the grid key and value that made it.
@@ -41,7 +44,7 @@ def validate_config(raw: Any, source: str = "config") -> ExperimentConfig:
     if problems:
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config's grids:", problems)
     try:
-        return ExperimentConfig.model_validate(raw)
+        return ExperimentConfig.model_validate(raw, context={ACCEPTED: True} if accepted else None)
     except ValidationError as exc:
         problems = [line for err in exc.errors() for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None

@@ -108,8 +108,9 @@ def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFr
     is what choosing added)."""
     if not test_scores.exists():
         return pd.DataFrame()
-    steps = read_table(test_scores, SCORE_KEYS, {"model": str}).groupby("model", sort=False)["step"].max().astype(int).to_dict()
-    test = _totals(last_evaluations(test_scores, classes))
+    frame = read_table(test_scores, SCORE_KEYS, {"model": str})
+    steps = frame.groupby("model", sort=False)["step"].max().astype(int).to_dict()
+    test = _totals(evaluations_at(frame, classes))
     val = _totals(last_evaluations(val_scores, classes, at_steps=steps))
     rows = [{"model": name, "selected_step": steps[name], **{column(k, "test"): v for k, v in scores.items()},
              **{column(k, "selected_val"): v for k, v in val.get(name, {}).items()}} for name, scores in test.items()]
@@ -131,7 +132,11 @@ def last_evaluations(path: Path, classes: int, at_steps: dict[str, int] | None =
     same images as the first."""
     if not path.exists():
         return {}
-    frame = read_table(path, SCORE_KEYS, {"model": str})
+    return evaluations_at(read_table(path, SCORE_KEYS, {"model": str}), classes, at_steps)
+
+
+def evaluations_at(frame: pd.DataFrame, classes: int, at_steps: dict[str, int] | None = None) -> dict[str, Scored]:
+    """`last_evaluations` of a score table already read."""
     scored: dict[str, Scored] = {}
     for model, rows in frame.groupby("model", sort=False):
         step = rows["step"].max() if at_steps is None else at_steps.get(model)

@@ -109,7 +109,7 @@ class RunDir:
             # Runs from before these settings: their data came from the seed, with no test split.
             raw["data"].setdefault("seed", raw.get("seed", 0))
             raw["data"].setdefault("test_size", 0)
-        return validate_config(raw, source=str(self.config_file))
+        return validate_config(raw, source=str(self.config_file), accepted=True)
 
     def write_run_info(self, info: dict[str, Any]) -> None:
         atomic_write_text(self.run_json, json.dumps(info, indent=2, sort_keys=False) + "\n")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.config.naming import model_of
+from harness.config.data_spec import ACCEPTED
 from harness.config.schema import ExperimentConfig
 from harness.errors import HarnessError, Interrupted
 from harness.scale.engines import GroupTask
@@ -52,7 +53,7 @@ def group_config(config: ExperimentConfig, models: list[str], parallel: bool) ->
     raw["output"].update(compare_loss=config.compare_loss(), val_compare_loss=config.losses_differ(), mlflow=None)
     if parallel and raw["output"]["progress"] in ("auto", "bar"):
         raw["output"]["progress"] = "lines"  # bars of several processes would overwrite each other
-    return ExperimentConfig.model_validate(raw)
+    return ExperimentConfig.model_validate(raw, context={ACCEPTED: True})
 
 
 def new_group_entry(name: str, models: list[str], config: ExperimentConfig, planned_mb: float | None) -> dict[str, Any]:

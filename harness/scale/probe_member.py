@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.config.data_spec import ACCEPTED
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.rundir import atomic_write_text, versions
@@ -36,7 +37,8 @@ def probe_config(config: ExperimentConfig, model: str) -> dict[str, Any]:
     batch = data["batch_size"]
     raw["data"] = {"source": "synthetic", "image_size": data["image_size"], "channels": data["channels"], "classes": data["classes"],
                    "batch_size": batch, "train_size": 2 * batch, "val_size": batch}
-    raw["train"].update(repeats=1, steps=PROBE_STEPS + 1, deterministic=False)
+    # One model, a few steps: nothing to race or stop early (a race of one model is refused).
+    raw["train"].update(repeats=1, steps=PROBE_STEPS + 1, deterministic=False, race=None, early_stopping=None)
     raw["placement"].update(grouping="single", engine="local", strategy="auto", memory_budget_mb=None, max_members_per_group=None, parallel_groups=None)
     raw["output"].update(progress="none", mlflow=None)
     return raw
@@ -111,7 +113,7 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
     from harness.training.flops import forward_flops
 
     tf = import_tf()
-    config = ExperimentConfig.model_validate(raw)
+    config = ExperimentConfig.model_validate(raw, context={ACCEPTED: True})
     check_code(config)
     placement = prepare_process(config)
     iterator = placement.input_iterator(build_datasets(config.data, config.training_seeds(), 0, config.total_steps).train)
