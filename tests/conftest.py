@@ -229,3 +229,18 @@ def one_group(tmp_path_factory) -> Path:
     done = run_cli("run", write_yaml(folder / "c.yaml", tiny_config(output={"progress": "lines"})), "--results", folder / "r")
     assert done.returncode == 0, done.stderr
     return only_run_dir(folder / "r")
+
+
+def saved_members(checkpoint_path) -> set[int]:
+    """The positions of the members a checkpoint holds (its `member_<i>` keys)."""
+    from harness.core.backend import import_tf
+
+    keys = import_tf().train.load_checkpoint(str(checkpoint_path)).get_variable_to_shape_map()
+    return {int(k.split("_")[1]) for k in keys if k.startswith("member_")}
+
+
+def weights_of(path) -> list:
+    """An exported model's weights, loaded with plain tf_keras."""
+    from harness.core.backend import import_keras
+
+    return import_keras().models.load_model(path, compile=False).get_weights()

@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
+from conftest import only_run_dir, run_cli, saved_members, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, weights_of, write_yaml
 
 import harness
 from harness.config.loading import validate_config
@@ -108,19 +108,6 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
     summary = race.summary
     assert summary["status"].tolist() == ["ok", "dropped", "dropped", "dropped"]  # the race's winner first,
     assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
-
-
-def saved_members(checkpoint_path) -> set[int]:
-    from harness.core.backend import import_tf
-
-    keys = import_tf().train.load_checkpoint(str(checkpoint_path)).get_variable_to_shape_map()
-    return {int(k.split("_")[1]) for k in keys if k.startswith("member_")}
-
-
-def weights_of(path) -> list:
-    from harness.core.backend import import_keras
-
-    return import_keras().models.load_model(path, compile=False).get_weights()
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import tiny_config
+from conftest import saved_members, tiny_config
 from reference import train_alone
 
 from harness.api import run
@@ -122,6 +122,43 @@ def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path)
     for name in ("fcn", "unet", "deconv"):
         assert train_losses(result, name) == train_losses(tiny_run, name)
         assert_same_weights(result.models[name].get_weights(), tiny_run.models[name].get_weights())
+
+
+class Killed(BaseException):
+    """What a SIGKILL looks like from inside: nothing after it runs."""
+
+
+@pytest.mark.slow
+def test_a_diverged_member_is_switched_off_and_a_resume_after_it_ends_as_the_uninterrupted_run(tmp_path, monkeypatch):
+    import harness
+    from harness.training import checkpoints as ckpt
+
+    raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
+    raw["models"].insert(1, {"name": "boom", "arch": "factories:nan_after", "options": {"n": 6}})
+    whole = run(validate_config(raw), results_dir=tmp_path / "whole")
+    # boom diverged at step 6, in the call of steps 5-8, and was switched off after it: written
+    # once to left/ and left out of the checkpoints from step 8 on.
+    folder = whole.run_dir / "checkpoints"
+    assert saved_members(folder / "ckpt-4") == {0, 1, 2, 3} and saved_members(folder / "ckpt-12") == {0, 2, 3}
+    assert sorted(p.name for p in (folder / "left").iterdir()) == ["member-1"]
+    real_save = ckpt.save
+
+    def killed_at_12(checkpoint, directory, step):
+        if step == 12:
+            raise Killed
+        real_save(checkpoint, directory, step)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ckpt, "save", killed_at_12)
+        with pytest.raises(Killed):
+            run(validate_config(raw), results_dir=tmp_path / "killed")
+    (run_dir,) = (tmp_path / "killed" / "tiny").iterdir()
+    resumed = harness.resume(run_dir)  # boom from left/, diverged: off from the first call, as it was
+    assert resumed.info["resumes"][0]["from_step"] == 8 and resumed.info["models"]["boom"]["status"] == "diverged"
+    pd.testing.assert_frame_equal(resumed.losses.sort_values(list(resumed.losses.columns[:5])).reset_index(drop=True),
+                                  whole.losses.sort_values(list(whole.losses.columns[:5])).reset_index(drop=True), check_exact=True)
+    for name in ("fcn", "boom", "unet", "deconv"):  # boom's step counter too: it stopped counting when switched off
+        assert_same_weights(resumed.models[name].get_weights(), whole.models[name].get_weights())
 
 
 @pytest.mark.slow

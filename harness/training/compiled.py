@@ -32,6 +32,7 @@ class CompiledMembers:
         self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
         self._pending: list[dict[str, Any]] = []  # records to complete with the next call's time
         self.switches: dict[str, Any] | None = None  # member -> tf.Variable(bool), when members may leave by switch
+        self.diverged_off: set[str] = set()  # diverged members switched off (frozen already: nothing of theirs changes)
 
     def build(self, members: list, step: int | None = None, why: str | None = None, also_note: dict | None = None) -> None:
         """Build over `members` (the first build, or a rebuild at `step` because of `why`)."""
@@ -77,6 +78,16 @@ class CompiledMembers:
         self.rebuilds.append(record)
         if also_note is not None:
             also_note.update(retraced=False, traces=0)
+
+    def switch_off_diverged(self, names: list[str]) -> list[str]:
+        """Diverged members, frozen by their flag since, also stop computing: their forward and
+        backward passes would run every step for nothing. By their switch only (no new trace); over
+        several replicas, where there is none, they stay in the step, frozen. Returns those switched off."""
+        leaving = [n for n in names if self.switches is not None and n in self.switches and n not in self.diverged_off]
+        for name in leaving:
+            self.switches[name].assign(False)
+        self.diverged_off.update(leaving)
+        return leaving
 
     def first_call_of_rebuild(self, k: int, seconds: float) -> bool:
         """Record a call's time if it was a rebuilt step's first (True: not steady-state time)."""

@@ -34,8 +34,11 @@ class Roster:
 
     def training(self) -> list:
         """Members still in the fused step: not dropped by a race, not stopped early. (A diverged one
-        stays, frozen by its flag.)"""
+        stays, frozen by its flag; on one replica its switch is off too: CompiledMembers.switch_off_diverged.)"""
         return [m for m in self.members if self.records[m.name].status.trains]
+
+    def diverged(self) -> list[str]:
+        return [m.name for m in self.members if self.records[m.name].status == MemberStatus.DIVERGED]
 
     def all_ended(self) -> bool:
         return all(r.status != MemberStatus.OK for r in self.records.values())

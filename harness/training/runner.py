@@ -134,6 +134,7 @@ class Runner:
         self.compiled = CompiledMembers(config, self.placement, global_step)
         self.compiled.rebuilds = [r for r in record.rebuilds if r["step"] <= start]  # later ones are redone
         self.compiled.build(self.roster.training())  # 6.
+        self._switch_off_diverged()  # diverged before the restored step: off from the first call, as they were
         return members, global_step, checkpoint, start, datasets, schedule
 
     def _loop(self, start: int, iterator, datasets, schedule: Schedule, checkpoint) -> int:
@@ -157,6 +158,7 @@ class Runner:
             self.clock.add("steady_steps" if steady else "first_call", seconds)
             self.clock.steady_steps += k if steady else 0
             self.roster.read_statuses()
+            self._switch_off_diverged()
             return self.roster.train_rows(outputs, step, schedule)
 
         controller = Controller(
@@ -198,6 +200,10 @@ class Runner:
             self.book.record.rebuilds = self.compiled.rebuilds
         return rows
 
+    def _switch_off_diverged(self) -> None:
+        if leaving := self.compiled.switch_off_diverged(self.roster.diverged()):
+            self._phase(f"{', '.join(leaving)} diverged: switched off in the fused step (no new trace), frozen as it was")
+
     # -- the steps of a run ---------------------------------------------------------------------
 
     def _phase(self, text: str) -> None:
@@ -217,7 +223,8 @@ class Runner:
         """Save, record the save as the run's own, then drop the run's own beyond keep_checkpoints
         (in that order: a kill in between leaves an extra file, never a record of a missing one)."""
         folder = self.run_dir.checkpoints
-        checkpoint.left = {i for i, m in enumerate(self.roster.members) if not self.roster.records[m.name].status.trains}
+        checkpoint.left = {i for i, m in enumerate(self.roster.members)
+                           if not self.roster.records[m.name].status.trains or m.name in self.compiled.diverged_off}
         for action in self.eval_actions:  # best.keras first: the files never run ahead of a checkpoint
             if isinstance(action, SaveBest):
                 with self.clock.timed(action.phase):
