@@ -56,6 +56,22 @@ def test_gan_reports_generator_discriminator_and_l1_losses(mixed):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("train", [{"early_stopping": {"metric": "val_f1"}}, {"race": {"rungs": [1], "keep": 0.5, "metric": "val_iou"}}])
+def test_a_watched_score_an_autoencoder_does_not_report_is_refused_before_anything_is_written(train, tmp_path):
+    config = validate_config(tiny_config(models=[AUTOENCODER, {"name": "fcn", "arch": "tiny_fcn"}], train=train))
+    with pytest.raises(ConfigError) as caught:
+        run(config, results_dir=tmp_path)
+    assert "models.0(ae): kind autoencoder reports loss on validation" in caught.value.render() and not any(tmp_path.iterdir())
+
+
+def test_a_kinds_validation_without_the_watched_score_is_named_not_a_key_error():
+    from harness.training.eval_actions import watched_score
+
+    assert watched_score({"loss": 0.5, "iou": 0.25}, "iou", "mine", "train.race") == 0.25
+    with pytest.raises(ConfigError, match="train.race watches iou, and mine's validation gave only loss, coverage"):
+        watched_score({"loss": 0.5, "coverage": 0.1}, "iou", "mine", "train.race")
+
+
 def test_autoencoder_is_scored_by_reconstruction(mixed):
     assert metrics_of(mixed, "ae", "train") == {"loss", "lr"} and metrics_of(mixed, "ae", "val") == {"loss"}
     model = mixed.models["ae"]

@@ -196,6 +196,14 @@ def test_a_data_setting_the_source_does_not_read_is_refused_not_ignored(tmp_path
     assert "max_shapes: source folder" in caught.value.render() and "manifest: source folder" in caught.value.render()
     resolved = validate_config(tiny_config(data={"max_shapes": 2, "test_size": 8}))  # synthetic's own settings
     assert validate_config(resolved.model_dump(mode="json")) == resolved  # a run's config.yaml, defaults written out
+    with pytest.raises(ConfigError) as caught:  # a grid over it would train every member alike
+        validate_config(tiny_config(models=[{"name": "a", "arch": "tiny_fcn", "grid": {"optimizer.weight_decay": [1e-4, 1e-3]}}],
+                                    train={"optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}}))
+    assert "weight_decay: sgd does not read it, only adamw" in caught.value.render() and "member a-wd1e-4" in caught.value.render()
+    with pytest.raises(ConfigError) as caught:
+        validate_config(tiny_config(train={"optimizer": {"name": "adam", "momentum": 0.9}}))
+    assert "momentum: adam does not read it, only sgd, rmsprop (adam takes beta_1)" in caught.value.render()
+    validate_config(tiny_config(train={"optimizer": {"name": "adamw", "weight_decay": 0.01, "beta_1": 0.5}}))
     older = tiny_config(data={"test_fraction": 0.2})  # a run started before the check: still read, as it was
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(older), encoding="utf-8")
     assert RunDir(tmp_path).read_config().data.test_fraction == 0.2

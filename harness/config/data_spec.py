@@ -68,9 +68,6 @@ READ_ONLY_BY = {
     **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "fit", "cache")},
 }
 INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
-# Validation context of a config harness already ran with (a run's config.yaml, a group's share):
-# a setting refused since is kept as it was, so that older runs stay readable and resumable.
-ACCEPTED = "accepted"
 Side = Annotated[int, Field(ge=8, le=4096)]
 
 
@@ -140,9 +137,7 @@ class DataSpec(Strict):
             object.__setattr__(self, "train_size", self.train_size or 512)
             object.__setattr__(self, "val_size", self.val_size or 64)
             object.__setattr__(self, "test_size", self.test_size or 0)
-        if not (info.context or {}).get(ACCEPTED):
-            problems += [_ignored(self.source, name, readers) for name, readers in READ_ONLY_BY.items()
-                         if self.source not in readers and getattr(self, name) != type(self).model_fields[name].default]
+        problems += self.unread_settings(self.source, READ_ONLY_BY, info, INSTEAD.get(self.source), called="source")
         if (self.test_images is None) != (self.test_masks is None):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
@@ -169,8 +164,3 @@ class DataSpec(Strict):
             raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
         return self.train_size // self.batch_size
 
-
-def _ignored(source: str, name: str, readers: tuple[str, ...]) -> str:
-    instead = INSTEAD.get(source, {}).get(name)
-    hint = f" ({source} takes {instead})" if instead else ""
-    return f"{name}: source {source} does not read it, only {', '.join(readers)}{hint}"

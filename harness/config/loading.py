@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.config.data_spec import ACCEPTED
+from harness.config.recipes import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
@@ -36,7 +36,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 
 def validate_config(raw: Any, source: str = "config", accepted: bool = False) -> ExperimentConfig:
     """`accepted`: a config harness already ran with (a run's config.yaml), whose settings refused
-    since are kept as they were (data_spec.ACCEPTED)."""
+    since are kept as they were (recipes.ACCEPTED)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys, got {type(raw).__name__}")
     # Grids first, here, so that a bad value is named by the grid key and value that made it.

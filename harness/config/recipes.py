@@ -4,13 +4,31 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from harness.config.metrics import WATCHABLE
+
+# Validation context of a config harness already ran with (a run's config.yaml, a group's share):
+# a combination refused since is kept as it was, so that older runs stay readable and resumable.
+ACCEPTED = "accepted"
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def unread_settings(self, chosen: str, read_by: dict[str, tuple[str, ...]], info: ValidationInfo, instead: dict[str, str] | None = None, called: str = "") -> list[str]:
+        """Settings given (anything but their default) that `chosen` (a data source, an optimizer)
+        does not read: each would be ignored without a word. `read_by`: setting -> who reads it;
+        `called`: what `chosen` is, in the message ("source")."""
+        if (info.context or {}).get(ACCEPTED):
+            return []
+        fields = type(self).model_fields
+        problems = []
+        for name, readers in read_by.items():
+            if chosen not in readers and getattr(self, name) != fields[name].default:
+                hint = f" ({chosen} takes {instead[name]})" if instead and name in instead else ""
+                problems.append(f"{name}: {called}{' ' if called else ''}{chosen} does not read it, only {', '.join(readers)}{hint}")
+        return problems
 
 
 class ScheduleSpec(Strict):

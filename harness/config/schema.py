@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
 from harness.config.consistency import combination_problems, sized_problems
@@ -29,6 +29,9 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 __all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
 
 
+OPTIMIZER_READS = {"beta_1": ("adam", "adamw"), "momentum": ("sgd", "rmsprop"), "weight_decay": ("adamw",)}
+
+
 class OptimizerSpec(Strict):
     name: Literal["adam", "adamw", "sgd", "rmsprop"] = "adam"
     learning_rate: Annotated[float, Field(gt=0)] = 1e-3
@@ -37,6 +40,14 @@ class OptimizerSpec(Strict):
     weight_decay: Annotated[float, Field(ge=0)] | None = None
     clipnorm: Annotated[float, Field(gt=0)] | None = None
     schedule: ScheduleSpec | None = None  # None: the train-level optimizer's, else constant
+
+    @model_validator(mode="after")
+    def _settings_it_reads(self, info: ValidationInfo) -> "OptimizerSpec":
+        # A grid over weight_decay under adam would train every member alike, and say so as a
+        # comparison: refused, as any setting the optimizer does not read.
+        if problems := self.unread_settings(self.name, OPTIMIZER_READS, info, {"momentum": "beta_1", "beta_1": "momentum"}):
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class GanSpec(Strict):

@@ -94,6 +94,8 @@ class Member:
     # unless named here; the run records it (run.json models.<name>.higher_is_better) for its outputs.
     higher_is_better: ClassVar[frozenset[str]] = frozenset()
     task = "segmentation"  # or "reconstruction": what predict returns and validation scores
+    # The validation scores `eval_scores` returns: early stopping and a race watch one of them.
+    val_metrics: ClassVar[tuple[str, ...]] = ("loss", "iou", "f1")
 
     # -- building -------------------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ class AutoencoderMember(Member):
     (mean squared error) in training and validation."""
 
     task = "reconstruction"
+    val_metrics = ("loss",)
 
     @classmethod
     def build(cls, spec, data, seed, batchnorm_momentum, device, precision) -> "AutoencoderMember":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from harness.config.metrics import metric_of
 from harness.config.naming import repeat_of
 from harness.config.schema import DataSpec, ExperimentConfig, ModelSpec
 from harness.core.member_step import on_device
@@ -33,6 +34,19 @@ def member_class(kind: str) -> type[Member]:
         raise ConfigError("cannot use a member kind:", problems)
     module_name, _, attr = kind.partition(":")
     return getattr(importlib.import_module(module_name), attr)
+
+
+def _watched_metric_problems(config: ExperimentConfig) -> list[str]:
+    """Every model's kind reports the validation score early stopping or the race watches (an
+    autoencoder reports a reconstruction loss only: a KeyError at the first rung otherwise)."""
+    problems = []
+    for key, spec in (("early_stopping", config.train.early_stopping), ("race", config.train.race)):
+        for i, model in enumerate(config.models if spec is not None else ()):
+            reported = member_class(model.kind).val_metrics
+            if metric_of(spec.metric) not in reported:
+                problems.append(f"models.{i}({model.name}): kind {model.kind} reports {', '.join(reported)} on validation, "
+                                f"not the {spec.metric} train.{key}.metric watches; val_loss is every kind's")
+    return problems
 
 
 def _kind_problems(kind: str) -> list[str]:
@@ -72,6 +86,8 @@ def check_code(config: ExperimentConfig) -> None:
         where = f"models.{i}({spec.name})"
         problems += [f"{where}.arch: {p}" for p in _factory_problems(spec.arch)]
         problems += [f"{where}.kind: {p}" for p in _kind_problems(spec.kind)]
+    if not problems and (watched := _watched_metric_problems(config)):
+        raise ConfigError("a validation score the run watches is not reported by every model:", watched)
     if not problems and config.data.image_size != "auto":
         multiples = {name: (arch, zoo.code_input_multiple(arch, options)) for name, arch, options in config.networks()}
         problems += catalog.check_input_size(multiples, config.data.image_size)

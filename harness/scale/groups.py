@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from harness.config.naming import model_of
-from harness.config.data_spec import ACCEPTED
+from harness.config.recipes import ACCEPTED
 from harness.config.schema import ExperimentConfig
 from harness.errors import HarnessError, Interrupted
 from harness.scale.engines import GroupTask

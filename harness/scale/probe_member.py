@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.config.data_spec import ACCEPTED
+from harness.config.recipes import ACCEPTED
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.rundir import atomic_write_text, versions

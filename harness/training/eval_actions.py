@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from harness.config.metrics import metric_of
+from harness.errors import ConfigError
 from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, MemberStatus, RunDir
 from harness.training.early_stopping import EarlyStopping
@@ -66,7 +67,7 @@ class StopEarly:
     def __call__(self, evaluation: Evaluation) -> Departure | None:
         stopped = []
         for name, scores in evaluation.scores.items():
-            if self.stopper.observe(name, float(scores[self.stopper.metric])):
+            if self.stopper.observe(name, watched_score(scores, self.stopper.metric, name, "train.early_stopping")):
                 member = self.members[name]
                 member.diverged.assign(True)
                 member.diverged_step.assign(evaluation.step)
@@ -91,7 +92,7 @@ class RaceRung:
         if not self.race.due(evaluation.step):
             return None
         metric = metric_of(self.race.metric)
-        values = {n: s[metric] for n, s in evaluation.scores.items() if self.records[n].status == MemberStatus.OK}
+        values = {n: watched_score(s, metric, n, "train.race") for n, s in evaluation.scores.items() if self.records[n].status == MemberStatus.OK}
         rung = self.race.decide(evaluation.step, values)
         for name in rung["dropped"]:
             self.records[name].mark_dropped(evaluation.step)
@@ -100,6 +101,15 @@ class RaceRung:
         if not rung["dropped"]:
             return None
         return Departure(list(rung["dropped"]), f"race rung {rung['rung']} dropped {', '.join(rung['dropped'])}", note=rung)
+
+
+def watched_score(scores: dict, metric: str, member: str, what: str) -> float:
+    """A member's score `what` watches; a kind whose eval_scores lacks it (its val_metrics said
+    otherwise) is named, not a KeyError."""
+    if metric not in scores:
+        raise ConfigError(f"{what} watches {metric}, and {member}'s validation gave only {', '.join(scores)}: "
+                          "choose a metric every member reports (val_loss), or declare the kind's val_metrics")
+    return float(scores[metric])
 
 
 def make_eval_actions(config, run: RunDir, roster, book, start: int, schedule, say) -> list[EvalAction]:
