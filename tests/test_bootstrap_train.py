@@ -70,6 +70,16 @@ def test_the_intervals_say_they_cover_the_bootstraps_with_repeats_only():
     assert interval_covers(one_seed).startswith("validation images only")
 
 
+def test_a_bootstrap_with_one_training_seed_is_warned_of():
+    from harness.rundir import RunRecord
+    from harness.training.actions import data_warnings
+
+    record = RunRecord(name="tiny", run_id="r")  # its scan found no copies across splits
+    one_seed = validate_config(tiny_config(data={"bootstrap_train": True}))
+    assert any("data.bootstrap_train with train.repeats 1" in w for w in data_warnings(one_seed, record))
+    assert data_warnings(validate_config(tiny_config(data={"bootstrap_train": True}, train={"repeats": 3})), record) == []
+
+
 @pytest.mark.slow
 def test_a_run_with_repeats_on_bootstraps_writes_what_its_intervals_cover(tmp_path):
     import pandas as pd

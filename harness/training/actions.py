@@ -244,9 +244,14 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
 
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:
-    """What the data's scan found that weakens the comparison: images copied across splits."""
-    copies = duplicates_warning((record.data or {}).get("duplicates"), config.data)
-    return [copies] if copies else []
+    """What weakens the comparison on the data's side: images copied across splits (the scan), a
+    bootstrap of the training split with one training seed."""
+    warnings = [copies] if (copies := duplicates_warning((record.data or {}).get("duplicates"), config.data)) else []
+    if config.data.bootstrap_train and config.train.repeats == 1:
+        warnings.append("data.bootstrap_train with train.repeats 1: the one training seed trained on a bootstrap resample of the "
+                        "training split (about 63% of its examples, some twice), and with one seed the intervals still cover "
+                        "validation-image noise only; bootstrap_train is meant with train.repeats 3 or more")
+    return warnings
 
 
 def validation_warnings(summary, config: ExperimentConfig) -> list[str]:
