@@ -163,4 +163,3 @@ class DataSpec(Strict):
         if not self.resolved:
             raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
         return self.train_size // self.batch_size
-
