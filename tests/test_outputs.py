@@ -277,3 +277,20 @@ def test_samples_show_every_model_when_they_fit_else_the_best_in_ranking_order()
     shown, title = models_in_samples(many, ranked, "val_iou")
     assert shown == list(reversed(many))[:SAMPLE_MODELS] == ["m39", "m38", "m37", "m36", "m35", "m34", "m33", "m32"]
     assert title == "validation samples: the 8 best of 40 models by val_iou (summary.csv ranks them all)"
+
+
+def test_compare_shows_a_test_split_first_beside_the_validation_that_chose(tmp_path):
+    from rich.console import Console
+
+    from harness.outputs.compare import compare_runs, print_comparison
+
+    run = tmp_path / "exp" / "20260101-000000"
+    run.mkdir(parents=True)
+    pd.DataFrame({"rank": [1, 2], "model": ["a", "b"], "status": ["ok", "ok"], "val_iou": [0.50, 0.60],
+                  "test_iou": [0.55, 0.45], "test_f1": [0.7, 0.6]}).to_csv(run / "summary.csv", index=False)
+    table = compare_runs([run])
+    assert {"test_iou", "test_f1", "val_iou"} <= set(table.columns)
+    console = Console(record=True, width=220)
+    print_comparison(table, console)
+    header = next(line for line in console.export_text().splitlines() if "model" in line)
+    assert header.index("test_iou") < header.index("val_iou")  # ranked on test: its column first

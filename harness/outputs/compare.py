@@ -17,7 +17,8 @@ from harness.outputs.tables import build_member_summary, load_losses, load_summa
 from harness.outputs.columns import plain_text
 from harness.outputs.terminal import TerminalTable, print_table
 
-COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "repeats", "interval_covers"]
+COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
+           "test_loss", "test_iou", "test_f1", "repeats", "interval_covers"]
 FINISHED = "summary.csv"
 
 
@@ -91,7 +92,8 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
     return int(values.idxmax() if higher_is_better(column) else values.idxmin())
 
 
-PRIORITY = ["run", "model", "val_iou", "status", "params", "ms_per_step", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
+# A run with a test split ranks on it (its validation scores chose the weights): test first.
+PRIORITY = ["run", "model", "test_iou", "val_iou", "status", "params", "ms_per_step", "test_f1", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
 
 
 def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False) -> None:
