@@ -17,6 +17,12 @@ def combination_problems(config) -> list[str]:
         )
     if race is not None and len(config.models) < 2:
         problems.append("train.race with one model: a race keeps the better models of several; with one there is nothing to cut")
+    if race is not None and race.metric == "val_loss" and (config.losses_differ() or len({m.predicts_masks for m in config.models}) > 1):
+        problems.append(
+            "train.race.metric val_loss: the members do not train on one loss (different losses, a GAN's or your kind's "
+            "own, an autoencoder's reconstruction), so their val_loss values are not comparable and a rung would cut by "
+            "the loss, not the model. Race by val_iou or val_f1"
+        )
     if placement.grouping == "single":
         splitting = [k for k in ("max_members_per_group", "memory_budget_mb", "parallel_groups") if getattr(placement, k) is not None]
         if splitting:

@@ -18,6 +18,9 @@ SCHEDULE = {"name": "adam", "learning_rate": 0.01, "schedule": {"name": "cosine"
     ({"train": {"epochs": 2, "race": {"rungs": [5]}}}, "at or after the end of the run"),
     ({"train": {"epochs": 4, "race": {"rungs": [1]}, "early_stopping": {"metric": "val_iou"}}}, "train.race with train.early_stopping"),
     ({"models": [{"name": "a", "arch": "tiny_fcn"}], "train": {"epochs": 4, "race": {"rungs": [1]}}}, "train.race with one model"),
+    ({"train": {"epochs": 4, "race": {"rungs": [1], "metric": "val_loss"}}}, "their val_loss values are not comparable"),  # deconv: focal+dice
+    ({"models": [{"name": "a", "arch": "tiny_fcn"}, {"name": "ae", "kind": "autoencoder", "arch": "small_autoencoder"}],
+      "train": {"epochs": 4, "race": {"rungs": [1], "metric": "val_loss"}}}, "their val_loss values are not comparable"),
     ({"train": {"epochs": 2, "optimizer": SCHEDULE}}, "a warm-up of 12 steps is as long as the run (8 steps)"),
     ({"placement": {"grouping": "single", "max_members_per_group": 2}}, "placement.grouping: single"),
 ])

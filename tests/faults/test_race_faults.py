@@ -17,7 +17,7 @@ MODELS = [
     {"name": "fcn", "arch": "tiny_fcn"},
     {"name": "unet", "arch": "tiny_unet"},
     {"name": "wide", "arch": "tiny_fcn", "options": {"width": 12}},
-    {"name": "deconv", "arch": "tiny_deconv", "loss": "focal+dice", "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9}},
+    {"name": "deconv", "arch": "tiny_deconv", "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9}},  # one loss: a race by val_loss
 ]
 CONFIG = tiny_config(models=MODELS, train={"epochs": 3, "steps_per_call": 1, "race": {"rungs": [1, 2], "keep": 0.5, "metric": "val_loss"}},
                      output={"probe_steps": 0, "progress": "lines"})
