@@ -286,3 +286,11 @@ def test_beyond_noise_pairs_tonight_with_the_earlier_run_on_the_same_images_or_s
     night3 = max(p for p in (results / "tiny").iterdir() if p.is_dir())
     notes = json.loads((night3 / "nightly.json").read_text())["notes"]
     assert any(f"not paired with {night2.name}: its run folder" in n and "is gone" in n for n in notes), notes
+
+
+def test_a_threshold_naming_no_column_says_which_it_likely_meant():
+    from harness.nights.tonight import likely_column
+
+    columns = {"val_iou", "val_f1", "best_val_loss", "ms_per_step"}
+    assert likely_column("val_iuo", columns) == " (did you mean 'val_iou'?)"
+    assert likely_column("coverage", columns) == ""

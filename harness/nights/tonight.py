@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 import json
 import math
 import shutil
@@ -236,12 +238,19 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         if reference.fingerprint != store.get(run_id).fingerprint:
             notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
     watched = {metric for _, metric in now}
-    notes += [f"threshold for {m!r}, but summary.csv has no such column" for m in sorted(set(thresholds) - watched)]
+    notes += [f"threshold for {m!r}, but summary.csv has no such column: it watches nothing{likely_column(m, watched)}"
+              for m in sorted(set(thresholds) - watched)]
     result = NightlyResult(night, run.path, changes, notes, trained)
     store.set_verdict(run_id, [(c.against, c.against_run, c.model, c.metric, c.before, c.now, c.allowed) for c in result.regressions])
     store.set_meta("watched", sorted(thresholds))  # what `harness history` shows by default
     result.report = write_nightly_report(config, store, run, result, references)
     return result
+
+
+def likely_column(name: str, columns: set[str]) -> str:
+    """A typo's likely meaning ("val_iuo" for "val_iou"), or nothing."""
+    close = difflib.get_close_matches(name, sorted(columns), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
