@@ -73,12 +73,18 @@ class Interrupted(HarnessError):
     exit_code = EXIT_INTERRUPTED
 
 
+def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
+    """The choice closest to `word` (a typo's likely meaning), if one is close enough."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """The tail of an "unknown X" message: the closest choice, if one is close, and the choices."""
     choices = [str(c) for c in choices]
     listed = f"choose one of {', '.join(choices)}" if choices else "there is nothing to choose from"
-    close = difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}? ({listed})" if close else f"; {listed}"
+    close = closest(word, choices)
+    return f"; did you mean {close!r}? ({listed})" if close else f"; {listed}"
 
 
 def report_bug() -> int:

@@ -244,3 +244,7 @@ def weights_of(path) -> list:
     from harness.core.backend import import_keras
 
     return import_keras().models.load_model(path, compile=False).get_weights()
+
+
+class Killed(BaseException):
+    """What a SIGKILL looks like from inside: nothing after it runs."""

@@ -11,7 +11,7 @@ import signal
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import only_run_dir, run_cli, saved_members, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, weights_of, write_yaml
+from conftest import Killed, only_run_dir, run_cli, saved_members, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, weights_of, write_yaml
 
 import harness
 from harness.config.loading import validate_config
@@ -139,10 +139,6 @@ def test_a_race_checkpoints_only_the_members_still_racing_and_restores_the_other
     with pytest.raises(ckpt.NoValidCheckpoint) as refused:
         ckpt.restore_newest_valid(checkpoint, damaged, race.info["checkpoints"])
     assert f"{names[min(dropped)]} left the run before it, and its state" in "\n".join(refused.value.problems)
-
-
-class Killed(BaseException):
-    """What a SIGKILL looks like from inside: nothing after it runs."""
 
 
 @pytest.mark.slow

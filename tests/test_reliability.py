@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli, tiny_config, write_yaml
+from conftest import Killed, run_cli, tiny_config, write_yaml
 
 from harness import cli
 from harness.api import resume, run
@@ -26,10 +26,6 @@ from harness.rundir import layout as rundir  # where the run directory and run.j
 
 # 8 steps, a checkpoint every 2, only the newest kept.
 RAW = tiny_config(train={"epochs": 2, "steps_per_call": 2, "checkpoint_every_steps": 2, "keep_checkpoints": 1, "deterministic": True})
-
-
-class Killed(BaseException):
-    """What a SIGKILL looks like from inside: nothing after it runs."""
 
 
 def killed_in_save(monkeypatch, at_step: int, damage=None):

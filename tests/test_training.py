@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import saved_members, tiny_config
+from conftest import Killed, saved_members, tiny_config
 from reference import train_alone
 
 from harness.api import run
@@ -122,10 +122,6 @@ def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path)
     for name in ("fcn", "unet", "deconv"):
         assert train_losses(result, name) == train_losses(tiny_run, name)
         assert_same_weights(result.models[name].get_weights(), tiny_run.models[name].get_weights())
-
-
-class Killed(BaseException):
-    """What a SIGKILL looks like from inside: nothing after it runs."""
 
 
 @pytest.mark.slow

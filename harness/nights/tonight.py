@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import difflib
-
 import json
 import math
 import shutil
@@ -28,7 +26,7 @@ import pandas as pd
 
 from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
-from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted
+from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.nights.regressions import Change, compare, models_added_or_removed
 from harness.nights.paired import paired_changes
@@ -249,8 +247,8 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
 
 def likely_column(name: str, columns: set[str]) -> str:
     """A typo's likely meaning ("val_iuo" for "val_iou"), or nothing."""
-    close = difflib.get_close_matches(name, sorted(columns), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(name, sorted(columns), cutoff=0.75)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
