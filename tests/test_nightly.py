@@ -100,6 +100,13 @@ def test_threshold_edges_nan_divergence_and_new_models(tmp_path):
     assert not any(c.model in ("new", "old") for c in changes)
 
 
+def test_a_seed_that_fails_is_a_regression_and_one_that_stops_early_or_leaves_a_race_is_not():
+    before = {"a": "ok", "b": "stopped (2/3)", "c": "ok", "d": "ok", "e": "stopped"}
+    now = {"a": "stopped (3/3)", "b": "diverged (1/3), stopped (2/3)", "c": "dropped", "d": "oom", "e": "diverged"}
+    changes = compare({}, {}, now, before, {}, "previous", "run-1")
+    assert {c.model for c in changes if c.metric == "status" and c.regressed} == {"b", "d", "e"}
+
+
 def test_threshold_needs_exactly_one_kind():
     with pytest.raises(ValueError):
         ThresholdSpec()

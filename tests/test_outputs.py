@@ -18,7 +18,11 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
-from harness.outputs.tables import build_pairs
+from harness.outputs.printed import per_group_lines
+from harness.outputs.report import verdict
+from harness.outputs.tables import build_pairs, failed, finished, model_status
+from harness.outputs.uncertainty import ranking_statistics
+from harness.rundir import RunDir
 
 STEPS = 8
 
@@ -46,6 +50,46 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
     # the per-model value is the mean of its seeds
     unet = members[members["model"].str.startswith("unet@")]["val_iou"].mean()
     assert summary.set_index("model").loc["unet", "val_iou"] == pytest.approx(unet)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("repeats", [2, 1])
+def test_a_model_stopped_early_is_compared_and_one_a_race_dropped_is_not(repeated, repeats):
+    """With repeats a model stopped early by every seed still gets its intervals and its pairs (it
+    lost both once: only `ok` counted); a dropped one keeps neither. With one seed (here each
+    member taken as a model of its own) the dropped one keeps its interval, not its pairs."""
+    result, _ = repeated
+    config = RunDir(result.run_dir).read_config()
+    config = config.model_copy(update={"train": config.train.model_copy(update={"repeats": repeats})})
+    members = pd.read_csv(result.run_dir / "summary_members.csv")
+    deconv = members["model"].str.startswith("deconv@")
+    for status, compared in (("stopped", True), ("dropped", False)):
+        marked = members.assign(status=np.where(deconv, status, "ok"))
+        intervals, pairs = ranking_statistics(result.run_dir / "val_scores.csv", config, marked)
+        involved = pairs["model_a"].str.startswith("deconv") | pairs["model_b"].str.startswith("deconv")
+        assert bool(involved.any()) is compared, status
+        assert len(pairs) == {(2, True): 3, (2, False): 1, (1, True): 15, (1, False): 6}[(repeats, compared)]  # 3 models, or 6 members
+        has_interval = intervals["model"].str.startswith("deconv").any() if intervals is not None else False
+        assert bool(has_interval) is (compared or repeats == 1), status
+
+
+def test_a_models_status_over_its_seeds_names_each_ending_worst_first():
+    assert model_status(["ok", "ok"]) == "ok" and model_status(["stopped"]) == "stopped"
+    # once the most common ending won and hid the divergence (`stopped (3/3)`)
+    mixed = model_status(["stopped", "diverged", "stopped"])
+    assert mixed == "diverged (1/3), stopped (2/3)"
+    assert not finished(mixed) and failed(mixed)
+    assert finished("stopped (2/3)") and not failed("stopped (2/3)") and finished("ok")
+    assert not finished("dropped (2/2)") and not failed("dropped (2/2)") and failed("oom")
+
+
+def test_with_fewer_than_two_finished_models_the_verdict_says_why_there_is_none(tmp_path):
+    summary = pd.DataFrame({"model": ["unet", "fcn", "deconv"], "status": ["ok", "dropped (2/2)", "diverged"],
+                            "compare_group": ["arch=unet", "arch=fcn", "arch=fcn"], "chosen_in_group": [True, False, False]})
+    text = verdict(pd.DataFrame(columns=["model_a", "model_b"]), "val_iou", summary)
+    assert text.startswith("No verdict between models: only unet finished") and "fcn: dropped (2/2), deconv: diverged" in text
+    assert verdict(pd.DataFrame(), "val_iou", summary.assign(status="ok")).startswith("No interval for val_iou")
+    assert "arch=unet: unet, arch=fcn: none finished." in per_group_lines(summary, tmp_path)
 
 
 def test_interval_is_a_student_t_interval_widened_by_image_noise():

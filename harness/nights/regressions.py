@@ -14,6 +14,7 @@ from typing import Mapping
 from harness.config.schema import ThresholdSpec
 from harness.config import metrics
 from harness.outputs import columns
+from harness.outputs.tables import failed
 _ROUNDING = 1e-9
 
 
@@ -74,9 +75,10 @@ def compare(
     for model in models:
         if model not in before_status and not any(m == model for m, _ in before):
             continue
-        if before_status.get(model) == "ok" and now_status.get(model, "ok") != "ok":
+        # Failing is a regression; stopping early or leaving a race is how the run was set to end.
+        if model in before_status and not failed(before_status[model]) and failed(now_status.get(model, "ok")):
             changes.append(
-                Change(against, against_run, model, "status", math.nan, math.nan, math.nan, "must stay ok", True,
+                Change(against, against_run, model, "status", math.nan, math.nan, math.nan, "must not diverge or run out of memory", True,
                        f"{before_status[model]} -> {now_status[model]}")
             )
         for metric, threshold in sorted(thresholds.items()):

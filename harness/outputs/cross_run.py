@@ -35,7 +35,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
-from harness.outputs.tables import load_summary
+from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
 from harness.rundir import RunDir
 
@@ -115,7 +115,7 @@ def _open(run_dir: Path) -> RunScores:
 
 
 def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
-    """Each member's value of `rank` (with repeats: per seed, the members that finished; `chosen`:
+    """Each member's value of `rank` (with repeats: per seed, the members that finished (trained to the end or stopped early); `chosen`:
     of the models each group chose) and, for a validation or test metric, each member's
     per-image quantities on that split."""
     run, split = scores.run, split_column(rank)[0]
@@ -125,7 +125,7 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
     source = run.path / "summary_members.csv" if scores.config.train.repeats > 1 else run.summary_csv
     table = load_summary(source) if scores.config.train.repeats > 1 else summary
     if scores.config.train.repeats > 1 and "status" in table:
-        table = table[table["status"] == "ok"]
+        table = table[table["status"].map(finished)]
     if chosen:
         table = table[table["model"].map(model_of).isin(_chosen_models(summary, run.path))]
     if rank not in table:

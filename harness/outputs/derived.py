@@ -41,7 +41,9 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv)
     summary = with_settings(build_summary(member_summary, config.ranking_column(), intervals, pair_stats), config.models)
     if (covers := interval_covers(config)) is not None and len(summary):
-        summary["interval_covers"] = covers
+        low = f"{config.ranking_column()}_low"  # said of the rows that have an interval only
+        has_interval = summary[low].notna() if low in summary else pd.Series(False, index=summary.index)
+        summary["interval_covers"] = has_interval.map({True: covers, False: None})
     member_summary = with_settings(member_summary, config.member_specs())
     on_common = scored_on_common_loss(config)
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, on_common)

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings
-from harness.outputs.tables import load_losses
+from harness.outputs.tables import failed, load_losses
 from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -150,7 +150,7 @@ def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any
         client.set_tag(child, "harness.status", facts.get("status", "ok"))
         if config.output.mlflow.log_models and (run.path / "models" / member).is_dir():
             client.log_artifacts(child, str(run.path / "models" / member), "model")
-        client.set_terminated(child, "FINISHED" if facts.get("status", "ok") in ("ok", "stopped", "dropped") else "FAILED")
+        client.set_terminated(child, "FAILED" if failed(facts.get("status", "ok")) else "FINISHED")
     for name in ARTIFACTS:
         path = run.path / name
         if path.is_dir():

@@ -44,9 +44,10 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
     ahead at which tuning budget (the report's Per group section has the rest)."""
     if "chosen_in_group" not in summary:
         return ""
-    chosen = chosen_rows(summary)
+    chosen = dict(zip(chosen_rows(summary)["compare_group"], chosen_rows(summary)["model"]))
+    groups = dict.fromkeys(summary["compare_group"].dropna())  # in ranking order; a group none of whose models finished says so
     text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
-        f"{group}: {model}" for group, model in zip(chosen["compare_group"], chosen["model"])) + "."
+        f"{group}: {chosen.get(group, 'none finished')}" for group in groups) + "."
     budget_file = run_dir / "expected_best.csv"
     if budget_file.is_file() and budget_file.stat().st_size > 1:
         text += " " + describe_leaders(pd.read_csv(budget_file))

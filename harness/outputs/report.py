@@ -15,6 +15,7 @@ from harness.config.metrics import higher_is_better, metric_of, on_split, split_
 from harness.outputs.columns import chosen_rows
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
+from harness.outputs.tables import finished
 from harness.outputs.tuning_budget import curve, describe_leaders
 from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
@@ -203,7 +204,7 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     with repeats, the supported differences, the others with the repeats that might resolve
     them, and each model's seed-to-seed spread. `table`: where every pair is listed."""
     if "supported" not in pairs or pairs["supported"].isna().all() or "covers" not in pairs:
-        return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
+        return _no_verdict(rank_by, summary)
     rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
     if not any(covers_training(row.covers) for row in rows):
         beyond = [row for row in rows if getattr(row, "beyond_image_noise", False)]
@@ -230,6 +231,20 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     return " ".join(parts)
 
 
+def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
+    """Why no pair has an interval: fewer than two models finished (the others' scores come from
+    fewer steps and are not compared), or the ranking column has no per-image or per-seed basis."""
+    if summary is not None and "status" in summary and len(summary) > 1:
+        ended = summary[~summary["status"].map(finished)]
+        done = [str(m) for m in summary.loc[summary["status"].map(finished), "model"]]
+        if len(done) < 2:
+            who = f"only {done[0]} finished" if done else "no model finished"
+            return (f"No verdict between models: {who}; the others did not ("
+                    + ", ".join(f"{m}: {s}" for m, s in zip(ended["model"], ended["status"]))
+                    + "), and a score from fewer steps is not compared with a finished model's.")
+    return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
+
+
 def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: str, budget: pd.DataFrame | None = None) -> str:
     """The model each group chose on validation, its validation and test scores, the verdict
     between the chosen ones, and each group's expected best by tuning budget."""
@@ -238,6 +253,8 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
     columns = ["compare_group", "model", on_split(rank_by, "selected_val"), rank_by, f"{rank_by}_low", f"{rank_by}_high"]
     chosen = chosen_rows(summary)[[c for c in dict.fromkeys(columns) if c in summary]]
     parts = [html_table(chosen)]
+    if unchosen := [g for g in dict.fromkeys(summary["compare_group"].dropna()) if g not in set(chosen["compare_group"])]:
+        parts.append(f"<p>No model finished in {html.escape(', '.join(unchosen))}: nothing chosen there (each of its trials is in the tuning budget below).</p>")
     if len(pairs):
         parts.append(f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>")
     if budget is not None and len(budget):

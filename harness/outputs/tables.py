@@ -22,7 +22,7 @@ from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
 from harness.errors import ConfigError
-from harness.rundir import atomic_write_text
+from harness.rundir import MemberStatus, atomic_write_text
 
 SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb")
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
@@ -150,14 +150,41 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
     return summary
 
 
+# A model's status over its seeds names each way a seed ended, worst first (the first word is the
+# worst): a model with one seed diverged and two stopped early is `diverged (1/3), stopped (2/3)`.
+SEVERITY = (MemberStatus.OOM, MemberStatus.DIVERGED, MemberStatus.DROPPED, MemberStatus.STOPPED)
+
+
 def model_status(statuses: list[str]) -> str:
-    """A model's status from its seeds': ok, or what went wrong (diverged, oom, ...), with how many
-    of its seeds it happened to when there are several: `diverged (1/3)`."""
+    """A model's status from its seeds': ok, or how they ended otherwise, each with how many of
+    its seeds when there are several: `diverged (1/3)`, `diverged (1/3), stopped (2/3)`."""
     wrong = [s for s in statuses if s != "ok"]
     if not wrong:
         return "ok"
-    common = max(dict.fromkeys(wrong), key=wrong.count)
-    return common if len(statuses) == 1 else f"{common} ({len(wrong)}/{len(statuses)})"
+    if len(statuses) == 1:
+        return wrong[0]
+    order = [str(s) for s in SEVERITY] + [s for s in dict.fromkeys(wrong) if s not in {str(k) for k in SEVERITY}]
+    return ", ".join(f"{s} ({wrong.count(s)}/{len(statuses)})" for s in order if s in wrong)
+
+
+def _ended(status) -> list[str]:
+    """The ways a model's seeds ended, from its summary status: `diverged (1/3), ok` -> [diverged]."""
+    return [part.strip().split(" ")[0] for part in str(status).split(",") if part.strip()]
+
+
+def finished(status) -> bool:
+    """A summary status (`ok`, `stopped (3/3)`, `diverged (1/3)`, ...) says every seed of the model
+    finished: trained to the end, or stopped early with its best weights kept (scores final)."""
+    return all(word in FINISHED for word in _ended(status))
+
+
+def failed(status) -> bool:
+    """A summary status says a seed of the model failed: diverged, or did not fit its device."""
+    return any(word in FAILED for word in _ended(status))
+
+
+FINISHED = {str(s) for s in MemberStatus if s.finished}
+FAILED = {str(MemberStatus.DIVERGED), str(MemberStatus.OOM)}
 
 
 def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) -> pd.DataFrame:

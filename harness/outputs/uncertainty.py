@@ -22,7 +22,7 @@ from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.scores import segmentation_scores
 from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
-from harness.outputs.tables import read_table
+from harness.outputs.tables import finished, read_table
 from harness.outputs.writers import VAL_SCORE_BASE, counts_of
 
 BOOTSTRAPPED = ("iou", "f1", "loss")
@@ -64,8 +64,15 @@ def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.D
         name = column(metric, split)
         intervals.append(per_member.drop(columns="value").rename(columns={"low": f"{name}_low", "high": f"{name}_high"}).set_index("model"))
         if name == rank:
-            pair_stats = per_pair
+            pair_stats = finished_pairs(per_pair, member_summary)
     return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
+
+
+def finished_pairs(per_pair: pd.DataFrame, member_summary: pd.DataFrame) -> pd.DataFrame:
+    """The pairs of two models that finished: a race's dropped member or a diverged one has an
+    interval of its own, but its scores come from fewer steps, not comparable with the others'."""
+    done = set(member_summary.loc[member_summary["status"].map(finished), "model"])
+    return per_pair[per_pair["model_a"].isin(done) & per_pair["model_b"].isin(done)].reset_index(drop=True) if len(per_pair) else per_pair
 
 
 def interval_covers(config: ExperimentConfig) -> str | None:
@@ -83,7 +90,7 @@ def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.Dat
     """Per model `<split>_<metric>_low/_high` over seeds and images for every metric of the split
     with a per-image basis (and the ranking column, over seeds alone, where it has none)."""
     rank = config.ranking_column()
-    ok = member_summary[member_summary["status"] == "ok"]
+    ok = member_summary[member_summary["status"].map(finished)]  # a race's dropped members, a diverged seed: left out
     scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(ok["model"])}
     columns = [column(m, split) for m in BOOTSTRAPPED if column(m, split) in ok]
     if split == "val" and rank in ok and split_column(rank)[0] not in ("val", "test"):

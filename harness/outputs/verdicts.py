@@ -17,6 +17,7 @@ import pandas as pd
 
 from harness.config.metrics import higher_is_better, on_split, split_column
 from harness.outputs.columns import flat_settings
+from harness.outputs.tables import finished
 
 
 def model_settings(specs) -> dict[str, dict[str, Any]]:
@@ -34,14 +35,6 @@ def chosen_by_column(summary: pd.DataFrame, rank_column: str) -> str:
     chosen = on_split(rank_column, "selected_val")
     by = chosen if split_column(rank_column)[0] == "test" and chosen in summary else on_split(rank_column, "val")
     return by if by in summary else rank_column
-
-
-FINISHED = ("ok", "stopped")  # trained to the end, or stopped early with its best weights kept
-
-
-def finished(status) -> bool:
-    """A model's summary status (`ok`, `stopped`, `diverged (1/3)`, ...) says it finished."""
-    return str(status).split(" ")[0] in FINISHED
 
 
 def group_trials(summary: pd.DataFrame, specs, keys: list[str]) -> pd.DataFrame:
@@ -76,7 +69,7 @@ def choose_per_group(summary: pd.DataFrame, specs, keys: list[str], rank_column:
 def group_pairs(chosen: pd.DataFrame, pair_stats: pd.DataFrame | None) -> pd.DataFrame:
     """The chosen models' pairs, each labelled with its groups."""
     if pair_stats is None or pair_stats.empty or chosen.empty:
-        return pd.DataFrame()
+        return pd.DataFrame(columns=["group_a", "group_b", "model_a", "model_b"])  # a header, no pairs
     groups = dict(zip(chosen["model"], chosen["group"]))
     pairs = pair_stats[pair_stats["model_a"].isin(groups) & pair_stats["model_b"].isin(groups)].copy()
     pairs.insert(0, "group_a", pairs["model_a"].map(groups))
