@@ -18,7 +18,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
-from harness.outputs.printed import per_group_lines
+from harness.outputs.printed import per_group_lines, print_summary
 from harness.outputs.report import verdict
 from harness.outputs.tables import build_pairs, failed, finished, model_status
 from harness.outputs.uncertainty import ranking_statistics
@@ -90,6 +90,18 @@ def test_with_fewer_than_two_finished_models_the_verdict_says_why_there_is_none(
     assert text.startswith("No verdict between models: only unet finished") and "fcn: dropped (2/2), deconv: diverged" in text
     assert verdict(pd.DataFrame(), "val_iou", summary.assign(status="ok")).startswith("No interval for val_iou")
     assert "arch=unet: unet, arch=fcn: none finished." in per_group_lines(summary, tmp_path)
+
+
+def test_a_races_ranking_says_its_finishers_come_first():
+    from rich.console import Console
+
+    summary = pd.DataFrame({"rank": [1, 2], "model": ["unet", "fcn"], "val_iou": [0.4, 0.5], "status": ["ok", "dropped"]})
+    console = Console(record=True, width=200)
+    print_summary(summary, "val_iou", console=console)
+    assert "ranked by val_iou, best first: the race's finishers, then the dropped" in console.export_text()
+    console = Console(record=True, width=200)
+    print_summary(summary.assign(status="ok"), "val_iou", console=console)
+    assert "ranked by val_iou, best first (" in console.export_text()
 
 
 def test_interval_is_a_student_t_interval_widened_by_image_noise():

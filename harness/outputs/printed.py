@@ -28,7 +28,9 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     console = console or Console()
     texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
     table = TerminalTable(summary, ["rank", "model", rank_by, *SUMMARY_PRIORITY], identifiers=("model",), required=("rank", rank_by), texts=texts)
-    print_table(table, lambda shown, total: f"ranked by {rank_by}, best first ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
+    raced = "status" in summary and summary["status"].astype(str).str.startswith("dropped").any()
+    order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
+    print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
     pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
     if pairs_file is not None and pairs_file.is_file():
         pairs = pd.read_csv(pairs_file)
