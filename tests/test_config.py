@@ -223,3 +223,11 @@ def test_a_space_for_the_equals_sign_in_set_says_what_was_meant(tmp_path):
     result = run_main("run", path, "--set", "train.epochs", "3", "--results", tmp_path / "r")
     assert result.returncode == 2 and "did you mean --set train.epochs=3" in result.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_ranking_by_a_test_score_is_refused_with_the_validation_name_to_use():
+    with pytest.raises(ConfigError) as error:
+        validate_config(tiny_config(output={"rank_by": "test_f1"}))
+    assert "output.rank_by: name the validation score, val_f1" in error.value.render()
+    with_test = validate_config(tiny_config(data={"test_size": 8}, output={"rank_by": "val_f1"}))
+    assert with_test.ranking_column() == "test_f1"

@@ -269,6 +269,15 @@ class OutputSpec(Strict):
     # like with like. None: the loss most members train on (bce when no loss is the most common).
     compare_loss: str | None = None
 
+    @field_validator("rank_by", mode="before")
+    @classmethod
+    def _rank_by_names_validation(cls, value):
+        split, _, metric = str(value).partition("_")
+        if split == "test" and metric:
+            raise ValueError(f"name the validation score, val_{metric}: with a test split the ranking is on "
+                             f"test_{metric} by itself (each model's weights are chosen on validation and scored once on test)")
+        return value
+
     @field_validator("compare_loss")
     @classmethod
     def _compare_loss_parses(cls, value: str | None) -> str | None:
