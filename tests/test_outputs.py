@@ -20,7 +20,7 @@ from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
 from harness.outputs.printed import per_group_lines, print_summary
 from harness.outputs.report import verdict
-from harness.outputs.tables import build_pairs, failed, finished, model_status
+from harness.outputs.tables import build_pairs, build_summary, failed, finished, model_status
 from harness.outputs.uncertainty import ranking_statistics
 from harness.rundir import RunDir
 
@@ -90,6 +90,23 @@ def test_with_fewer_than_two_finished_models_the_verdict_says_why_there_is_none(
     assert text.startswith("No verdict between models: only unet finished") and "fcn: dropped (2/2), deconv: diverged" in text
     assert verdict(pd.DataFrame(), "val_iou", summary.assign(status="ok")).startswith("No interval for val_iou")
     assert "arch=unet: unet, arch=fcn: none finished." in per_group_lines(summary, tmp_path)
+
+
+def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval_and_the_verdict_says_so():
+    members = pd.DataFrame({
+        "model": ["unet@1", "unet@2", "unet@3", "fcn@1", "fcn@2", "fcn@3"],
+        "status": ["ok", "diverged", "ok", "ok", "ok", "ok"],
+        "val_iou": [0.60, 0.05, 0.62, 0.50, 0.52, 0.51], "params": [10, 10, 10, 5, 5, 5],
+    })
+    summary = build_summary(members).set_index("model")
+    assert summary.loc["unet", "val_iou"] == pytest.approx(0.61)  # not 0.4233 with the diverged seed's score
+    assert summary.loc["unet", "status"] == "diverged (1/3)" and summary.loc["unet", "repeats"] == 3
+    all_failed = build_summary(members.assign(status="diverged")).set_index("model")
+    assert all_failed.loc["unet", "val_iou"] == pytest.approx(0.4233, abs=1e-4)  # nothing finished: every seed's last score
+    pairs = pd.DataFrame({"model_a": ["unet"], "model_b": ["fcn"], "metric": ["val_iou"], "diff": [0.1], "diff_low": [0.05], "diff_high": [0.15],
+                          "covers": ["training seeds and validation images"], "supported": [True], "seeds": [2], "seeds_a_better": [2], "seeds_b_better": [0]})
+    text = verdict(pairs, "val_iou", summary.reset_index())
+    assert "Not every seed finished: unet diverged (1/3)." in text and "left out of its score, interval and pairs" in text
 
 
 def test_a_races_ranking_says_its_finishers_come_first():

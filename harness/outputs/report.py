@@ -15,7 +15,7 @@ from harness.config.metrics import higher_is_better, metric_of, on_split, split_
 from harness.outputs.columns import chosen_rows
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.statistics import covers_training
-from harness.outputs.tables import finished
+from harness.outputs.tables import failed, finished
 from harness.outputs.tuning_budget import curve, describe_leaders
 from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
@@ -228,6 +228,10 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
+    if summary is not None and "status" in summary and (failing := [f"{m} {s}" for m, s in zip(summary["model"], summary["status"]) if failed(s)]):
+        parts.append(f"Not every seed finished: {', '.join(failing)}. A model's seeds that did not finish are left out of its "
+                     "score, interval and pairs (one none of whose seeds finished has no interval and no pair); a seed that "
+                     "diverges is a cost of its model too.")
     return " ".join(parts)
 
 

@@ -125,15 +125,21 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
     for model, group in frame.groupby("model", sort=False):
         row: dict[str, Any] = {"model": model}
         row["status"] = model_status(group["status"].tolist())
+        # A seed that failed (diverged) beside seeds that finished is left out of its model's
+        # scores, as it is of their intervals and pairs (uncertainty.py): its scores are from
+        # fewer steps. The status says how many; the verdict names them.
+        done = group[group["status"].map(finished)]
+        scored = done if 0 < len(done) < len(group) else group
         for column in group.columns:
             if column in ("model", "status"):
                 continue
-            values = pd.to_numeric(group[column], errors="coerce")
+            score = split_column(column)[0] is not None or column.startswith(("final_", "best_val"))
+            values = pd.to_numeric((scored if score else group)[column], errors="coerce")
             if column == "diverged_step":
                 row[column] = values.min() if values.notna().any() else pd.NA
                 continue
             row[column] = float(values.mean()) if values.notna().any() else float("nan")
-            if repeated and (split_column(column)[0] is not None or column.startswith(("final_", "best_val"))):
+            if repeated and score:
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
                 interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
@@ -153,6 +159,8 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
 # A model's status over its seeds names each way a seed ended, worst first (the first word is the
 # worst): a model with one seed diverged and two stopped early is `diverged (1/3), stopped (2/3)`.
 SEVERITY = (MemberStatus.OOM, MemberStatus.DIVERGED, MemberStatus.DROPPED, MemberStatus.STOPPED)
+FINISHED = {str(s) for s in MemberStatus if s.finished}
+FAILED = {str(MemberStatus.DIVERGED), str(MemberStatus.OOM)}
 
 
 def model_status(statuses: list[str]) -> str:
@@ -183,9 +191,6 @@ def failed(status) -> bool:
     return any(word in FAILED for word in _ended(status))
 
 
-FINISHED = {str(s) for s in MemberStatus if s.finished}
-FAILED = {str(MemberStatus.DIVERGED), str(MemberStatus.OOM)}
-
 
 def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) -> pd.DataFrame:
     if rank_by not in summary or summary[rank_by].isna().all():
@@ -195,7 +200,7 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
     # A race's outcome is its ranking: the models that finished first, then those dropped at later
     # rungs above those dropped earlier (their scores were measured sooner: not comparable).
     dropped = summary["status"].astype(str).str.startswith("dropped") if "status" in summary else pd.Series(False, index=summary.index)
-    left_at = summary["steps"].where(dropped, 0) if "steps" in summary else 0
+    left_at = summary["steps"].where(dropped, 0) if "steps" in summary else pd.Series(0, index=summary.index)
     order = summary.assign(_dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
     order = order.sort_values(["_dropped", "_left", rank_by], ascending=[True, True, ascending], na_position="last", kind="stable")
     summary = order.drop(columns=["_dropped", "_left"]).reset_index(drop=True)
