@@ -107,6 +107,9 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
                           "covers": ["training seeds and validation images"], "supported": [True], "seeds": [2], "seeds_a_better": [2], "seeds_b_better": [0]})
     text = verdict(pairs, "val_iou", summary.reset_index())
     assert "Not every seed finished: unet diverged (1/3)." in text and "left out of its score, interval and pairs" in text
+    assert "Seed-to-seed spread (std): unet 0.0141, fcn 0.0100." in text
+    close = verdict(pairs, "val_iou", build_summary(members.assign(val_iou=[0.5, 0.5, 0.50002, 0.4, 0.4, 0.4])))
+    assert "unet 1.4e-05, fcn 0.0000." in close  # not 0.0000: these seeds are not identical
 
 
 def test_a_races_ranking_says_its_finishers_come_first():

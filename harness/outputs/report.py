@@ -227,12 +227,18 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
         parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
-        parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {v:.4f}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
+        parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {_spread(v)}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
     if summary is not None and "status" in summary and (failing := [f"{m} {s}" for m, s in zip(summary["model"], summary["status"]) if failed(s)]):
         parts.append(f"Not every seed finished: {', '.join(failing)}. A model's seeds that did not finish are left out of its "
                      "score, interval and pairs (one none of whose seeds finished has no interval and no pair); a seed that "
                      "diverges is a cost of its model too.")
     return " ".join(parts)
+
+
+def _spread(value: float) -> str:
+    """A seed-to-seed std to 4 decimals, or to 2 significant digits below 0.0005: seeds that
+    differ by 1e-5 are not identical, which 0.0000 would say."""
+    return f"{value:.4f}" if abs(value) < 1e-9 or abs(value) >= 5e-4 else f"{value:.1e}"  # < 1e-9: rounding, not seeds
 
 
 def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
