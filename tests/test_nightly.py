@@ -107,6 +107,13 @@ def test_a_seed_that_fails_is_a_regression_and_one_that_stops_early_or_leaves_a_
     assert {c.model for c in changes if c.metric == "status" and c.regressed} == {"b", "d", "e"}
 
 
+def test_with_a_test_split_the_default_thresholds_watch_the_test_score_too():
+    assert set(validate_config(tiny_config(data={"test_size": 8})).nightly_thresholds()) == {"val_iou", "best_val_loss", "test_iou"}
+    assert set(validate_config(tiny_config()).nightly_thresholds()) == {"val_iou", "best_val_loss"}
+    chosen = validate_config(tiny_config(data={"test_size": 8}, output={"nightly": {"thresholds": {"val_f1": {"abs": 0.01}}}}))
+    assert set(chosen.nightly_thresholds()) == {"val_f1"}  # the user's own list is watched as written
+
+
 def test_threshold_needs_exactly_one_kind():
     with pytest.raises(ValueError):
         ThresholdSpec()

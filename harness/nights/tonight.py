@@ -211,7 +211,7 @@ def git_commit(folder: Path) -> str | None:
 
 def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, night: str, trained: bool) -> NightlyResult:
     run_id = run.path.name
-    thresholds = config.output.nightly.thresholds
+    thresholds = config.nightly_thresholds()
     now, now_status = store.metrics_of(run_id), store.model_status_of(run_id)
     changes: list[Change] = []
     notes: list[str] = []
@@ -254,14 +254,14 @@ def likely_column(name: str, columns: set[str]) -> str:
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
     history = store.table()
     regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
-    plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.output.nightly.thresholds), store.baseline(), regressed)
+    plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed)
     report = {
         "night": result.night,
         "run_id": run.path.name,
         "previous": references["previous"].run_id if references["previous"] else None,
         "baseline": references["baseline"].run_id if references["baseline"] else None,
         "regressions": len(result.regressions),
-        "watched": sorted(config.output.nightly.thresholds),
+        "watched": sorted(config.nightly_thresholds()),
         "changes": [c.as_dict() for c in result.changes],
         "notes": result.notes,
         "trend_plots": [str(p.relative_to(run.path)) for p in plots],
