@@ -171,7 +171,8 @@ def model_status(statuses: list[str]) -> str:
         return "ok"
     if len(statuses) == 1:
         return wrong[0]
-    order = [str(s) for s in SEVERITY] + [s for s in dict.fromkeys(wrong) if s not in {str(k) for k in SEVERITY}]
+    known = [str(s) for s in SEVERITY]
+    order = known + [s for s in dict.fromkeys(wrong) if s not in known]
     return ", ".join(f"{s} ({wrong.count(s)}/{len(statuses)})" for s in order if s in wrong)
 
 
@@ -189,7 +190,6 @@ def finished(status) -> bool:
 def failed(status) -> bool:
     """A summary status says a seed of the model failed: diverged, or did not fit its device."""
     return any(word in FAILED for word in _ended(status))
-
 
 
 def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) -> pd.DataFrame:

@@ -90,16 +90,16 @@ def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.Dat
     """Per model `<split>_<metric>_low/_high` over seeds and images for every metric of the split
     with a per-image basis (and the ranking column, over seeds alone, where it has none)."""
     rank = config.ranking_column()
-    ok = member_summary[member_summary["status"].map(finished)]  # a race's dropped members, a diverged seed: left out
-    scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(ok["model"])}
-    columns = [column(m, split) for m in BOOTSTRAPPED if column(m, split) in ok]
-    if split == "val" and rank in ok and split_column(rank)[0] not in ("val", "test"):
+    done = member_summary[member_summary["status"].map(finished)]  # a race's dropped members, a diverged seed: left out
+    scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(done["model"])}
+    columns = [column(m, split) for m in BOOTSTRAPPED if column(m, split) in done]
+    if split == "val" and rank in done and split_column(rank)[0] not in ("val", "test"):
         columns.append(rank)
     intervals, pair_stats = [], None
     for name in columns:
         metric = metric_of(name)
         draws = image_draws(scored, metric) if split_column(name)[0] == split and metric in BOOTSTRAPPED else None
-        per_seed = pd.DataFrame({"model": ok["model"].map(model_of), "repeat": ok["model"].map(repeat_of), "member": ok["model"], "value": ok[name]}).dropna()
+        per_seed = pd.DataFrame({"model": done["model"].map(model_of), "repeat": done["model"].map(repeat_of), "member": done["model"], "value": done[name]}).dropna()
         per_model, per_pair = across_seeds(per_seed, name, draws, split, config.data.bootstrap_train)
         if per_model.empty:
             continue
