@@ -112,6 +112,23 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
     assert "unet 1.4e-05, fcn 0.0000." in close  # not 0.0000: these seeds are not identical
 
 
+def test_a_pair_keeps_its_interval_whichever_way_round_its_statistics_name_it():
+    # pix2pix trains on its own loss: its common-loss rows (compare_loss) come after the others'
+    # loss rows, so the loss pairs name it last; the score tables name it first. Once merged by
+    # (model_a, model_b) only, its two pairs lost their intervals and left the verdict.
+    steps = [1, 2, 3, 4]
+    losses = pd.DataFrame(
+        [{"step": t, "epoch": 1, "model": m, "split": "train", "metric": "loss", "value": v + 0.01 * t} for m, v in (("unet", 0.5), ("linknet", 0.6)) for t in steps]
+        + [{"step": t, "epoch": 1, "model": "pix2pix", "split": "train", "metric": "compare_loss", "value": 0.9} for t in steps]
+        + [{"step": t, "epoch": 1, "model": "pix2pix", "split": "train", "metric": "loss", "value": 3.0} for t in steps])
+    stats = pd.DataFrame({"model_a": ["pix2pix", "pix2pix", "unet"], "model_b": ["unet", "linknet", "linknet"], "diff": [-0.1, -0.07, 0.03], "supported": [False] * 3})
+    pairs = build_pairs(losses, "bce+dice", stats).set_index(["model_a", "model_b"])
+    assert pairs["diff"].notna().all() and len(pairs) == 3
+    assert pairs.loc[("pix2pix", "unet"), "diff"] == -0.1
+    assert pairs.loc[("pix2pix", "unet"), "mean_loss_diff"] == pytest.approx(0.9 - 0.525)  # the loss side turned round too
+    assert pairs.loc[("pix2pix", "unet"), "a_beats_b"] == 0.0
+
+
 def test_a_races_ranking_says_its_finishers_come_first():
     from rich.console import Console
 

@@ -248,8 +248,13 @@ def build_pairs(losses: pd.DataFrame, compared_on: str | None = None, metric_sta
     train["model"] = train["model"].map(base_model)
     per_step = train.groupby(["step", "model"], sort=False)["value"].mean().unstack("model")
     models = list(dict.fromkeys(train["model"]))
+    # Each pair in the orientation of its metric statistics (ordered by the score tables, which can
+    # differ from the loss rows' order): a pair merged the other way round would lose its interval.
+    oriented = set(zip(metric_stats["model_a"], metric_stats["model_b"])) if metric_stats is not None and len(metric_stats) else set()
     rows = []
     for a, b in combinations(models, 2):
+        if (b, a) in oriented:
+            a, b = b, a
         both = per_step[[a, b]].dropna()
         both = both[np.isfinite(both.to_numpy(dtype=float)).all(axis=1)]
         diff = both[a] - both[b]
