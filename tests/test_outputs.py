@@ -90,6 +90,10 @@ def test_with_fewer_than_two_finished_models_the_verdict_says_why_there_is_none(
     assert text.startswith("No verdict between models: only unet finished") and "fcn: dropped (2/2), deconv: diverged" in text
     assert verdict(pd.DataFrame(), "val_iou", summary.assign(status="ok")).startswith("No interval for val_iou")
     assert "arch=unet: unet, arch=fcn: none finished." in per_group_lines(summary, tmp_path)
+    one_seed = pd.DataFrame({"model_a": ["unet"], "model_b": ["psp"], "diff": [0.1], "diff_low": [0.05], "diff_high": [0.15],
+                             "covers": ["validation images only"], "supported": [False], "beyond_image_noise": [True]})
+    text = verdict(one_seed, "val_iou", pd.concat([summary, pd.DataFrame({"model": ["psp"], "status": ["ok"]})]))
+    assert text.endswith("Not compared, as they did not finish (a score from fewer steps): fcn (dropped (2/2)), deconv (diverged).")
 
 
 def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval_and_the_verdict_says_so():

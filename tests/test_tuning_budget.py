@@ -87,6 +87,16 @@ def test_with_a_test_split_the_leader_is_by_the_test_score_of_what_validation_ch
                                               "at every budget from 1 to 2 trials (by 0.1400-0.2050 over the next).")
 
 
+def test_a_group_none_of_whose_trials_finished_is_never_called_ahead():
+    # a race dropped both of wide's trials: its curve (the best of what it dropped) stays in the
+    # table, but a search whose choice takes none of its models is not ahead of one that finished
+    frame = candidates().assign(finished=[False, False, True, True])
+    table = budget_table(frame, "val_iou", None)
+    assert set(table["group"]) == {"arch=wide", "arch=narrow"}
+    assert leaders(table) == [] and describe_leaders(table) == ""
+    assert leaders(budget_table(candidates().assign(finished=[False, True, True, True]), "val_iou", None))[1][1] == "arch=wide"
+
+
 def test_a_loss_is_best_low_and_a_group_of_one_has_no_one_to_lead():
     frame = candidates().rename(columns={"val_iou": "val_loss"})
     table = budget_table(frame, "val_loss", None)

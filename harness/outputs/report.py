@@ -216,6 +216,8 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
         if beyond:
             text += (f" Only these particular trained networks differ beyond image noise, in {len(beyond)} of {len(rows)} pairs"
                      f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, f'{table}, beyond_image_noise')}.")
+        if summary is not None and "status" in summary and (left := [f"{m} ({s})" for m, s in zip(summary["model"], summary["status"]) if not finished(s)]):
+            text += f" Not compared, as they did not finish (a score from fewer steps): {', '.join(left)}."
         return text
     supported = [row for row in rows if row.supported]
     unsupported = [row for row in rows if not row.supported]

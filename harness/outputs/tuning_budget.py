@@ -116,7 +116,11 @@ def curve(table: pd.DataFrame) -> tuple[str, str, str]:
 
 
 def leaders(table: pd.DataFrame) -> list[tuple[int, str, float]]:
-    """(k, the group ahead at budget k, its margin over the next) for every k two or more groups reached."""
+    """(k, the group ahead at budget k, its margin over the next) for every k two or more groups
+    reached. A group none of whose trials finished is not in the running: its curve is the best of
+    models the choice never takes (a race that dropped them all), which cannot put it ahead."""
+    if "unfinished" in table:
+        table = table[table["unfinished"] < table["candidates"]]
     if table.empty:
         return []
     value, metric, _ = curve(table)
