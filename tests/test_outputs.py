@@ -19,7 +19,7 @@ from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
 from harness.outputs.printed import per_group_lines, print_summary
-from harness.outputs.report import verdict
+from harness.outputs.verdict_text import verdict
 from harness.outputs.tables import build_pairs, build_summary, failed, finished, model_status
 from harness.outputs.uncertainty import ranking_statistics
 from harness.rundir import RunDir
@@ -131,6 +131,18 @@ def test_a_pair_keeps_its_interval_whichever_way_round_its_statistics_name_it():
     assert pairs.loc[("pix2pix", "unet"), "diff"] == -0.1
     assert pairs.loc[("pix2pix", "unet"), "mean_loss_diff"] == pytest.approx(0.9 - 0.525)  # the loss side turned round too
     assert pairs.loc[("pix2pix", "unet"), "a_beats_b"] == 0.0
+
+
+def test_a_pair_with_one_seed_finished_in_both_is_said_apart_and_left_out_of_holm():
+    covers = "training seeds and validation images"
+    pairs = pd.DataFrame({"model_a": ["unet", "fcn"], "model_b": ["fcn", "flaky"], "metric": ["val_iou"] * 2, "seeds": [4, 1],
+                          "diff": [0.02, 0.15], "diff_low": [-0.01, np.nan], "diff_high": [0.05, np.nan], "covers": [covers] * 2,
+                          "seeds_a_better": [4, 1], "seeds_b_better": [0, 0], "p_t": [0.1, np.nan], "p_holm": [0.1, np.nan],
+                          "supported": [False, False], "repeats_to_resolve": [37.0, np.nan]})
+    text = verdict(pairs, "val_iou")
+    # once: "Holm-adjusted across 2 pairs", and "fcn over flaky (+0.1500 [+nan, +nan]) ... no number of repeats is likely"
+    assert "Holm-adjusted across 1 pair)" in text and "[+nan" not in text and "no number of repeats" not in text
+    assert "Too few seeds finished in both for an interval: fcn and flaky (1 seed)." in text
 
 
 def test_a_races_ranking_says_its_finishers_come_first():

@@ -102,6 +102,16 @@ def test_across_seeds_the_interval_covers_seed_variation_and_image_noise():
     assert indistinguishable(["a", "b", "c"], pairs) == ["", "c", "b"]
 
 
+def test_a_pair_with_one_seed_in_both_gets_no_guess_and_no_share_of_holm():
+    per_seed, scored = seeded_members({"a": 0.75, "b": 0.60, "c": 0.70}, seeds=4, seed_sd=0.02)
+    thin = per_seed[(per_seed["model"] != "c") | (per_seed["repeat"] == 1)]  # c: three of its seeds diverged
+    _, pairs = across_seeds(thin, "val_iou", image_draws(scored, "iou", resamples=200))
+    pair = pairs.set_index(["model_a", "model_b"])
+    assert pair.loc[("a", "c"), "seeds"] == 1 and pd.isna(pair.loc[("a", "c"), "p_t"])
+    assert pd.isna(pair.loc[("a", "c"), "repeats_to_resolve"])  # was inf: "no number of repeats is likely to resolve it"
+    assert pair.loc[("a", "b"), "p_holm"] == pair.loc[("a", "b"), "p_t"]  # the only pair tested
+
+
 def test_a_large_seed_spread_is_not_supported_where_one_seed_would_look_sure():
     per_seed, scored = seeded_members({"a": 0.70, "b": 0.69}, seeds=3, seed_sd=0.08)
     _, pairs = across_seeds(per_seed, "val_iou", image_draws(scored, "iou", resamples=400))
@@ -191,7 +201,7 @@ def test_the_nightly_verdict_names_the_split_and_the_sources_its_interval_covers
 
 
 def test_the_seeds_each_model_won_are_counted_by_the_metrics_direction_and_named_in_the_verdict():
-    from harness.outputs.report import verdict
+    from harness.outputs.verdict_text import verdict
 
     # Loss: lower is better. a is lower than b in seeds 1, 2, 4 and higher in 3; c equals b in seed 2.
     per_seed = pd.DataFrame({"model": ["a", "b", "c"] * 4, "repeat": [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4],
@@ -205,7 +215,7 @@ def test_the_seeds_each_model_won_are_counted_by_the_metrics_direction_and_named
 
 
 def test_an_unsupported_difference_whose_interval_excludes_zero_says_holm_is_why():
-    from harness.outputs.report import verdict
+    from harness.outputs.verdict_text import verdict
 
     pairs = pd.DataFrame({"model_a": ["a", "a"], "model_b": ["b", "c"], "metric": "val_iou", "diff": [0.18, 0.05],
                           "diff_low": [0.05, -0.02], "diff_high": [0.31, 0.12], "covers": "training seeds and validation images",
@@ -251,7 +261,7 @@ def test_repeats_to_resolve_comes_true_about_as_often_as_it_says_on_simulated_se
 
 
 def test_the_verdict_gives_repeats_to_resolve_as_a_guess_and_says_when_none_is_likely():
-    from harness.outputs.report import verdict
+    from harness.outputs.verdict_text import verdict
 
     pairs = pd.DataFrame({"model_a": ["a", "a"], "model_b": ["b", "c"], "metric": "val_iou", "diff": [0.08, 0.01],
                           "diff_low": [-0.02, -0.05], "diff_high": [0.18, 0.07], "covers": "training seeds and validation images",

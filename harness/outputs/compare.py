@@ -178,7 +178,7 @@ def print_cross_run(found, console=None) -> None:
     Each run is numbered (`unet [2]`): run labels are too long for a row and a sentence."""
     from rich.console import Console
 
-    from harness.outputs.report import verdict
+    from harness.outputs.verdict_text import verdict
 
     console = console or Console()
     pairs = found.pairs

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
-from harness.outputs.report import chosen_on, verdict
+from harness.outputs.verdict_text import chosen_on, verdict
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
 

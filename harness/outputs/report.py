@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
+from harness.config.metrics import on_split
 from harness.outputs.columns import chosen_rows
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
-from harness.outputs.statistics import covers_training
-from harness.outputs.tables import failed, finished
 from harness.outputs.tuning_budget import curve, describe_leaders
+from harness.outputs.verdict_text import chosen_on, verdict
 from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
 _STYLE = """
@@ -187,76 +185,6 @@ def render_report(
     return "\n".join(parts)
 
 
-MAX_LISTED = 3  # differences named in a sentence, the largest first; the rest counted (every pair is in pairs.csv)
-
-
-def _listed(rows: list, rank_by: str, where: str, suffix=lambda row: "") -> str:
-    """The largest differences by size, then how many more and where they are."""
-    ordered = sorted(rows, key=lambda row: -abs(row.diff))
-    named = [_difference(row, rank_by) + suffix(row) for row in ordered[:MAX_LISTED]]
-    rest = len(ordered) - len(named)
-    return "; ".join(named) + (f"; and {rest} more ({where})" if rest else "")
-
-
-def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = None, table: str = "pairs.csv") -> str:
-    """What the comparison supports, in words, and what its intervals cover: with one training
-    seed no difference between models is called supported (training randomness was not measured);
-    with repeats, the supported differences, the others with the repeats that might resolve
-    them, and each model's seed-to-seed spread. `table`: where every pair is listed."""
-    if "supported" not in pairs or pairs["supported"].isna().all() or "covers" not in pairs:
-        return _no_verdict(rank_by, summary)
-    rows = list(pairs.dropna(subset=["supported"]).itertuples(index=False))
-    if not any(covers_training(row.covers) for row in rows):
-        beyond = [row for row in rows if getattr(row, "beyond_image_noise", False)]
-        noise = f"{'test' if rank_by.startswith('test_') else 'validation'}-image noise"
-        text = (f"One training seed: the intervals of {rank_by} cover {noise} only. Training randomness "
-                "(initial weights, data order) was not measured, and it often moves differences between models more than "
-                "image noise does, so no difference between these models is called supported. To measure it, set "
-                "train.repeats: 3 or more.")
-        if beyond:
-            text += (f" Only these particular trained networks differ beyond image noise, in {len(beyond)} of {len(rows)} pairs"
-                     f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, f'{table}, beyond_image_noise')}.")
-        if summary is not None and "status" in summary and (left := [f"{m} ({s})" for m, s in zip(summary["model"], summary["status"]) if not finished(s)]):
-            text += f" Not compared, as they did not finish (a score from fewer steps): {', '.join(left)}."
-        return text
-    supported = [row for row in rows if row.supported]
-    unsupported = [row for row in rows if not row.supported]
-    seeds = max(int(getattr(row, "seeds", 0) or 0) for row in rows)
-    parts = [f"Over {seeds} training seeds (intervals cover {rows[0].covers}; Holm-adjusted across {len(rows)} pairs):"]
-    parts.append(f"supported differences in {rank_by} ({len(supported)} of {len(rows)} pairs): {_listed(supported, rank_by, f'{table}, supported', lambda row: _seeds_better(row, rank_by))}."
-                 if supported else f"no difference in {rank_by} is supported at 95%.")
-    if unsupported:
-        parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
-    spread = f"{rank_by}_std"
-    if summary is not None and spread in summary and summary[spread].notna().any():
-        parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {_spread(v)}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
-    if summary is not None and "status" in summary and (failing := [f"{m} {s}" for m, s in zip(summary["model"], summary["status"]) if failed(s)]):
-        parts.append(f"Not every seed finished: {', '.join(failing)}. A model's seeds that did not finish are left out of its "
-                     "score, interval and pairs (one none of whose seeds finished has no interval and no pair); a seed that "
-                     "diverges is a cost of its model too.")
-    return " ".join(parts)
-
-
-def _spread(value: float) -> str:
-    """A seed-to-seed std to 4 decimals, or to 2 significant digits below 0.0005: seeds that
-    differ by 1e-5 are not identical, which 0.0000 would say."""
-    return f"{value:.4f}" if abs(value) < 1e-9 or abs(value) >= 5e-4 else f"{value:.1e}"  # < 1e-9: rounding, not seeds
-
-
-def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
-    """Why no pair has an interval: fewer than two models finished (the others' scores come from
-    fewer steps and are not compared), or the ranking column has no per-image or per-seed basis."""
-    if summary is not None and "status" in summary and len(summary) > 1:
-        ended = summary[~summary["status"].map(finished)]
-        done = [str(m) for m in summary.loc[summary["status"].map(finished), "model"]]
-        if len(done) < 2:
-            who = f"only {done[0]} finished" if done else "no model finished"
-            return (f"No verdict between models: {who}; the others did not ("
-                    + ", ".join(f"{m}: {s}" for m, s in zip(ended["model"], ended["status"]))
-                    + "), and a score from fewer steps is not compared with a finished model's.")
-    return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
-
-
 def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: str, budget: pd.DataFrame | None = None) -> str:
     """The model each group chose on validation, its validation and test scores, the verdict
     between the chosen ones, and each group's expected best by tuning budget."""
@@ -289,65 +217,6 @@ def render_budget(budget: pd.DataFrame) -> str:
     if leading := describe_leaders(budget):
         parts.append(f"<p class='verdict'>{html.escape(leading)}</p>")
     return "\n".join(parts)
-
-
-def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
-    """Which images the scores are on, and with a test split how much choosing on validation
-    inflated the chosen weights' validation score (their validation score minus their test score)."""
-    if split_column(rank_by)[0] != "test":
-        return ("No test split: these scores are on the validation images, the same images that chose each model's "
-                "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
-                "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
-    metric = metric_of(rank_by)
-    chosen = on_split(rank_by, "selected_val")
-    text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
-            "and scored once on test.")
-    if chosen in summary and summary[chosen].notna().any():
-        gaps = [f"{m} {v - t:+.4f}" for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)]
-        text += f" What choosing added (validation {metric} of the chosen weights minus their test {metric}): {', '.join(gaps)}."
-    return text
-
-
-def _a_is_better(row, rank_by: str) -> bool:
-    return (row.diff > 0) == higher_is_better(rank_by)
-
-
-def _difference(row, rank_by: str) -> str:
-    """`better over worse (+diff [low, high])`, better minus worse."""
-    a_better = _a_is_better(row, rank_by)
-    better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
-    diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
-    return f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"
-
-
-def _seeds_better(row, rank_by: str) -> str:
-    """`, better in 4 of 5 seeds`: for the better of the pair, as `_difference` names it."""
-    a, b, seeds = (getattr(row, name, math.nan) for name in ("seeds_a_better", "seeds_b_better", "seeds"))
-    if any(v is None or pd.isna(v) for v in (a, b, seeds)):
-        return ""  # pairs.csv written before these columns
-    return f", better in {int(a if _a_is_better(row, rank_by) else b)} of {int(seeds)} seeds"
-
-
-def _before_holm(row) -> str:
-    """An unsupported difference whose interval excludes 0: the interval is the pair's own, the
-    verdict is adjusted for every pair compared (Holm), and a reader should not have to guess."""
-    p = getattr(row, "p_holm", math.nan)
-    if p is None or pd.isna(p) or not (row.diff_low > 0 or row.diff_high < 0):
-        return ""
-    return f", its interval excludes 0 only before Holm's adjustment across the pairs (p_holm {p:.3f})"
-
-
-def _to_resolve(row) -> str:
-    """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
-    held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5."""
-    needed = getattr(row, "repeats_to_resolve", math.nan)
-    if needed is None or pd.isna(needed):
-        return ""
-    if math.isinf(needed):
-        images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
-        return f", no number of repeats is likely to resolve it (the true difference may be zero, or too small for these {images} images)"
-    seeds = int(getattr(row, "seeds", 0) or 0)
-    return f", perhaps {int(needed)} repeats would resolve it (a guess from {seeds} seeds, often optimistic)"
 
 
 def _image(path: Path) -> str:

@@ -294,7 +294,9 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
         pairs["supported"] = pairs["p_holm"] < 1 - CONFIDENCE
         # Only for the pairs not supported (a supported one needs no more repeats): 40 models have
         # 780 pairs, and each prediction is a search over repeat counts.
-        pairs["repeats_to_resolve"] = [math.nan if row.supported else repeats_to_resolve(row.diff, row.seed_std, row.image_se, row.seeds, len(pairs))
+        # None for a pair with fewer than two paired seeds: one seed measures no spread to guess from.
+        tested = int(pairs["p_t"].notna().sum())
+        pairs["repeats_to_resolve"] = [math.nan if row.supported or row.seeds < 2 else repeats_to_resolve(row.diff, row.seed_std, row.image_se, row.seeds, tested)
                                        for row in pairs.itertuples(index=False)]
     return pd.DataFrame(model_rows), pairs
 
