@@ -292,13 +292,18 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
     if len(pairs):
         pairs["p_holm"] = holm(pairs["p_t"].to_numpy())
         pairs["supported"] = pairs["p_holm"] < 1 - CONFIDENCE
-        # Only for the pairs not supported (a supported one needs no more repeats): 40 models have
-        # 780 pairs, and each prediction is a search over repeat counts.
-        # None for a pair with fewer than two paired seeds: one seed measures no spread to guess from.
-        tested = int(pairs["p_t"].notna().sum())
-        pairs["repeats_to_resolve"] = [math.nan if row.supported or row.seeds < 2 else repeats_to_resolve(row.diff, row.seed_std, row.image_se, row.seeds, tested)
-                                       for row in pairs.itertuples(index=False)]
+        pairs["repeats_to_resolve"] = _resolve_guesses(pairs)
     return pd.DataFrame(model_rows), pairs
+
+
+def _resolve_guesses(pairs: pd.DataFrame) -> list[float]:
+    """`repeats_to_resolve` per pair: only for those not supported (a supported one needs no more
+    repeats; 40 models have 780 pairs, and each guess is a search over repeat counts), and not for
+    a pair with fewer than two paired seeds (one seed measures no spread to guess from); at Holm's
+    strictest step over the pairs tested."""
+    tested = int(pairs["p_t"].notna().sum())
+    return [math.nan if row.supported or row.seeds < 2 else repeats_to_resolve(row.diff, row.seed_std, row.image_se, row.seeds, tested)
+            for row in pairs.itertuples(index=False)]
 
 
 def holm(pvalues) -> np.ndarray:
