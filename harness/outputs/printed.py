@@ -9,6 +9,7 @@ import pandas as pd
 
 from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
 from harness.outputs.verdict_text import chosen_on, verdict
+from harness.outputs.tables import left_the_race
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
 
@@ -28,7 +29,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     console = console or Console()
     texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
     table = TerminalTable(summary, ["rank", "model", rank_by, *SUMMARY_PRIORITY], identifiers=("model",), required=("rank", rank_by), texts=texts)
-    raced = "status" in summary and summary["status"].astype(str).str.startswith("dropped").any()
+    raced = "status" in summary and left_the_race(summary["status"]).any()
     order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
     pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
@@ -46,7 +47,8 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
     ahead at which tuning budget (the report's Per group section has the rest)."""
     if "chosen_in_group" not in summary:
         return ""
-    chosen = dict(zip(chosen_rows(summary)["compare_group"], chosen_rows(summary)["model"]))
+    picked = chosen_rows(summary)
+    chosen = dict(zip(picked["compare_group"], picked["model"]))
     groups = dict.fromkeys(summary["compare_group"].dropna())  # in ranking order; a group none of whose models finished says so
     text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
         f"{group}: {chosen.get(group, 'none finished')}" for group in groups) + "."

@@ -160,7 +160,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
 # worst): a model with one seed diverged and two stopped early is `diverged (1/3), stopped (2/3)`.
 SEVERITY = (MemberStatus.OOM, MemberStatus.DIVERGED, MemberStatus.DROPPED, MemberStatus.STOPPED)
 FINISHED = {str(s) for s in MemberStatus if s.finished}
-FAILED = {str(MemberStatus.DIVERGED), str(MemberStatus.OOM)}
+FAILED = {str(s) for s in MemberStatus if s.failed}
 
 
 def model_status(statuses: list[str]) -> str:
@@ -187,6 +187,11 @@ def finished(status) -> bool:
     return all(word in FINISHED for word in _ended(status))
 
 
+def left_the_race(statuses: pd.Series) -> pd.Series:
+    """Which summary statuses say a race dropped the model (its seeds go together)."""
+    return statuses.astype(str).str.startswith(str(MemberStatus.DROPPED))
+
+
 def failed(status) -> bool:
     """A summary status says a seed of the model failed: diverged, or did not fit its device."""
     return any(word in FAILED for word in _ended(status))
@@ -199,7 +204,7 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
     ascending = not higher_is_better(rank_by)
     # A race's outcome is its ranking: the models that finished first, then those dropped at later
     # rungs above those dropped earlier (their scores were measured sooner: not comparable).
-    dropped = summary["status"].astype(str).str.startswith("dropped") if "status" in summary else pd.Series(False, index=summary.index)
+    dropped = left_the_race(summary["status"]) if "status" in summary else pd.Series(False, index=summary.index)
     left_at = summary["steps"].where(dropped, 0) if "steps" in summary else pd.Series(0, index=summary.index)
     order = summary.assign(_dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
     order = order.sort_values(["_dropped", "_left", rank_by], ascending=[True, True, ascending], na_position="last", kind="stable")

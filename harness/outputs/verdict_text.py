@@ -96,8 +96,8 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
     """Why no pair has an interval: fewer than two models finished (the others' scores come from
     fewer steps and are not compared), or the ranking column has no per-image or per-seed basis."""
     if summary is not None and "status" in summary and len(summary) > 1:
-        ended = summary[~summary["status"].map(finished)]
-        done = [str(m) for m in summary.loc[summary["status"].map(finished), "model"]]
+        finishers = summary["status"].map(finished)
+        ended, done = summary[~finishers], [str(m) for m in summary.loc[finishers, "model"]]
         if len(done) < 2:
             who = f"only {done[0]} finished" if done else "no model finished"
             return (f"No verdict between models: {who}; the others did not ("

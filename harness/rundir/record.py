@@ -43,6 +43,11 @@ class MemberStatus(str, Enum):
         """Trained to its end, by the schedule or by early stopping: its scores are final."""
         return self in (MemberStatus.OK, MemberStatus.STOPPED)
 
+    @property
+    def failed(self) -> bool:
+        """Went wrong (diverged, did not fit its device): a regression, unlike a stop or a race's cut."""
+        return self in (MemberStatus.DIVERGED, MemberStatus.OOM)
+
 
 @dataclass
 class MemberRecord:
