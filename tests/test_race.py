@@ -100,14 +100,35 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
         theirs = full.losses[(full.losses["model"] == name) & (full.losses["step"] <= last)].sort_values(["step", "split", "metric"]).reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, theirs, check_exact=True)
     # On one replica the dropped members are switched off: the step is traced once, as the full run's.
+    # So is the eval function: the dropped members are switched off in it too.
     assert race.info["trace_count"] == 1 and full.info["trace_count"] == 1
+    assert race.info["eval_trace_count"] == 1 and full.info["eval_trace_count"] == 1
     assert all(r["retraced"] is False and r["traces"] == 0 for r in rungs)
-    assert [r["retraced"] for r in race.info["rebuilds"]] == ["eval function only (switched off in the step)"] * 2
+    assert [r["retraced"] for r in race.info["rebuilds"]] == [False] * 2
     correlations = race.info["race"]["correlations"]
     assert [c["models_finished"] for c in correlations] == [1, 1] and all(c["spearman"] is None for c in correlations)
     summary = race.summary
     assert summary["status"].tolist() == ["ok", "dropped", "dropped", "dropped"]  # the race's winner first,
     assert summary["steps"].tolist()[:2] == [12, 8]  # then those dropped later before those dropped sooner
+
+
+@pytest.mark.slow
+def test_after_a_race_the_test_split_is_scored_by_the_runs_eval_function_as_by_a_new_one(tmp_path, monkeypatch):
+    """Every member is scored on test, the dropped ones too (with their best weights), by the
+    run's own eval function with every switch on for the call: no new trace, and the same
+    scores to the bit as an eval function traced afresh over them (no switches)."""
+    from harness.training.compiled import CompiledMembers
+
+    config = tiny_config(models=FOUR, data={"test_size": 4}, train={"epochs": 2, "race": {**RACE, "rungs": [1]}},
+                         output={"probe_steps": 0, "progress": "none", "sample_images": 0})
+    reused = harness.run(validate_config(config), results_dir=tmp_path / "reused")
+    assert sorted(m["status"] for m in reused.info["models"].values()) == ["dropped", "dropped", "ok", "ok"]
+    assert reused.info["eval_trace_count"] == 1
+    monkeypatch.setattr(CompiledMembers, "eval_fn_over", lambda self, members: None)  # a new eval function
+    fresh = harness.run(validate_config(config), results_dir=tmp_path / "fresh")
+    scores = [pd.read_csv(run.run_dir / "test_scores.csv") for run in (reused, fresh)]
+    assert scores[0].groupby("model").size().to_dict() == {m["name"]: 4 for m in FOUR}
+    pd.testing.assert_frame_equal(*scores, check_exact=True)
 
 
 @pytest.mark.slow

@@ -245,7 +245,7 @@ def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(
 
     def score_and_count(done):
         score_test(done)
-        seen["traces"] = done.evaluate.experimental_get_tracing_count()
+        seen["traces"] = done.compiled.evaluate.experimental_get_tracing_count()
         seen["scored"] = set(done.book.record.get("test")["members"])
 
     config = validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}))

@@ -16,8 +16,12 @@ from harness.core.member_step import graph_method, on_device
 tf = import_tf()
 
 
-def make_eval_fn(members, classes: int):
-    """One tf.function: {member: {quantity: tensor[N, ...]}}, one row per validation image."""
+def make_eval_fn(members, classes: int, switches: dict | None = None):
+    """One tf.function: {member: {quantity: tensor[N, ...]}}, one row per validation image.
+
+    `switches` (member name -> the boolean variable of its switch in the fused step): a member
+    switched off runs none of its ops and its quantities come back empty (N = 0), so members leave
+    validation as they leave the step, without a new trace (see `_switched_eval`)."""
 
     @tf.function
     def evaluate(dataset):
@@ -33,7 +37,7 @@ def make_eval_fn(members, classes: int):
         i = tf.constant(0)
         while batch.has_value():
             images, masks = batch.get_value()
-            arrays = _write_batch(arrays, members, images, masks, classes, i)  # reassigned: a loop variable
+            arrays = _write_batch(arrays, members, images, masks, classes, i, switches)  # reassigned: a loop variable
             batch = iterator.get_next_as_optional()
             i += 1
         return {name: {key: array.concat() for key, array in per_key.items()} for name, per_key in arrays.items()}
@@ -42,13 +46,28 @@ def make_eval_fn(members, classes: int):
 
 
 @tf.autograph.experimental.do_not_convert  # graph code as written, as the train step's (see step.py)
-def _write_batch(arrays, members, images, masks, classes: int, i):
+def _write_batch(arrays, members, images, masks, classes: int, i, switches: dict | None):
     written = {}
     for m in members:
         with on_device(m.device):
-            values = graph_method(m, "eval_images")(images, masks, classes)
+            values = _switched_eval(m, images, masks, classes, switches[m.name]) if switches else graph_method(m, "eval_images")(images, masks, classes)
         written[m.name] = {key: array.write(i, tf.cast(values[key], tf.float32)) for key, array in arrays[m.name].items()}
     return written
+
+
+def _switched_eval(member, images, masks, classes: int, switch):
+    """The member's per-image quantities behind its switch: on, exactly what it computes without
+    one (its ops in a branch of their own); off, an empty tensor per quantity. The branches'
+    shapes differ ([B, ...] against [0]), which tf.cond allows: the result's shape is left open,
+    and the TensorArrays take elements of any shape."""
+
+    def on():
+        return {k: tf.cast(v, tf.float32) for k, v in graph_method(member, "eval_images")(images, masks, classes).items()}
+
+    def off():
+        return {k: tf.zeros([0], tf.float32) for k in member.eval_keys(classes)}
+
+    return tf.cond(switch, on, off)
 
 
 def segmentation_counts(per_example_loss, probabilities, masks, classes: int) -> dict:

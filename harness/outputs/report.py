@@ -321,6 +321,7 @@ def _pairs_section(pairs: pd.DataFrame) -> list[str]:
 FACT_LABELS = {
     "started": "started", "ended": "ended", "total_steps": "steps planned", "steps_done": "steps done",
     "deterministic": "deterministic", "config_fingerprint": "config fingerprint", "trace_count": "traces of the fused step",
+    "eval_trace_count": "traces of the eval function",
     "timing": "timing", "versions": "versions", "devices": "devices", "placement": "placement", "resumes": "resumes",
 }
 

@@ -58,10 +58,6 @@ class FinishedRun:
         """member -> its on/off variable in the step (one replica), else None."""
         return self.compiled.switches
 
-    @property
-    def evaluate(self):
-        return self.compiled.evaluate
-
     def probe_data(self):
         """The training batches the probes time on: the run's own pipeline again, repeated (it
         may hold only the few steps this process trained). A process that trained none (the end
@@ -84,7 +80,7 @@ class FinishedRun:
 
 
 def record_trace_count(done: FinishedRun) -> None:
-    done.book.update(trace_count=done.compiled.trace_count)
+    done.book.update(trace_count=done.compiled.trace_count, eval_trace_count=done.compiled.eval_trace_count)
 
 
 def record_race(done: FinishedRun) -> None:
@@ -176,8 +172,9 @@ def score_test(done: FinishedRun) -> None:
     if done.datasets.test is None:
         return
     steps_per_epoch = done.datasets.steps_per_epoch
-    # The run's eval function, already traced, when it covers every member (no race dropped any):
-    # a new one would cost a trace (about 7 s on the quickstart's four networks).
+    # The run's eval function, already traced, with every member switched on for the call (over
+    # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
+    # on the quickstart's four networks).
     record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
                               lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members))
     done.book.update(test=record)

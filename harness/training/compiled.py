@@ -2,12 +2,13 @@
 
 A member dropped by a race or stopped early leaves the fused step, so the rest of the run spends
 nothing on it. On one replica (a CPU, one GPU, per_model) it leaves by its switch: a boolean
-variable the step reads, its ops in a branch that no longer runs, no new trace of the step (a new
-trace cost about 10 s per remaining member per rung). Only the eval function is built again, over
-the members left (traced at the next evaluation). Over several replicas (mirrored, multi_worker)
-the step is rebuilt without it: each build is traced on its first call, and that call's time is
-the rebuild's cost, kept out of the steady-state timing as the run's very first call is. Either
-way the members that stay compute exactly what they did before (tested bit for bit).
+variable the step and the eval function read, its ops in a branch that no longer runs, no new
+trace of either (a new trace of the step cost about 10 s per remaining member per rung; of the
+eval function, about a second per resnet18 member). Over several replicas (mirrored,
+multi_worker) the step and the eval function are rebuilt without it: each build is traced on its
+first call, and that call's time is the rebuild's cost, kept out of the steady-state timing as the
+run's very first call is. Either way the members that stay compute exactly what they did before
+(tested bit for bit).
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ class CompiledMembers:
         self.config, self.placement, self.global_step = config, placement, global_step
         self.active: list = []
         self.train_loop = None
-        self.evaluate: Callable | None = None
-        self.evaluated: tuple[str, ...] = ()  # the members `evaluate` scores
+        self.evaluate: Callable | None = None  # scores every active member whose switch is on
         self.earlier_traces = 0  # traces of the steps rebuilt away
+        self.earlier_eval_traces = 0  # and of their eval functions
         self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
         self._pending: list[dict[str, Any]] = []  # records to complete with the next call's time
         self.switches: dict[str, Any] | None = None  # member -> tf.Variable(bool), when members may leave by switch
@@ -41,11 +42,11 @@ class CompiledMembers:
         for m in members:  # validation scores every mask-predicting member on the common loss too
             m.compare_loss_fn = make_loss(config.compare_loss()) if config.losses_differ() and m.spec.predicts_masks else None
         self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
+        self.earlier_eval_traces += self.evaluate.experimental_get_tracing_count() if self.evaluate else 0
         self.active = list(members)
         self.switches = self._make_switches(members)
         self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare, self.switches)
-        self.evaluate = make_eval_fn(self.active, config.data.classes)
-        self.evaluated = tuple(m.name for m in self.active)
+        self.evaluate = make_eval_fn(self.active, config.data.classes, self.switches)
         if why is not None:
             record = {"step": step, "why": why, "members_after": len(members)}
             self.rebuilds.append(record)
@@ -63,8 +64,8 @@ class CompiledMembers:
             return {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
 
     def depart(self, remaining: list, step: int, why: str, also_note: dict | None = None) -> None:
-        """Members not in `remaining` leave: by their switch (no new trace of the step; the eval
-        function is rebuilt over `remaining`), else by a rebuild over `remaining`."""
+        """Members not in `remaining` leave: by their switch (no new trace of the step or the eval
+        function), else by a rebuild over `remaining`."""
         if self.switches is None:
             self.build(remaining, step, why, also_note)
             return
@@ -72,9 +73,7 @@ class CompiledMembers:
         for name, switch in self.switches.items():
             if name not in staying:
                 switch.assign(False)
-        self.evaluate = make_eval_fn(remaining, self.config.data.classes)
-        self.evaluated = tuple(m.name for m in remaining)
-        record = {"step": step, "why": why, "members_after": len(remaining), "retraced": "eval function only (switched off in the step)"}
+        record = {"step": step, "why": why, "members_after": len(remaining), "retraced": False}
         self.rebuilds.append(record)
         if also_note is not None:
             also_note.update(retraced=False, traces=0)
@@ -99,13 +98,35 @@ class CompiledMembers:
         return True
 
     def eval_fn_over(self, members: list) -> Callable | None:
-        """The eval function, already traced, if it scores exactly `members` (no race dropped any),
-        else None: the held-out test split reuses it instead of tracing another."""
-        return self.evaluate if set(self.evaluated) == {m.name for m in members} else None
+        """The eval function, already traced, if it can score exactly `members`, else None: the
+        held-out test split reuses it instead of tracing another. By switches, every member it was
+        built over, each switched on for the call (and put back after); without, only when it
+        was built over `members` (no rebuild dropped any)."""
+        names = {m.name for m in members}
+        if self.switches is None:
+            return self.evaluate if {m.name for m in self.active} == names else None
+        if not names <= set(self.switches):
+            return None
+
+        def evaluate_with_switches(dataset):
+            was_on = {name: bool(switch.numpy()) for name, switch in self.switches.items()}
+            try:
+                for name, switch in self.switches.items():
+                    switch.assign(name in names)
+                return self.evaluate(dataset)
+            finally:
+                for name, switch in self.switches.items():
+                    switch.assign(was_on[name])
+
+        return evaluate_with_switches
 
     @property
     def trace_count(self) -> int:
         return self.earlier_traces + (self.train_loop.tracing_count() if self.train_loop else 0)
+
+    @property
+    def eval_trace_count(self) -> int:
+        return self.earlier_eval_traces + (self.evaluate.experimental_get_tracing_count() if self.evaluate else 0)
 
     def call(self, iterator, k: int) -> dict:
         """k steps of the fused loop; every step's metrics back on the host in one sync."""
