@@ -49,6 +49,9 @@ def test_a_member_that_stops_improving_is_frozen_and_the_others_are_unchanged(tm
         mine = rows[rows["model"] == name].sort_values(["step", "split", "metric"]).reset_index(drop=True)
         theirs = reference[(reference["model"] == name) & (reference["step"] <= last)].sort_values(["step", "split", "metric"]).reset_index(drop=True)
         pd.testing.assert_frame_equal(mine, theirs, check_exact=True)  # the same up to its stop, nothing after
+    # Its validation rows came from the eval function reading the switches; the plain run's did
+    # not; both traced it once (a member that stops leaves it by its switch).
+    assert stopping.info["eval_trace_count"] == 1 and plain.info["eval_trace_count"] == 1
     summary = stopping.summary.set_index("model")
     assert summary.loc["deconv", "status"] == "stopped" and summary.loc["deconv", "steps"] == 8
     best = json.loads((stopping.run_dir / "models" / "deconv" / "best.json").read_text())

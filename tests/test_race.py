@@ -103,6 +103,7 @@ def test_dropped_members_leave_the_step_and_the_rest_train_as_in_the_full_run(fu
     # So is the eval function: the dropped members are switched off in it too.
     assert race.info["trace_count"] == 1 and full.info["trace_count"] == 1
     assert race.info["eval_trace_count"] == 1 and full.info["eval_trace_count"] == 1
+    assert "rebuilds" not in full.info or not full.info["rebuilds"]
     assert all(r["retraced"] is False and r["traces"] == 0 for r in rungs)
     assert [r["retraced"] for r in race.info["rebuilds"]] == [False] * 2
     correlations = race.info["race"]["correlations"]

@@ -247,7 +247,10 @@ def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(
         score_test(done)
         seen["traces"] = done.compiled.evaluate.experimental_get_tracing_count()
         seen["scored"] = set(done.book.record.get("test")["members"])
+        seen["switched"] = done.compiled.eval_switched
 
     config = validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}))
     run_experiment(config, tmp_path, end_of_run=(score_and_count,))
-    assert seen == {"traces": 1, "scored": {"fcn", "unet", "deconv"}}  # traced at the first validation only
+    # Traced at the first validation only; with no race or early stopping nothing leaves, and the
+    # eval function reads no switches (their conds would only lengthen its trace).
+    assert seen == {"traces": 1, "scored": {"fcn", "unet", "deconv"}, "switched": False}

@@ -2,9 +2,9 @@
 
 A member dropped by a race or stopped early leaves the fused step, so the rest of the run spends
 nothing on it. On one replica (a CPU, one GPU, per_model) it leaves by its switch: a boolean
-variable the step and the eval function read, its ops in a branch that no longer runs, no new
-trace of either (a new trace of the step cost about 10 s per remaining member per rung; of the
-eval function, about a second per resnet18 member). Over several replicas (mirrored,
+variable the step reads (and, in a run with a race or early stopping, the eval function), its ops
+in a branch that no longer runs, no new trace of either (a new trace of the step cost about 10 s
+per remaining member per rung; of the eval function, about a second per resnet18 member). Over several replicas (mirrored,
 multi_worker) the step and the eval function are rebuilt without it: each build is traced on its
 first call, and that call's time is the rebuild's cost, kept out of the steady-state timing as the
 run's very first call is. Either way the members that stay compute exactly what they did before
@@ -28,6 +28,8 @@ class CompiledMembers:
         self.active: list = []
         self.train_loop = None
         self.evaluate: Callable | None = None  # scores every active member whose switch is on
+        self.evaluated: tuple[str, ...] = ()  # the members `evaluate` was built over
+        self.eval_switched = False  # whether `evaluate` reads the switches (see `_members_may_leave`)
         self.earlier_traces = 0  # traces of the steps rebuilt away
         self.earlier_eval_traces = 0  # and of their eval functions
         self.rebuilds: list[dict[str, Any]] = []  # run.json `rebuilds`: step, why, members, first call
@@ -42,11 +44,11 @@ class CompiledMembers:
         for m in members:  # validation scores every mask-predicting member on the common loss too
             m.compare_loss_fn = make_loss(config.compare_loss()) if config.losses_differ() and m.spec.predicts_masks else None
         self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
-        self.earlier_eval_traces += self.evaluate.experimental_get_tracing_count() if self.evaluate else 0
         self.active = list(members)
         self.switches = self._make_switches(members)
         self.train_loop = make_train_loop(self.active, self.placement, self.global_step, config.data.batch_size, config.train.steps_per_call, compare, self.switches)
-        self.evaluate = make_eval_fn(self.active, config.data.classes, self.switches)
+        self.eval_switched = self.switches is not None and self._members_may_leave()
+        self._build_eval(self.active)
         if why is not None:
             record = {"step": step, "why": why, "members_after": len(members)}
             self.rebuilds.append(record)
@@ -63,6 +65,20 @@ class CompiledMembers:
         with self.placement.strategy.scope():
             return {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
 
+    def _members_may_leave(self) -> bool:
+        """Whether members may leave mid-run (a race, early stopping): only then does the eval
+        function read the switches. A switch in it costs a cond per member in its first trace
+        (12 tiny members: the first validation 2.4 s without, 4.0-4.5 s with); a rebuild at a
+        rung costs a new trace. A diverged member is left in a plain eval function (scored,
+        not recorded), as it is rare."""
+        train = self.config.train
+        return train.race is not None or train.early_stopping is not None
+
+    def _build_eval(self, members: list) -> None:
+        self.earlier_eval_traces += self.evaluate.experimental_get_tracing_count() if self.evaluate else 0
+        self.evaluate = make_eval_fn(members, self.config.data.classes, self.switches if self.eval_switched else None)
+        self.evaluated = tuple(m.name for m in members)
+
     def depart(self, remaining: list, step: int, why: str, also_note: dict | None = None) -> None:
         """Members not in `remaining` leave: by their switch (no new trace of the step or the eval
         function), else by a rebuild over `remaining`."""
@@ -73,7 +89,9 @@ class CompiledMembers:
         for name, switch in self.switches.items():
             if name not in staying:
                 switch.assign(False)
-        record = {"step": step, "why": why, "members_after": len(remaining), "retraced": False}
+        if not self.eval_switched:
+            self._build_eval(remaining)
+        record = {"step": step, "why": why, "members_after": len(remaining), "retraced": False if self.eval_switched else "eval function only"}
         self.rebuilds.append(record)
         if also_note is not None:
             also_note.update(retraced=False, traces=0)
@@ -99,12 +117,12 @@ class CompiledMembers:
 
     def eval_fn_over(self, members: list) -> Callable | None:
         """The eval function, already traced, if it can score exactly `members`, else None: the
-        held-out test split reuses it instead of tracing another. By switches, every member it was
-        built over, each switched on for the call (and put back after); without, only when it
-        was built over `members` (no rebuild dropped any)."""
+        held-out test split reuses it instead of tracing another. One that reads the switches
+        scores every member it was built over, each switched on for the call (and put back
+        after); a plain one, only the members it was built over."""
         names = {m.name for m in members}
-        if self.switches is None:
-            return self.evaluate if {m.name for m in self.active} == names else None
+        if not self.eval_switched:
+            return self.evaluate if set(self.evaluated) == names else None
         if not names <= set(self.switches):
             return None
 
