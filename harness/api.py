@@ -7,6 +7,7 @@ from pathlib import Path
 from harness.config.schema import ExperimentConfig
 from harness.config.loading import load_config
 from harness.errors import ConfigError
+from harness.outputs import pool
 
 __all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs"]
 
@@ -22,6 +23,7 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
         raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
     results = Path(results_dir) if results_dir else None
     config, scan = before_tensorflow(config, results)  # paths, module names, the data's files: seconds
+    pool.start(1)  # one output process loads its libraries while this one loads TensorFlow (the rest: pool.grow)
     from harness.scale.launch import start_run
 
     return start_run(config, results, scan=scan)
@@ -47,6 +49,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, accept_chang
 
     RunDir(Path(run_dir)).read_info()  # not a run directory: said before TensorFlow's import
     refuse_locked(Path(run_dir))  # exit 5 too
+    pool.start(1)
     from harness.scale.launch import resume as resume_any
 
     return resume_any(Path(run_dir), overrides, accept_changed_data)
@@ -70,6 +73,7 @@ def nightly(config: ExperimentConfig | str | Path, results_dir: str | Path | Non
     code_dir = Path(config).resolve().parent if not isinstance(config, ExperimentConfig) else None
     if not isinstance(config, ExperimentConfig):
         config = load_config(config)
+    pool.start(1)
     return run_nightly(config, Path(results_dir) if results_dir else None, night, code_dir)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug, report_user_code, user_traceback
+from harness.outputs import pool
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +55,7 @@ def command() -> None:
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()
+    pool.stop()  # idle output processes: let them go, or they would outlive the abrupt exit
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -328,6 +330,8 @@ def cmd_compare(args) -> int:
 
 def cmd_report(args) -> int:
     from harness.outputs.derived import rebuild
+
+    pool.start()
 
     from harness.rundir import RunDir
 

@@ -112,7 +112,7 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
     from conftest import tiny_config
 
     from harness.config.loading import validate_config
-    from harness.outputs.derived import write_tuning_budget
+    from harness.outputs.tasks import write_tuning_budget
     from harness.outputs.report import render_budget
     from harness.rundir import RunDir
 

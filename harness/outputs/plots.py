@@ -17,7 +17,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.config.metrics import higher_is_better  # noqa: E402
-from harness.outputs.tables import base_model, charted_val_metrics, common_loss_rows  # noqa: E402
+from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
+from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
@@ -309,43 +310,58 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     return ax
 
 
+def figure_loss_curves(common_rows: pd.DataFrame, log_scale: bool, compared_on: str | None):
+    """`common_rows`: tables.common_loss_rows (each member's loss on the common loss)."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    plot_loss_curves(ax, common_rows, log_scale, compared_on=compared_on)
+    return fig
+
+
+def figure_learning_rates(rates: pd.DataFrame):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    plot_learning_rates(ax, rates)
+    return fig
+
+
+def figure_pair_differences(pairs: pd.DataFrame, best: str | None):
+    fig, ax = plt.subplots(figsize=(7.5, 1.6 + 0.35 * len(pairs_to_draw(pairs, best)[0])))
+    plot_pair_differences(ax, pairs, best)
+    return fig
+
+
+def figure_val_metrics(val_rows: pd.DataFrame, metrics: list[str]):
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 3.8), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        plot_val_metric(ax, val_rows, metric)
+    fig.tight_layout()
+    return fig
+
+
+def figure_final(summary: pd.DataFrame, quality: str):
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    plot_final_bars(ax, summary, quality)
+    return fig
+
+
+def figure_quality_vs_cost(summary: pd.DataFrame, quality: str, costs: list[str]):
+    fig, axes = plt.subplots(1, len(costs), figsize=(6 * len(costs), 4.2), squeeze=False)
+    for ax, cost in zip(axes[0], costs):
+        plot_quality_vs_cost(ax, summary, cost, quality)
+    fig.tight_layout()
+    return fig
+
+
+def draw(job, folder: Path, formats=("png",)) -> Path:
+    """A `figures.FigureJob` drawn and saved: plots/<stem>.png (and each other format)."""
+    figure = globals()[job.figure]
+    return save_figure(figure(*job.args), folder, job.stem, formats)[0]
+
+
 def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_by: str, log_scale: bool, pairs: pd.DataFrame | None = None, compared_on: str | None = None, members: set[str] | None = None, formats=("png",)) -> list[Path]:
-    """The standard set; returns the PNG paths (other formats are written beside them)."""
-    written = []
-
-    def save(fig, stem: str) -> None:
-        written.append(save_figure(fig, folder, stem, formats)[0])
-
-    def figure(stem: str, draw, size=(7.5, 4.5)):
-        fig, ax = plt.subplots(figsize=size)
-        draw(ax)
-        save(fig, stem)
-
-    figure("loss_curves", lambda ax: plot_loss_curves(ax, losses, log_scale, compared_on=compared_on, members=members))
-    if (losses["metric"] == "lr").any():
-        figure("learning_rates", lambda ax: plot_learning_rates(ax, losses))
-    if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
-        best = base_model(str(summary["model"].iloc[0])) if len(summary) else None
-        drawn = len(pairs_to_draw(pairs, best)[0])
-        figure("pair_differences", lambda ax: plot_pair_differences(ax, pairs, best), size=(7.5, 1.6 + 0.35 * drawn))
-    val_metrics = charted_val_metrics(losses)
-    if val_metrics:
-        fig, axes = plt.subplots(1, len(val_metrics), figsize=(4.5 * len(val_metrics), 3.8), squeeze=False)
-        for ax, metric in zip(axes[0], val_metrics):
-            plot_val_metric(ax, losses, metric)
-        fig.tight_layout()
-        save(fig, "val_metrics")
-    quality = rank_by if rank_by in summary and summary[rank_by].notna().any() else None
-    if quality:
-        figure("final_" + quality, lambda ax: plot_final_bars(ax, summary, quality), size=(6.5, 4.2))
-        costs = [c for c in ("params", "latency_ms", "ms_per_step") if c in summary and summary[c].notna().any()]
-        if costs:
-            fig, axes = plt.subplots(1, len(costs), figsize=(6 * len(costs), 4.2), squeeze=False)
-            for ax, cost in zip(axes[0], costs):
-                plot_quality_vs_cost(ax, summary, cost, quality)
-            fig.tight_layout()
-            save(fig, "quality_vs_cost")
-    return written
+    """The standard set, drawn here one after another (a run draws them in its output
+    processes: outputs/derived.py); returns the PNG paths (other formats are written beside them)."""
+    jobs = curve_figures(losses, log_scale, compared_on, members) + summary_figures(summary, rank_by, pairs)
+    return [draw(job, folder, formats) for job in jobs]
 
 
 def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None):

@@ -16,6 +16,7 @@ from harness.data.resolve import data_facts
 from harness.errors import ConfigError
 from harness.members.registry import check_code
 from harness.members.trial import trial_build
+from harness.outputs import pool
 from harness.outputs.derived import samples_from_exports, write_outputs
 from harness.rundir import FolderLock
 from harness.scale.engines import LocalEngine, RayEngine
@@ -45,6 +46,7 @@ def start_run(config: ExperimentConfig, results_dir: Path | None = None, run: rd
     if run is None:
         trial_build(config)
     engine = make_engine(config)  # a cluster that cannot be joined stops the run before its folder exists
+    pool.grow()  # this process waits for the groups, then writes the outputs
     run = run or rd.create_run_dir(config, results_dir)
     with FolderLock(run.path):
         save_plan(plan, run.path / "plan.json")
@@ -104,6 +106,7 @@ def resume(run_dir: Path, overrides: list[str] | None = None, accept_changed_dat
         record.update(status=rd.RunStatus.RUNNING, ended=None, error=None)
         record.resumes.append({"at": rd.utc_now(), "groups": redo})
         memory = {m["model"]: m.get("peak_mb") for m in _read_plan(run).get("models", [])}
+        pool.grow()
         GroupsRun(config, run, record, engine, memory, finish=finish_groups).run_all()
     return load_result(run, config)
 

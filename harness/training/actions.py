@@ -181,8 +181,6 @@ def score_test(done: FinishedRun) -> None:
 
 
 def write_tables(done: FinishedRun) -> None:
-    # Imported here, not above: the plotting and statistics libraries (about 0.7 s) are loaded only
-    # by a process that writes the run's outputs, never by a group's worker or a run killed before.
     from harness.outputs.derived import samples_from_models, write_outputs
 
     samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)

@@ -30,6 +30,7 @@ from harness.core.placement import Placement, describe_plan
 from harness.data.pipeline import build_datasets
 from harness.errors import Interrupted
 from harness.members.registry import build_members
+from harness.outputs import pool
 from harness.outputs.writers import Row, ValScoresWriter
 from harness.rundir import RunDir
 from harness.training import checkpoints as ckpt
@@ -93,6 +94,8 @@ class Runner:
 
     def _train(self) -> None:
         config, run = self.config, self.run_dir
+        if self.placement.is_chief:
+            pool.grow()  # building and tracing leave a core idle: the other output processes start now
         self._phase(f"building {len(config.member_specs())} member(s)")
         with self.clock.timed("build"):
             members, global_step, checkpoint, start, datasets, schedule = self._build()

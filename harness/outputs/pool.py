@@ -1,0 +1,163 @@
+"""Output processes: a run's statistics, plots and report page written by worker processes that
+loaded their libraries while the run trained, several plots at once.
+
+Why: on a small run the end of the run is mostly imports and matplotlib. scipy.stats (0.9-1.2 s
+here), matplotlib (0.6 s) and harness's own output modules (0.4 s) are loaded by each worker in the
+background instead, on a core the run's tracing leaves idle, and the plots, each a pure function of
+tables, are drawn on every core at once. The main process never loads them.
+
+A task is named by "module:function" (the main process must not import the module to name it)
+and called with picklable arguments (paths, configs, DataFrames). Results are the same files
+either way: a task that fails in a worker, or a pool that cannot start or breaks (a worker killed,
+spawning forbidden), is run again in this process, which then raises its real error or succeeds.
+`HARNESS_OUTPUT_PROCESSES=0` keeps everything in this process; a number sets how many workers.
+
+The pool is made once per process and reused by later runs (the API in a notebook, the tests).
+Workers ignore Ctrl-C (the run handles it) and leave when their parent is gone.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+ENV = "HARNESS_OUTPUT_PROCESSES"
+MAX_WORKERS = 4  # a run's end has 6-9 tasks, a few of them long: more workers would mostly idle
+# Loaded by every worker as it starts: what the output tasks need.
+PRELOAD = ("harness.outputs.tasks",)
+
+_lock = threading.Lock()
+_pool: ProcessPoolExecutor | None = None
+_started = 0  # workers asked for so far
+_broken = False  # a pool that broke is not started again in this process
+
+
+def worker_count() -> int:
+    """Workers to start: HARNESS_OUTPUT_PROCESSES if set, else one per usable core up to
+    MAX_WORKERS; 0 on a single core, where a worker would only take turns with the run."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting:
+        try:
+            return max(0, int(setting))
+        except ValueError:
+            return 0
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(MAX_WORKERS, cores) if cores > 1 else 0
+
+
+def start(workers: int | None = None) -> None:
+    """Have `workers` workers (default: `worker_count()`) start and load their libraries; returns
+    at once. Each start costs a core about 2 s of imports: start them where the run leaves a core
+    idle (one while it loads TensorFlow, the rest as it builds and traces: `grow`)."""
+    global _pool, _started
+    with _lock:
+        most = worker_count()
+        wanted = most if workers is None else min(workers, most)
+        if _broken or wanted <= _started:
+            return
+        import multiprocessing
+
+        try:
+            if _pool is None:
+                # spawn, not fork: a fork of a process running TensorFlow's threads may deadlock.
+                _pool = ProcessPoolExecutor(most, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),))
+            for _ in range(wanted):  # a submission with no idle worker starts one more, up to `most`
+                _pool.submit(_warm_up)
+            _started = wanted
+        except Exception:  # noqa: BLE001 (no processes here: everything runs in this process)
+            _mark_broken()
+
+
+def grow() -> None:
+    """Start the rest of the workers of a pool this process started (none: nothing to do, as in a
+    group's process, whose driver writes the outputs)."""
+    if _pool is not None:
+        start()
+
+
+def stop() -> None:
+    """Let the workers go (they are idle at the end of a run: a few ms)."""
+    global _pool, _started
+    with _lock:
+        pool, _pool, _started = _pool, None, 0
+    if pool is not None:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def submit(task: str, *args: Any) -> Future:
+    """Run `task` ("module:function") with `args` in a worker, or here when there is none (the
+    future is then already done). Read its result with `result`."""
+    pool = _pool
+    if pool is not None:
+        try:
+            future = pool.submit(call, task, *args)
+            future.task = (task, args)  # type: ignore[attr-defined]
+            return future
+        except Exception:  # noqa: BLE001 (a broken or shut-down pool: run it here)
+            _mark_broken()
+    return _here(task, *args)
+
+
+def result(future: Future) -> Any:
+    """The task's result; a task that failed in a worker is run again here, where it raises its
+    own error, with its own traceback, or succeeds (the worker, not the task, was at fault)."""
+    try:
+        return future.result()
+    except Exception:  # noqa: BLE001
+        task = getattr(future, "task", None)
+        if task is None:  # it already ran here: its error is the task's own
+            raise
+        return call(task[0], *task[1])
+
+
+def run(task: str, *args: Any) -> Any:
+    """`task(*args)` in a worker if there is one, and its result."""
+    return result(submit(task, *args))
+
+
+def call(task: str, *args: Any) -> Any:
+    module, _, name = task.partition(":")
+    return getattr(importlib.import_module(module), name)(*args)
+
+
+def _here(task: str, *args: Any) -> Future:
+    future: Future = Future()
+    try:
+        future.set_result(call(task, *args))
+    except Exception as exc:  # noqa: BLE001 (raised by `result`, as a worker's would be)
+        future.set_exception(exc)
+    return future
+
+
+def _mark_broken() -> None:
+    global _pool, _broken, _started
+    pool, _pool, _broken, _started = _pool, None, True, 0
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _init_worker(parent: int) -> None:
+    """In each worker: Ctrl-C is the run's to handle (a terminal sends it to every process of the
+    job); leave quietly when the parent is gone (killed, or exited without stopping the pool);
+    load the output libraries."""
+    import signal
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+    for module in PRELOAD:
+        importlib.import_module(module)
+
+
+def _warm_up() -> None:
+    """A first figure drawn: matplotlib loads its fonts at its first text (0.2-0.4 s)."""
+    call("harness.outputs.tasks:warm_up")
