@@ -117,12 +117,21 @@ def _check_tier(helper: str) -> None:
                              "call it from the test or a fixture, where collection can see it")
 
 
+def cli_environment(env: dict | None) -> dict:
+    """A user's environment: without the variables `import harness` set in this test process, and
+    with the outputs written in the command's own process (HARNESS_OUTPUT_PROCESSES=0) unless the
+    test says otherwise. Output processes load their libraries on a core a user's run leaves idle;
+    the suite's two workers leave none, so there each command would pay about 5 CPU-seconds of
+    imports for nothing (test_cli.py: 42 s against 36 s). tests/test_output_pool.py and the
+    benches run the CLI with them; the files are the same to the byte either way (tested)."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    return {**inherited, "HARNESS_OUTPUT_PROCESSES": "0", **(env or {})}
+
+
 def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user or a cron job runs it."""
     _check_tier("run_cli")
-    # A user's environment: without the variables `import harness` set in this test process.
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
-    full_env = {**inherited, **(env or {})}
+    full_env = cli_environment(env)
     return subprocess.run(
         [sys.executable, "-m", "harness", *map(str, args)],
         cwd=cwd or REPO,
@@ -145,10 +154,9 @@ TOTAL_STEPS = 24
 
 def start_cli(*args, env=None) -> subprocess.Popen:
     _check_tier("start_cli")
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *map(str, args)],
-        cwd=REPO, env={**inherited, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=cli_environment(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
 

@@ -45,6 +45,18 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def group_workers_of(pid: int) -> list[int]:
+    """The children of `pid` that train a group (the others are its output processes)."""
+    found = []
+    for child in children_of(pid):
+        try:
+            if b"harness.scale.worker" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            continue
+    return found
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -64,10 +76,11 @@ def reference(tmp_path_factory):
 
 
 def test_the_driver_killed_in_the_middle_of_a_group_resumes_to_the_same_result(reference, tmp_path):
-    process = start_cli("run", write_yaml(tmp_path / "c.yaml", CONFIG), "--results", tmp_path / "r")
+    process = start_cli("run", write_yaml(tmp_path / "c.yaml", CONFIG), "--results", tmp_path / "r", env={"HARNESS_OUTPUT_PROCESSES": "2"})
     run_dir = wait_for_run_dir(tmp_path / "r", process)
     wait_for(first_checkpoint_of(run_dir / "groups" / "g1"), process, "g1's first checkpoint")
-    workers = children_of(process.pid)
+    workers = children_of(process.pid)  # the group's worker and the output processes: none may outlive it
+    assert len(group_workers_of(process.pid)) == 1 and len(workers) >= 3  # (and multiprocessing's resource tracker)
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
     deadline = time.monotonic() + 60  # a worker whose driver died stops by itself (it watches its parent)
@@ -84,7 +97,7 @@ def test_a_groups_worker_killed_fails_its_group_and_resume_finishes_it_the_same(
     process = start_cli("run", write_yaml(tmp_path / "c.yaml", CONFIG), "--results", tmp_path / "r")
     run_dir = wait_for_run_dir(tmp_path / "r", process)
     wait_for(first_checkpoint_of(run_dir / "groups" / "g1"), process, "g1's first checkpoint")
-    (worker,) = children_of(process.pid)
+    (worker,) = group_workers_of(process.pid)
     os.kill(worker, signal.SIGKILL)
     _, stderr = process.communicate(timeout=600)
     assert process.returncode != 0 and "Traceback" not in stderr
