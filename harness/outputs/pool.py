@@ -18,8 +18,10 @@ Workers ignore Ctrl-C (the run handles it) and leave when their parent is gone.
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
+import sys
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
@@ -32,6 +34,7 @@ PRELOAD = ("harness.outputs.tasks",)
 _lock = threading.Lock()
 _pool: ProcessPoolExecutor | None = None
 _started = 0  # workers asked for so far
+_warming: list[Future] = []  # their warm-ups not known to be done
 _broken = False  # a pool that broke is not started again in this process
 
 
@@ -51,7 +54,7 @@ def worker_count() -> int:
 def start(workers: int | None = None) -> None:
     """Have `workers` workers (default: `worker_count()`) start and load their libraries; returns
     at once. Each start costs a core about 2 s of imports: start them where the run leaves a core
-    idle (one while it loads TensorFlow, the rest as it builds and traces: `grow`)."""
+    idle (one while it loads TensorFlow, the rest once its step is traced: `grow`)."""
     global _pool, _started
     with _lock:
         most = worker_count()
@@ -65,7 +68,7 @@ def start(workers: int | None = None) -> None:
                 # spawn, not fork: a fork of a process running TensorFlow's threads may deadlock.
                 _pool = ProcessPoolExecutor(most, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),))
             for _ in range(wanted):  # a submission with no idle worker starts one more, up to `most`
-                _pool.submit(_warm_up)
+                _warming.append(_pool.submit(_warm_up))
             _started = wanted
         except Exception:  # noqa: BLE001 (no processes here: everything runs in this process)
             _mark_broken()
@@ -78,11 +81,24 @@ def grow() -> None:
         start()
 
 
+def settle(timeout: float = 120.0) -> None:
+    """Wait until every worker started has loaded its libraries: a measurement taken meanwhile
+    (the run's probes) would share its cores with them."""
+    from concurrent.futures import wait
+
+    with _lock:
+        warming = list(_warming)
+    wait(warming, timeout=timeout)
+    with _lock:
+        _warming[:] = [f for f in _warming if not f.done()]
+
+
 def stop() -> None:
     """Let the workers go (they are idle at the end of a run: a few ms)."""
     global _pool, _started
     with _lock:
         pool, _pool, _started = _pool, None, 0
+        _warming.clear()
     if pool is not None:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -135,6 +151,7 @@ def _here(task: str, *args: Any) -> Future:
 def _mark_broken() -> None:
     global _pool, _broken, _started
     pool, _pool, _broken, _started = _pool, None, True, 0
+    _warming.clear()
     if pool is not None:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -147,6 +164,9 @@ def _init_worker(parent: int) -> None:
     import time
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # At its end a worker skips the interpreter's teardown of every module it loaded (0.3-0.6 s
+    # here, which `stop`, and so the command's exit, would wait for): it has no files open.
+    atexit.register(_leave_now)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -156,6 +176,12 @@ def _init_worker(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
     for module in PRELOAD:
         importlib.import_module(module)
+
+
+def _leave_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _warm_up() -> None:
