@@ -32,7 +32,7 @@ from harness.nights.regressions import Change, compare, models_added_or_removed
 from harness.nights.paired import paired_changes
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.derived import write_report_page
-from harness.outputs.plots import save_trend_plots
+from harness.outputs import pool
 from harness.rundir import FolderLock
 
 NIGHTLY_JSON = "nightly.json"
@@ -254,7 +254,7 @@ def likely_column(name: str, columns: set[str]) -> str:
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
     history = store.table()
     regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
-    plots = save_trend_plots(run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed)
+    plots = pool.run("harness.outputs.plots:save_trend_plots", run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed)
     report = {
         "night": result.night,
         "run_id": run.path.name,
