@@ -106,7 +106,8 @@ class Runner:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
                            self.roster.records, self.timing, self.book, warnings=self._write_cost_warnings(schedule))
-        pool.settle()  # no output process is loading its libraries while the probes time
+        with self.clock.timed("end: output_processes_ready"):
+            pool.settle()  # no output process is loading its libraries while the probes time
         for action in self.end_of_run:  # 8.
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
