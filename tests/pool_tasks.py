@@ -32,3 +32,13 @@ def loaded(prefixes: tuple[str, ...]) -> list[str]:
     import sys
 
     return sorted(m for m in sys.modules if m.startswith(prefixes))
+
+
+def write_relative(name: str) -> str:
+    """A file written at a path relative to the working folder; its mode comes from the umask."""
+    from pathlib import Path
+
+    from harness.rundir import atomic_write_text
+
+    atomic_write_text(Path(name), "written\n")
+    return os.getcwd()

@@ -73,6 +73,19 @@ def test_a_task_that_fails_in_a_worker_raises_its_own_error(workers):
         pool.run("pool_tasks:refuse", "train.x")
 
 
+def test_a_worker_writes_under_the_umask_and_in_the_folder_of_the_call_not_of_its_start(workers, tmp_path, monkeypatch):
+    pool.settle()  # the workers started under the suite's umask and folder
+    monkeypatch.chdir(tmp_path)
+    previous = os.umask(0o002)
+    try:
+        folder = pool.run("pool_tasks:write_relative", "out.txt")
+    finally:
+        os.umask(previous)
+    assert pool.run("pool_tasks:where", 1) == (1, "worker")
+    assert Path(folder) == tmp_path
+    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o664
+
+
 def test_a_worker_killed_mid_task_leaves_the_task_and_the_rest_to_this_process(workers):
     assert pool.run("pool_tasks:die_in_a_worker", 7) == 7  # the worker died; the task ran here
     assert pool.run("pool_tasks:where", 1) == (1, "here")  # a broken pool is not used again
@@ -142,3 +155,9 @@ print(json.dumps({{"here": loaded(("matplotlib", "scipy.stats")), "plots": sorte
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["here"] == []  # the workers loaded them, and drew
     assert {"loss_curves.png", "samples.png", "quality_vs_cost.png"} <= set(facts["plots"])
+
+
+def test_a_number_of_output_processes_that_is_not_one_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv(pool.ENV, "two")
+    with pytest.raises(ConfigError, match="HARNESS_OUTPUT_PROCESSES='two': the number of output processes"):
+        pool.worker_count()

@@ -43,10 +43,11 @@ def worker_count() -> int:
     MAX_WORKERS; 0 on a single core, where a worker would only take turns with the run."""
     setting = os.environ.get(ENV, "").strip()
     if setting:
-        try:
-            return max(0, int(setting))
-        except ValueError:
-            return 0
+        if not setting.isdigit():
+            from harness.errors import ConfigError
+
+            raise ConfigError(f"{ENV}={setting!r}: the number of output processes, 0 or more (0: everything in the run's own process)")
+        return int(setting)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return min(MAX_WORKERS, cores) if cores > 1 else 0
 
@@ -109,7 +110,7 @@ def submit(task: str, *args: Any) -> Future:
     pool = _pool
     if pool is not None:
         try:
-            future = pool.submit(call, task, *args)
+            future = pool.submit(_call_as_caller, _caller_context(), task, *args)
             future.task = (task, args)  # type: ignore[attr-defined]
             return future
         except Exception:  # noqa: BLE001 (a broken or shut-down pool: run it here)
@@ -137,6 +138,22 @@ def run(task: str, *args: Any) -> Any:
 def call(task: str, *args: Any) -> Any:
     module, _, name = task.partition(":")
     return getattr(importlib.import_module(module), name)(*args)
+
+
+def _caller_context() -> tuple[int, str]:
+    """What a worker must share with the caller at the moment of the call, not at its own start:
+    the umask its files get their mode from, and the folder relative paths start at (a notebook
+    or a test may change either between runs of one process)."""
+    from harness.rundir import current_umask
+
+    return current_umask(), os.getcwd()
+
+
+def _call_as_caller(context: tuple[int, str], task: str, *args: Any) -> Any:
+    umask, folder = context
+    os.umask(umask)
+    os.chdir(folder)
+    return call(task, *args)
 
 
 def _here(task: str, *args: Any) -> Future:
