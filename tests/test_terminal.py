@@ -49,6 +49,9 @@ def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
     out = printed(width, lambda c: print_runs(runs, "results", c))
     assert RUN in out and "completed" in out
     assert max(len(line) for line in out.splitlines()) <= width  # the best column drops first
+    assert " of 6 columns at this width; --json for all" in " ".join(out.split()) and LONG_MODEL not in out
+    wide = printed(200, lambda c: print_runs(runs, "results", c))
+    assert LONG_MODEL in wide and "columns at this width" not in wide
 
 
 def test_history_fits_the_width_with_night_and_run_whole():
@@ -57,6 +60,7 @@ def test_history_fits_the_width_with_night_and_run_whole():
     out = printed(80, lambda c: print_history(history, "smoke", "20261122-010000", c))
     assert "20261122-010000 (baseline)" in out and "2026-11-23" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+    assert "5 of 15 columns at this width; --json for all" in " ".join(out.split())
 
 
 def test_compare_keeps_run_and_model_whole_even_when_they_alone_are_wider_than_the_terminal():

@@ -78,7 +78,7 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
         "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
     })
     print_table(TerminalTable(frame, list(frame.columns), identifiers=("run",), headers={c: c for c in frame.columns}),
-                f"runs under {results}, newest first", console)
+                _title_saying_what_is_left_out(f"runs under {results}, newest first"), console)
 
 
 def print_history(history: pd.DataFrame, name: str, baseline: str | None, console=None) -> None:
@@ -87,4 +87,10 @@ def print_history(history: pd.DataFrame, name: str, baseline: str | None, consol
     frame["run_id"] = [f"{r} (baseline)" if r == baseline else r for r in frame["run_id"]]
     headers = {c: str(c) for c in frame.columns}
     print_table(TerminalTable(frame, [str(c) for c in frame.columns], identifiers=("night", "run_id"), headers=headers),
-                f"history of {name} (baseline: {baseline or 'none'})", console)
+                _title_saying_what_is_left_out(f"history of {name} (baseline: {baseline or 'none'})"), console)
+
+
+def _title_saying_what_is_left_out(title: str):
+    """A narrow terminal (or output to a file, 80 columns) drops the last columns: say so, and
+    where they all are, so a missing column is never read as a missing value."""
+    return lambda shown, total: title if shown == total else f"{title} ({shown} of {total} columns at this width; --json for all)"
