@@ -30,9 +30,9 @@ from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, 
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.nights.regressions import Change, compare, models_added_or_removed
 from harness.nights.paired import paired_changes
+from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.derived import write_report_page
-from harness.outputs import pool
 from harness.rundir import FolderLock
 
 NIGHTLY_JSON = "nightly.json"

@@ -26,6 +26,8 @@ import threading
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
+from harness.errors import ConfigError
+
 ENV = "HARNESS_OUTPUT_PROCESSES"
 MAX_WORKERS = 4  # a run's end has 6-9 tasks, a few of them long: more workers would mostly idle
 # Loaded by every worker as it starts: what the output tasks need.
@@ -44,8 +46,6 @@ def worker_count() -> int:
     setting = os.environ.get(ENV, "").strip()
     if setting:
         if not setting.isdigit():
-            from harness.errors import ConfigError
-
             raise ConfigError(f"{ENV}={setting!r}: the number of output processes, 0 or more (0: everything in the run's own process)")
         return int(setting)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -144,7 +144,7 @@ def _caller_context() -> tuple[int, str]:
     """What a worker must share with the caller at the moment of the call, not at its own start:
     the umask its files get their mode from, and the folder relative paths start at (a notebook
     or a test may change either between runs of one process)."""
-    from harness.rundir import current_umask
+    from harness.rundir import current_umask  # here, not above: every command imports this module, few submit
 
     return current_umask(), os.getcwd()
 
