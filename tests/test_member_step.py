@@ -64,11 +64,8 @@ def test_batch_mean_divides_by_the_global_batch():
 
 
 def fake_member():
-    return SimpleNamespace(
-        isolate_divergence=True,
-        diverged=tf.Variable(False),
-        diverged_step=tf.Variable(tf.constant(-1, tf.int64)),
-    )
+    diverged, diverged_step = tf.Variable(False), tf.Variable(tf.constant(-1, tf.int64))
+    return SimpleNamespace(isolate_divergence=True, diverged=diverged, diverged_step=diverged_step, state_variables=lambda: [diverged, diverged_step])
 
 
 def test_a_non_finite_update_is_skipped_and_the_member_frozen_from_that_step():
@@ -95,3 +92,27 @@ def test_a_finite_update_is_applied():
     apply_if_finite(member, [gradients(tape, loss, model.trainable_variables, optimizer)], tf.constant(1, tf.int64))
     assert not all(np.array_equal(a, v.numpy()) for a, v in zip(before, model.trainable_variables))
     assert not bool(member.diverged.numpy())
+
+
+def _if_ops_lowered(member) -> list[bool]:
+    """Whether each If op of a traced guard about `member` is lowered into Switch/Merge."""
+    from harness.core.branches import member_branch
+
+    @tf.function
+    def guarded(x):
+        return member_branch(member, x > 0, lambda: x + 1.0, lambda: x - 1.0)
+
+    graph = guarded.get_concrete_function(tf.TensorSpec([], tf.float32)).graph
+    assert float(guarded(tf.constant(2.0))) == 3.0 and float(guarded(tf.constant(-2.0))) == -3.0
+    return [op.get_attr("_lower_using_switch_merge") for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+
+
+def test_a_members_branch_stays_one_op_unless_its_variables_span_two_devices():
+    # One op: Grappler optimizes the branch on its own, when first taken (core/branches.py).
+    with tf.device("/cpu:0"):
+        alone = [tf.Variable(1.0), tf.Variable(2.0)]
+    assert _if_ops_lowered(SimpleNamespace(state_variables=lambda: alone)) == [False]
+    # Variables on two devices (a GAN's discriminator on the next one): lowered, each op placed apart.
+    with tf.device("/cpu:1"):
+        elsewhere = tf.Variable(3.0)
+    assert _if_ops_lowered(SimpleNamespace(state_variables=lambda: [*alone, elsewhere])) == [True]

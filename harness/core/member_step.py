@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.core.backend import import_keras, import_tf
+from harness.core.branches import member_branch
 from harness.core.schedules import current_learning_rate
 
 tf = import_tf()
@@ -171,7 +172,7 @@ def apply_if_finite(member, updates: list[Update], step) -> None:
     healthy = tf.logical_and(finite, tf.logical_not(member.diverged))
     opaque = _Opaque(updates)
     if not replicated:
-        tf.cond(healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False))
+        member_branch(member, healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False))
     elif tf.__internal__.distribute.strategy_supports_no_merge_call():
         tf.cond(healthy, lambda: _apply(opaque), lambda: tf.constant(False))
     else:
