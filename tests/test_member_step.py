@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from harness.core.backend import import_keras, import_tf
+from harness.core.branches import member_branch
 from harness.core.member_step import Batch, apply_if_finite, gradients, is_loss_scaled
 
 tf = import_tf()
@@ -96,8 +97,6 @@ def test_a_finite_update_is_applied():
 
 def _if_ops_lowered(member) -> list[bool]:
     """Whether each If op of a traced guard about `member` is lowered into Switch/Merge."""
-    from harness.core.branches import member_branch
-
     @tf.function
     def guarded(x):
         return member_branch(member, x > 0, lambda: x + 1.0, lambda: x - 1.0)
