@@ -28,7 +28,7 @@ def test_serving_cost_is_measured_per_model_and_leaves_every_weight_as_it_was(tm
 
 @pytest.mark.slow
 def test_a_run_reports_serving_columns_and_its_results_do_not_depend_on_the_probe(tmp_path):
-    raw = tiny_config(train={"epochs": 1}, output={"serve_batch": 4})
+    raw = tiny_config(train={"epochs": 1}, output={"serve_probe": True, "serve_batch": 4})
     probed = run(validate_config(raw), results_dir=tmp_path / "a")
     quiet = run(validate_config(tiny_config(train={"epochs": 1}, output={"serve_probe": False})), results_dir=tmp_path / "b")
     summary = probed.summary.set_index("model")
@@ -54,7 +54,7 @@ def test_serving_is_measured_once_per_network_not_per_learning_rate(tmp_path, mo
     real = actions.measure_serving
     monkeypatch.setattr(actions, "measure_serving", counting)
     models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.01, 0.001]}}, {"name": "unet", "arch": "tiny_unet"}]
-    result = run(validate_config(tiny_config(models=models, train={"epochs": 1}, output={"serve_batch": 4})), results_dir=tmp_path)
+    result = run(validate_config(tiny_config(models=models, train={"epochs": 1}, output={"serve_probe": True, "serve_batch": 4})), results_dir=tmp_path)
     assert sorted(measured) == ["tiny_fcn", "tiny_unet"]  # two networks, three members
     summary = result.summary.set_index("model")
     fcns = [m for m in summary.index if m.startswith("fcn")]
