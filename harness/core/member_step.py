@@ -171,6 +171,8 @@ def apply_if_finite(member, updates: list[Update], step) -> None:
     finite = all_finite(losses, [g for u in updates if not is_loss_scaled(u.optimizer) for g in u.gradients])
     healthy = tf.logical_and(finite, tf.logical_not(member.diverged))
     opaque = _Opaque(updates)
+    # One replica: the guard kept one op (core/branches.py: a shorter first call, measured there).
+    # Over several replicas it stays a plain, lowered cond: kept whole was not measured there.
     if not replicated:
         member_branch(member, healthy, lambda: _apply(opaque, aggregate=True), lambda: tf.constant(False))
     elif tf.__internal__.distribute.strategy_supports_no_merge_call():
