@@ -35,8 +35,9 @@ TINY_CONFIG = {
         {"name": "deconv", "arch": "tiny_deconv", "loss": "focal+dice", "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9}},
     ],
     "train": {"epochs": 2, "steps_per_call": 3, "deterministic": True},
-    # No serving probe (0.7 s a run, a tenth of the suite's run time): tests/test_serve.py turns it on.
-    "output": {"probe_steps": 0, "progress": "none", "serve_probe": False},
+    # No serving probe (0.7 s a run, a tenth of the suite's run time): tests/test_serve.py turns it
+    # on. No plots (3.8 s of CPU a run, more than its training): the tests of plots ask for PNG.
+    "output": {"probe_steps": 0, "progress": "none", "serve_probe": False, "plot_formats": []},
 }
 
 

@@ -30,7 +30,7 @@ def mixed(tmp_path_factory):
     """A GAN, an autoencoder, a custom kind and a plain model in one step."""
     raw = tiny_config(
         models=[GAN, AUTOENCODER, {"name": "custom", "kind": "custom_kinds:FocalWithCoverage", "arch": "tiny_fcn"}, {"name": "fcn", "arch": "tiny_fcn"}],
-        output={"probe_steps": 1, "sample_images": 2},
+        output={"probe_steps": 1, "sample_images": 2, "plot_formats": ["png"]},
     )
     return run(validate_config(raw), results_dir=tmp_path_factory.mktemp("r"))
 

@@ -203,7 +203,7 @@ def test_a_corrupt_history_is_named_and_left_alone(tmp_path):
 NIGHTLY_CONFIG = tiny_config(
     models=[{"name": "fcn", "arch": "tiny_fcn"}, {"name": "unet", "arch": "tiny_unet"}],
     train={"epochs": 6, "steps_per_call": 1, "checkpoint_every_steps": 2},
-    output={"nightly": {"keep_checkpoints_of_runs": 1, "thresholds": {"val_iou": {"abs": 0.01}, "best_val_loss": {"rel": 0.05}}}},
+    output={"plot_formats": ["png"], "nightly": {"keep_checkpoints_of_runs": 1, "thresholds": {"val_iou": {"abs": 0.01}, "best_val_loss": {"rel": 0.05}}}},
 )
 
 

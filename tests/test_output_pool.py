@@ -36,7 +36,7 @@ def workers(monkeypatch):
 def finished_run(tmp_path_factory):
     import harness
 
-    config = validate_config(tiny_config(output={"probe_steps": 0, "progress": "none", "sample_images": 2}))
+    config = validate_config(tiny_config(output={"probe_steps": 0, "progress": "none", "sample_images": 2, "plot_formats": ["png"]}))
     return harness.run(config, results_dir=tmp_path_factory.mktemp("pool"))
 
 
@@ -137,7 +137,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_runs_own_process_loads_no_plotting_or_statistics_library(tmp_path):
-    config = tiny_config(output={"probe_steps": 0, "progress": "none", "sample_images": 2})
+    config = tiny_config(output={"probe_steps": 0, "progress": "none", "sample_images": 2, "plot_formats": ["png"]})
     (tmp_path / "config.json").write_text(json.dumps(config))
     script = f"""
 import json, sys

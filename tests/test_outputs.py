@@ -320,6 +320,30 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     assert len(re.findall(r"<img", rebuilt)) == 4 and len(re.findall(r"<figure class='chart'", rebuilt)) == 5
 
 
+@pytest.mark.slow
+def test_no_plot_formats_draws_nothing_and_leaves_the_tables_and_the_report_the_same(repeated, tmp_path):
+    """`output.plot_formats: []`: the same tables to the byte, the report with its interactive
+    curves and a line saying there are no plots, and no plots/ file (nor the models loaded for
+    samples.png)."""
+    result, _ = repeated
+    copy = tmp_path / "run"
+    shutil.copytree(result.run_dir, copy)
+    shutil.rmtree(copy / "plots")
+    for name in ("report.html", "summary.csv", "pairs.csv"):
+        (copy / name).unlink()
+    shutil.rmtree(copy / "models")  # were samples.png made, the models would be loaded: a warning would say they are missing
+    config_file = copy / "config.yaml"
+    config_file.write_text(config_file.read_text().replace("plot_formats:\n  - png\n  - svg\n", "plot_formats: []\n"))
+    done = run_main("report", copy)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    for name in ("summary.csv", "pairs.csv"):
+        assert (copy / name).read_bytes() == (result.run_dir / name).read_bytes(), name
+    assert not (copy / "plots").exists() or not any((copy / "plots").iterdir())
+    page = (copy / "report.html").read_text()
+    assert "<img" not in page and "No plots: this run drew none" in page
+    assert len(re.findall(r"<figure class='chart'", page)) == 5
+
+
 def test_one_model_has_an_empty_pairs_table_with_columns():
     losses = pd.DataFrame({"step": [1], "epoch": 1, "model": ["a"], "split": "train", "metric": "loss", "value": [1.0]})
     pairs = build_pairs(losses)

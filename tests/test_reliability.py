@@ -51,7 +51,8 @@ def the_run(results: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory) -> Path:
-    return run(validate_config(RAW), results_dir=tmp_path_factory.mktemp("clean")).run_dir
+    with_plots = {**RAW, "output": {**RAW["output"], "plot_formats": ["png"]}}  # the report tests rebuild samples.png
+    return run(validate_config(with_plots), results_dir=tmp_path_factory.mktemp("clean")).run_dir
 
 
 @pytest.fixture(scope="module")

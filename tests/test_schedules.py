@@ -71,7 +71,7 @@ def test_schedule_spec_defaults_decay_to_the_rest_of_the_run():
 SCHEDULED = tiny_config(
     train={"epochs": 3, "steps_per_call": 1, "checkpoint_every_steps": 2,
            "optimizer": {"name": "adam", "learning_rate": 0.01, "schedule": {"name": "cosine", "warmup_steps": 3, "floor": 0.1}}},
-    output={"progress": "lines"},
+    output={"progress": "lines", "plot_formats": ["png"]},
 )
 
 

@@ -22,7 +22,7 @@ from harness.outputs.writers import counts_of
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     """fcn and unet train on bce+dice, deconv on focal+dice: the common loss is bce+dice."""
-    return run(validate_config(tiny_config(train={"epochs": 3})), results_dir=tmp_path_factory.mktemp("r"))
+    return run(validate_config(tiny_config(train={"epochs": 3}, output={"plot_formats": ["png"]})), results_dir=tmp_path_factory.mktemp("r"))
 
 
 @pytest.mark.slow

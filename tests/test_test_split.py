@@ -154,7 +154,7 @@ def grid_models():
 @pytest.mark.slow
 @pytest.mark.parametrize("repeats", [1, 2])
 def test_compare_by_chooses_each_groups_best_on_validation_and_compares_the_chosen(tmp_path, repeats):
-    raw = tiny_config(models=grid_models(), train={"epochs": 2, "repeats": repeats}, data={"test_size": 8}, output={"compare_by": ["arch"]})
+    raw = tiny_config(models=grid_models(), train={"epochs": 2, "repeats": repeats}, data={"test_size": 8}, output={"compare_by": ["arch"], "plot_formats": ["png"]})
     result = run(validate_config(raw), results_dir=tmp_path)
     summary = result.summary
     assert set(summary["compare_group"]) == {"arch=tiny_fcn", "arch=tiny_unet"}

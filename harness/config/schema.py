@@ -242,8 +242,11 @@ class OutputSpec(Strict):
     # TensorFlow SavedModel with a `serve` endpoint, for serving and for Keras 3 or plain TF readers.
     export_formats: Annotated[list[Literal["keras", "saved_model"]], Field(min_length=1)] = ["keras"]
     # plots/ files: PNG (what the report shows); add svg for vector copies (about a third more
-    # plotting time: 40 models' plots took 8 s more with them).
-    plot_formats: Annotated[list[Literal["png", "svg"]], Field(min_length=1)] = ["png"]
+    # plotting time: 40 models' plots took 8 s more with them). [] draws no plots at all (nor the
+    # nightly trends): the tables, verdicts and the report's interactive curves stay. Drawing costs
+    # a tiny 3-model run 3.8 s of CPU, more than its training: a nightly job nobody looks at, or
+    # a large grid, may not want it.
+    plot_formats: list[Literal["png", "svg"]] = ["png"]
     # Validation scores every member on the common loss too: null (when members train on
     # different losses), true or false.
     val_compare_loss: bool | None = None

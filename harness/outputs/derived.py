@@ -37,8 +37,10 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     otherwise a samples.png already in plots/ is kept.
     """
     tables = pool.submit(f"{TASKS}:write_tables", run, config, record)
-    losses = load_losses(run.losses_csv)
     out = config.output
+    if not out.plot_formats:  # `plot_formats: []`: the tables only
+        return pool.result(tables)[0]
+    losses = load_losses(run.losses_csv)
     drawn = [_draw(job, run, config, record) for job in curve_figures(losses, out.log_scale, config.compare_loss(), scored_on_common_loss(config))]
     summary, pairs = pool.result(tables)
     drawn += [_draw(job, run, config, record) for job in summary_figures(summary, config.ranking_column(), pairs)]
@@ -89,7 +91,7 @@ def samples_from_models(config: ExperimentConfig, predict_by_member: dict[str, A
     """(images, masks, {model: predict}) for the first repeat of every model; the predictions are
     made when samples.png is drawn, for the models it shows."""
     count = config.output.sample_images
-    if count == 0:
+    if count == 0 or not config.output.plot_formats:  # nothing would draw them
         return None
     images, masks = sample_batch(config, count, scan, val)
     predictors = {}
@@ -118,6 +120,8 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     import sys
 
     from harness.data.resolve import resolve_data
+    if not config.output.plot_formats or not config.output.sample_images:
+        return None
     exported = {}
     for spec in config.member_specs():
         path = run.path / "models" / spec.name / "model.keras"

@@ -390,14 +390,15 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
     return ax
 
 
-def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None) -> list[Path]:
-    """trend_<metric>.png (and .svg) for each watched metric the history has."""
+def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None, formats=("png",)) -> list[Path]:
+    """trend_<metric>.<format> for each watched metric the history has (none when `formats` is
+    empty); returns the first format's paths."""
     written = []
-    for metric in metrics:
+    for metric in metrics if formats else ():
         if not (history["metric"] == metric).any():
             continue
         fig, ax = plt.subplots(figsize=(7.5, 4.0))
         plot_trend(ax, history, metric, baseline_run, regressed)
         fig.tight_layout()
-        written.append(save_figure(fig, folder, f"trend_{metric}")[0])
+        written.append(save_figure(fig, folder, f"trend_{metric}", formats)[0])
     return written

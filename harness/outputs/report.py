@@ -172,7 +172,7 @@ def render_report(
     parts.append("<h2>Curves</h2>")
     parts += charts or []
     parts.append("<h2>Plots</h2>")
-    parts += [_image(plot) for plot in plots]
+    parts += [_image(plot) for plot in plots] or ["<p>No plots: this run drew none (<code>output.plot_formats: []</code>), or its plots/ folder has no PNG.</p>"]
     for heading, body in extra_sections or []:
         parts += [f"<h2>{html.escape(heading)}</h2>", body]
     settings, shared = settings_tables(record.config or {})

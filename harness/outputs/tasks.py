@@ -99,7 +99,7 @@ def write_tuning_budget(run: RunDir, config: ExperimentConfig, summary: pd.DataF
     reported = rank if by != rank and split_column(rank)[0] == "test" and rank in summary else None
     table = budget_table(group_trials(summary, config.models, config.output.compare_by), by, reported)
     save_table(table, run.path / f"{EXPECTED_BEST}.csv")
-    if len(table):
+    if len(table) and config.output.plot_formats:
         plots.save_figure(plots.plot_expected_best(table), run.plots, EXPECTED_BEST, config.output.plot_formats)
     return table
 
