@@ -304,14 +304,20 @@ def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     assert missing.returncode == 2 and "no summary.csv" in missing.stderr
 
 
-@pytest.mark.slow
-def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
-    result, _ = repeated
-    copy = tmp_path / "run"
-    shutil.copytree(result.run_dir, copy)
+def copy_without_outputs(run_dir, folder):
+    """A copy of the run with its plots, report and tables gone: for `harness report` to rebuild."""
+    copy = folder / "run"
+    shutil.copytree(run_dir, copy)
     shutil.rmtree(copy / "plots")
     for name in ("report.html", "summary.csv", "pairs.csv"):
         (copy / name).unlink()
+    return copy
+
+
+@pytest.mark.slow
+def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
+    result, _ = repeated
+    copy = copy_without_outputs(result.run_dir, tmp_path)
     done = run_main("report", copy)
     assert done.returncode == 0, done.stderr
     assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
@@ -326,11 +332,7 @@ def test_no_plot_formats_draws_nothing_and_leaves_the_tables_and_the_report_the_
     curves and a line saying there are no plots, and no plots/ file (nor the models loaded for
     samples.png)."""
     result, _ = repeated
-    copy = tmp_path / "run"
-    shutil.copytree(result.run_dir, copy)
-    shutil.rmtree(copy / "plots")
-    for name in ("report.html", "summary.csv", "pairs.csv"):
-        (copy / name).unlink()
+    copy = copy_without_outputs(result.run_dir, tmp_path)
     shutil.rmtree(copy / "models")  # were samples.png made, the models would be loaded: a warning would say they are missing
     config_file = copy / "config.yaml"
     config_file.write_text(config_file.read_text().replace("plot_formats:\n  - png\n  - svg\n", "plot_formats: []\n"))

@@ -118,7 +118,7 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
 
     models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.001, 0.01, 0.1]}},
               {"name": "unet", "arch": "tiny_unet", "grid": {"optimizer.learning_rate": [0.001, 0.01]}}]
-    config = validate_config(tiny_config(models=models, output={"compare_by": ["arch"]}))
+    config = validate_config(tiny_config(models=models, output={"compare_by": ["arch"], "plot_formats": ["png"]}))
     summary = pd.DataFrame({"model": ["fcn-lr1e-3", "fcn-lr0.01", "fcn-lr0.1", "unet-lr1e-3", "unet-lr0.01"],
                             "status": ["ok", "ok", "diverged", "ok", "ok"], "val_iou": [0.5, 0.9, 0.1, 0.72, 0.74]})
     run = RunDir(tmp_path)
@@ -131,6 +131,10 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
     assert table["expected_best"].tolist() == pytest.approx([0.5, (0.5 + 0.9 + 0.9) / 3, 0.9, 0.73, 0.74])
     assert pd.read_csv(tmp_path / "expected_best.csv")["chosen_by"].eq("val_iou").all()
     assert (run.plots / "expected_best.png").stat().st_size > 0
+    unplotted = RunDir(tmp_path / "unplotted")  # `plot_formats: []`: the table, no plot
+    unplotted.path.mkdir()
+    write_tuning_budget(unplotted, config.model_copy(update={"output": config.output.model_copy(update={"plot_formats": []})}), summary)
+    assert (unplotted.path / "expected_best.csv").exists() and not (unplotted.plots / "expected_best.png").exists()
     page = render_budget(table)
     assert "0.7300 ± 0.0100" in page
     assert "arch=tiny_unet at 1 trial (by 0.2300 over the next), then arch=tiny_fcn at 2 trials (by 0.0267 over the next)" in page
