@@ -84,16 +84,20 @@ def sample_batch(config: ExperimentConfig, count: int, scan=None, val=None):
     return np.concatenate(images)[:count], np.concatenate(masks)[:count]
 
 
+def draws_samples(config: ExperimentConfig) -> bool:
+    """Whether samples.png is drawn: some sample images asked for, and plots drawn at all."""
+    return config.output.sample_images > 0 and bool(config.output.plot_formats)
+
+
 SAMPLE_MODELS = 8  # columns of predictions samples.png shows at most: the best ones, in ranking order
 
 
 def samples_from_models(config: ExperimentConfig, predict_by_member: dict[str, Any], scan=None, val=None):
     """(images, masks, {model: predict}) for the first repeat of every model; the predictions are
     made when samples.png is drawn, for the models it shows."""
-    count = config.output.sample_images
-    if count == 0 or not config.output.plot_formats:  # nothing would draw them
+    if not draws_samples(config):
         return None
-    images, masks = sample_batch(config, count, scan, val)
+    images, masks = sample_batch(config, config.output.sample_images, scan, val)
     predictors = {}
     for member, predict in predict_by_member.items():
         predictors.setdefault(base_model(member), predict)
@@ -120,7 +124,7 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     import sys
 
     from harness.data.resolve import resolve_data
-    if not config.output.plot_formats or not config.output.sample_images:
+    if not draws_samples(config):  # before loading any model
         return None
     exported = {}
     for spec in config.member_specs():

@@ -394,7 +394,9 @@ def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], ba
     """trend_<metric>.<format> for each watched metric the history has (none when `formats` is
     empty); returns the first format's paths."""
     written = []
-    for metric in metrics if formats else ():
+    if not formats:
+        return written
+    for metric in metrics:
         if not (history["metric"] == metric).any():
             continue
         fig, ax = plt.subplots(figsize=(7.5, 4.0))
