@@ -197,6 +197,15 @@ def test_a_corrupt_history_is_named_and_left_alone(tmp_path):
     assert (folder / "history.sqlite").read_bytes() == b"not a database at all" * 100
 
 
+def test_a_missing_history_names_each_place_it_looked_once(tmp_path):
+    by_name = run_main("history", "tiny", "--results", tmp_path / "results")
+    assert by_name.returncode == 2 and "Traceback" not in by_name.stderr
+    assert f"looked for tiny/history.sqlite and {tmp_path / 'results' / 'tiny' / 'history.sqlite'};" in by_name.stderr
+    by_path = run_main("history", tmp_path / "nowhere", "--results", tmp_path / "results")  # absolute: one place
+    assert by_path.returncode == 2
+    assert f"looked for {tmp_path / 'nowhere' / 'history.sqlite'}; " in by_path.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end: three nights through the real CLI
 

@@ -369,14 +369,13 @@ def apply_retention(store: HistoryStore, keep_runs: int) -> list[str]:
 
 def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> HistoryStore:
     """An experiment's history from its name (under the results folder) or its folder."""
-    given = Path(name_or_dir)
-    for folder in (given, Path(results_dir or "results") / str(name_or_dir)):
+    # An absolute path, or one under the results folder: the same folder twice, looked in once.
+    folders = list(dict.fromkeys((Path(name_or_dir), Path(results_dir or "results") / str(name_or_dir))))
+    for folder in folders:
         if (folder / "history.sqlite").is_file():
             return HistoryStore.beside(folder)
-    raise ConfigError(
-        f"no history for {str(name_or_dir)!r}: looked for {given / 'history.sqlite'} and "
-        f"{Path(results_dir or 'results') / str(name_or_dir) / 'history.sqlite'}; `harness nightly CONFIG` creates it"
-    )
+    looked = " and ".join(str(folder / "history.sqlite") for folder in folders)
+    raise ConfigError(f"no history for {str(name_or_dir)!r}: looked for {looked}; `harness nightly CONFIG` creates it")
 
 
 def history_table(store: HistoryStore, metrics: list[str] | None = None) -> pd.DataFrame:
