@@ -96,6 +96,14 @@ def _is_test_helper(thing) -> bool:
     return callable(thing) and module.startswith(("test_", "conftest", "factories", "pictures", "reference", "custom_kinds"))
 
 
+def trains_runs(fixture_function):
+    """Marks a fixture that trains several runs (tens of seconds): every test that uses it is
+    `slow`, however quick its own body. Under the fixture decorator: `@pytest.fixture(...)` then
+    `@trains_runs`."""
+    fixture_function.trains_runs = True
+    return fixture_function
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
@@ -104,6 +112,8 @@ def pytest_collection_modifyitems(config, items):
             functions += [defs[-1].func for defs in fixtures.name2fixturedefs.values() if defs]
         if any(spawns(f) for f in functions if f is not None):
             item.add_marker(pytest.mark.subprocess)
+        if any(getattr(f, "trains_runs", False) for f in functions[1:]):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

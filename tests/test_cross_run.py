@@ -10,13 +10,14 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import run_main, tiny_config, write_yaml
+from conftest import run_main, tiny_config, trains_runs, write_yaml
 
 import harness
 from harness.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
+@trains_runs
 def results(tmp_path_factory):
     """Two one-seed runs of the tiny config (seeds 3 and 4) and two runs with 2 repeats each."""
     folder = tmp_path_factory.mktemp("cross")

@@ -290,6 +290,7 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     assert math.isclose(table["fcn val_iou"][0], table["fcn val_iou"][2])  # same code, same data: same result
 
 
+@pytest.mark.slow  # three nights, each a run
 def test_beyond_noise_pairs_tonight_with_the_earlier_run_on_the_same_images_or_says_why_not(tmp_path):
     watched = {"nightly": {"thresholds": {"val_iou": {"abs": 0.0, "beyond_noise": True}}}}
     config = write_yaml(tmp_path / "n.yaml", tiny_config(output={**tiny_config()["output"], **watched}))

@@ -6,12 +6,13 @@ import json
 import re
 
 import pytest
-from conftest import run_main, tiny_config, write_yaml
+from conftest import run_main, tiny_config, trains_runs, write_yaml
 
 from harness.rundir import FolderLock
 
 
 @pytest.fixture(scope="module")
+@trains_runs
 def results(tmp_path_factory):
     folder = tmp_path_factory.mktemp("runs")
     config = write_yaml(folder / "c.yaml", tiny_config(train={"epochs": 1}))
