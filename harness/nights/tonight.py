@@ -254,9 +254,12 @@ def likely_column(name: str, columns: set[str]) -> str:
 def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.RunDir, result: NightlyResult, references) -> dict[str, Any]:
     history = store.table()
     regressed = store.alerts()  # every night's, so past regressions stay visible in the trends
-    # PNG first, whatever else plot_formats asks for (the report and nightly.md show the PNGs); none with `plot_formats: []`.
-    formats = tuple(dict.fromkeys(["png", *config.output.plot_formats])) if config.output.plot_formats else ()
-    plots = pool.run("harness.outputs.plots:save_trend_plots", run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed, formats)
+    # PNG first, whatever else plot_formats asks for (the report and nightly.md show the PNGs). With
+    # `plot_formats: []` no task at all: no history sent to an output process, no figure made.
+    plots = []
+    if config.output.plot_formats:
+        formats = tuple(dict.fromkeys(["png", *config.output.plot_formats]))
+        plots = pool.run("harness.outputs.plots:save_trend_plots", run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed, formats)
     report = {
         "night": result.night,
         "run_id": run.path.name,

@@ -391,11 +391,9 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
 
 
 def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None, formats=("png",)) -> list[Path]:
-    """trend_<metric>.<format> for each watched metric the history has (none when `formats` is
-    empty); returns the first format's paths."""
+    """trend_<metric>.<format> for each watched metric the history has; returns the first format's
+    paths. The caller leaves it uncalled when a run draws no plots (`plot_formats: []`)."""
     written = []
-    if not formats:
-        return written
     for metric in metrics:
         if not (history["metric"] == metric).any():
             continue
