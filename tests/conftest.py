@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import file_seconds
 import harness  # noqa: F401  (selects legacy Keras before anything imports TensorFlow)
 import numpy as np
 import pandas as pd
@@ -114,6 +115,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.subprocess)
         if any(getattr(f, "trains_runs", False) for f in functions[1:]):
             item.add_marker(pytest.mark.slow)
+    items[:] = file_seconds.longest_first(items, file_seconds.load())
 
 
 @pytest.fixture(autouse=True)
