@@ -27,7 +27,7 @@ def load() -> dict[str, float]:
     """{test file relative to the repository: seconds}; empty when the table is missing or broken."""
     try:
         return {str(k): float(v) for k, v in json.loads(TABLE.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, TypeError, AttributeError):
         return {}
 
 
