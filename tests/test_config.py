@@ -121,6 +121,8 @@ def test_factory_that_cannot_be_imported():
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match="is a folder"):  # not "does not exist": it does
+        load_config(tmp_path)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):

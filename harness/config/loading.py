@@ -51,6 +51,8 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
 
 
 def _read_yaml(path: Path) -> Any:
+    if path.is_dir():
+        raise ConfigError(f"config file {str(path)!r} is a folder: give the experiment's YAML file in it")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
