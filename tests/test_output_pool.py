@@ -1,6 +1,7 @@
 """The output processes (harness/outputs/pool.py): the same files as this process would write,
 a task's errors as its own, a worker lost mid-task, workers that ignore Ctrl-C and never outlive
-their parent, and a run whose own process loads no plotting or statistics library."""
+their parent, a script without a main guard run once, and a run whose own process loads no
+plotting or statistics library."""
 
 from __future__ import annotations
 
@@ -136,22 +137,28 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_runs_own_process_loads_no_plotting_or_statistics_library(tmp_path):
+def test_a_script_without_a_main_guard_runs_once_and_its_process_loads_no_plotting_library(tmp_path):
+    # docs/api.md's shape: harness.run at a script's top level, no `if __name__ == "__main__":`.
+    # spawn would import the script in each worker, which would then train (and write) again.
     config = tiny_config(output={"probe_steps": 0, "progress": "none", "sample_images": 2, "plot_formats": ["png"]})
     (tmp_path / "config.json").write_text(json.dumps(config))
-    script = f"""
+    script = tmp_path / "compare_models.py"
+    script.write_text(f"""
 import json, sys
+print("the script's top level", flush=True)
 sys.path.insert(0, {str(REPO / 'tests')!r})
 import harness
 from harness.config.loading import validate_config
 from pool_tasks import loaded
-result = harness.run(validate_config(json.load(open({str(tmp_path / 'config.json')!r}))), results_dir={str(tmp_path)!r})
+result = harness.run(validate_config(json.load(open({str(tmp_path / 'config.json')!r}))), results_dir={str(tmp_path / 'results')!r})
 print(json.dumps({{"here": loaded(("matplotlib", "scipy.stats")), "plots": sorted(p.name for p in (result.run_dir / "plots").glob("*.png"))}}))
-"""
+""")
     env = {k: v for k, v in os.environ.items() if k != pool.ENV}
     env[pool.ENV] = "2"
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("the script's top level") == 1, done.stdout
+    assert len(list((tmp_path / "results" / "tiny").iterdir())) == 1  # one run directory
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     assert facts["here"] == []  # the workers loaded them, and drew
     assert {"loss_curves.png", "samples.png", "quality_vs_cost.png"} <= set(facts["plots"])

@@ -13,16 +13,20 @@ spawning forbidden), is run again in this process, which then raises its real er
 `HARNESS_OUTPUT_PROCESSES=0` keeps everything in this process; a number sets how many workers.
 
 The pool is made once per process and reused by later runs (the API in a notebook, the tests).
-Workers ignore Ctrl-C (the run handles it) and leave when their parent is gone.
+Workers ignore Ctrl-C (the run handles it) and leave when their parent is gone. They never run the
+user's script: spawn would import the parent's `__main__` in each worker, and a script that calls
+`harness.run` without an `if __name__ == "__main__":` guard would train again in every worker.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import os
 import sys
 import threading
+import types
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
@@ -68,8 +72,9 @@ def start(workers: int | None = None) -> None:
             if _pool is None:
                 # spawn, not fork: a fork of a process running TensorFlow's threads may deadlock.
                 _pool = ProcessPoolExecutor(most, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),))
-            for _ in range(wanted):  # a submission with no idle worker starts one more, up to `most`
-                _warming.append(_pool.submit(_warm_up))
+            with _main_script_hidden():
+                for _ in range(wanted):  # a submission with no idle worker starts one more, up to `most`
+                    _warming.append(_pool.submit(_warm_up))
             _started = wanted
         except Exception:  # noqa: BLE001 (no processes here: everything runs in this process)
             _mark_broken()
@@ -110,7 +115,8 @@ def submit(task: str, *args: Any) -> Future:
     pool = _pool
     if pool is not None:
         try:
-            future = pool.submit(_call_as_caller, _caller_context(), task, *args)
+            with _main_script_hidden():  # a submission may start a worker too
+                future = pool.submit(_call_as_caller, _caller_context(), task, *args)
             future.task = (task, args)  # type: ignore[attr-defined]
             return future
         except Exception:  # noqa: BLE001 (a broken or shut-down pool: run it here)
@@ -163,6 +169,27 @@ def _here(task: str, *args: Any) -> Future:
     except Exception as exc:  # noqa: BLE001 (raised by `result`, as a worker's would be)
         future.set_exception(exc)
     return future
+
+
+@contextlib.contextmanager
+def _main_script_hidden():
+    """While workers may start (each submission, in this thread): `__main__` is a stand-in with
+    no file and no module name, so spawn starts them without importing the user's script.
+
+    spawn imports the parent's `__main__` in each child so that functions defined there can be
+    unpickled; harness's tasks are named by module and never defined there. A script without an
+    `if __name__ == "__main__":` guard (the shape of docs/api.md's example) would otherwise run
+    again in every worker: a call of `harness.run` trained once more per worker, each writing a
+    run directory of its own. Only process starts read it; the window is one submission."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            del sys.modules["__main__"]
+        else:
+            sys.modules["__main__"] = main
 
 
 def _mark_broken() -> None:
