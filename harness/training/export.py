@@ -45,7 +45,10 @@ def export_model(model, path: Path) -> None:
     """Save to a temporary name beside `path`, then rename: a kill never leaves half a model."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}-partial.keras")
-    model.save(str(tmp), save_format="keras")
+    # "keras_v3", not "keras": tf_keras reads "keras" through a per-thread flag that its own first
+    # save or load in a thread other than the main one leaves off, and every later save in that
+    # thread (an API call from a worker thread) then wrote HDF5 under the .keras name.
+    model.save(str(tmp), save_format="keras_v3")
     os.replace(tmp, path)
 
 

@@ -28,6 +28,7 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     from harness.members.base import member_seed
     from harness.members.registry import build_members
     from harness.training.entry import prepare_process, resolve_data_sizes
+    from harness.training.export import export_model
 
     run = rd.RunDir(Path(run_dir))
     run.read_info()  # a folder that is not a run says so, before its missing config.yaml is met
@@ -42,9 +43,7 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     facts = {}
     for member in build_members(config):
         for key, model in member.exported_models().items():
-            path = out / "initial" / member.name / f"{key}.keras"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            model.save(path)
+            export_model(model, out / "initial" / member.name / f"{key}.keras")
         stream = repeat_of(member.name)
         facts[member.name] = {
             "loss": member.spec.loss, "kind": member.spec.kind,
