@@ -138,7 +138,7 @@ def cli_environment(env: dict | None) -> dict:
     the suite's two workers leave none, so there each command would pay about 5 CPU-seconds of
     imports for nothing (test_cli.py: 42 s against 36 s). tests/test_output_pool.py and the
     benches run the CLI with them; the files are the same to the byte either way (tested)."""
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "HARNESS_TF_LOG_LEVEL_DEFAULTED", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
     return {**inherited, "HARNESS_OUTPUT_PROCESSES": "0", **(env or {})}
 
 

@@ -19,8 +19,14 @@ _REQUIRED_ENV = {"TF_USE_LEGACY_KERAS": "1", "SM_FRAMEWORK": "tf.keras"}
 # without a GPU) are written to stderr before any log level applies, and bury harness's own
 # messages. Unless the user chose a level, they are dropped while TensorFlow loads; failures still
 # surface as Python exceptions. Set TF_CPP_MIN_LOG_LEVEL=0 to see everything.
-_USER_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL" in os.environ
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# harness's own default is marked as such, so that a process that inherits it (a group's process,
+# the workers of a Ray instance this process started) does not take it for the user's choice and
+# print the start-up lines it exists to drop.
+_DEFAULTED = "HARNESS_TF_LOG_LEVEL_DEFAULTED"
+_USER_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL" in os.environ and _DEFAULTED not in os.environ
+if not _USER_LOG_LEVEL:
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    os.environ[_DEFAULTED] = "1"
 
 
 def select_legacy_keras() -> None:
@@ -50,6 +56,7 @@ def user_environment() -> dict[str, str]:
     env = dict(os.environ)
     if not _USER_LOG_LEVEL:
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+        env.pop(_DEFAULTED, None)
     return env
 
 

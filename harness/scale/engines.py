@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.core.backend import user_environment
 from harness.errors import ConfigError, ResourceError
 
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -60,7 +61,7 @@ class LocalEngine:
 
     def start(self, task: GroupTask) -> str:
         device = self.free.pop(0)
-        env = {**os.environ, **task.env}
+        env = {**user_environment(), **task.env}
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
         process = start_worker(task.folder, env)
@@ -193,7 +194,7 @@ class RayEngine:
 def run_worker_task(folder: str, env: dict[str, str]) -> int:
     """A Ray task: the group's process, with the GPU Ray gave this task (CUDA_VISIBLE_DEVICES is
     set by Ray). A cancelled task stops its process with SIGTERM, so it checkpoints first."""
-    process = start_worker(Path(folder), {**os.environ, **env})
+    process = start_worker(Path(folder), {**user_environment(), **env})
     try:
         return process.wait()
     except KeyboardInterrupt:
