@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from harness.core.backend import import_tf
+from harness.core.backend import import_tf, user_environment
 
 # Multi-device code is tested on two logical CPU devices, which must exist before TensorFlow
 # initialises; every in-process test shares them (one_device runs use /cpu:0).
@@ -138,7 +138,7 @@ def cli_environment(env: dict | None) -> dict:
     the suite's two workers leave none, so there each command would pay about 5 CPU-seconds of
     imports for nothing (test_cli.py: 42 s against 36 s). tests/test_output_pool.py and the
     benches run the CLI with them; the files are the same to the byte either way (tested)."""
-    inherited = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "HARNESS_TF_LOG_LEVEL_DEFAULTED", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
+    inherited = {k: v for k, v in user_environment().items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "SM_FRAMEWORK")}
     return {**inherited, "HARNESS_OUTPUT_PROCESSES": "0", **(env or {})}
 
 

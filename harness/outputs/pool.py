@@ -38,6 +38,7 @@ MAX_WORKERS = 4  # a run's end has 6-9 tasks, a few of them long: more workers w
 PRELOAD = ("harness.outputs.tasks",)
 
 _lock = threading.Lock()
+_main_lock = threading.Lock()  # one stand-in `__main__` at a time (see _main_script_hidden)
 _pool: ProcessPoolExecutor | None = None
 _started = 0  # workers asked for so far
 _warming: list[Future] = []  # their warm-ups not known to be done
@@ -180,16 +181,19 @@ def _main_script_hidden():
     unpickled; harness's tasks are named by module and never defined there. A script without an
     `if __name__ == "__main__":` guard (the shape of docs/api.md's example) would otherwise run
     again in every worker: a call of `harness.run` trained once more per worker, each writing a
-    run directory of its own. Only process starts read it; the window is one submission."""
-    main = sys.modules.get("__main__")
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        if main is None:
-            del sys.modules["__main__"]
-        else:
-            sys.modules["__main__"] = main
+    run directory of its own. Only process starts read it; the window is one submission. Held
+    under a lock of its own: two threads submitting at once would otherwise each save the other's
+    stand-in, and the last to leave could put a stand-in back for good."""
+    with _main_lock:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is None:
+                del sys.modules["__main__"]
+            else:
+                sys.modules["__main__"] = main
 
 
 def _mark_broken() -> None:
