@@ -201,7 +201,7 @@ def _add_json(parser) -> None:
 
 def _add_runs(commands) -> None:
     runs = commands.add_parser("runs", help="list every run under the results folder, newest first, with its status and best member")
-    runs.add_argument("name", nargs="?", default=None, metavar="NAME", help="only this experiment's runs (results/NAME)")
+    runs.add_argument("name", nargs="?", default=None, metavar="NAME", help="only this experiment's runs (results/NAME); or a path: a results folder, an experiment's folder, a run")
     runs.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="results folder (default: results)")
     _add_json(runs)
     runs.set_defaults(func=cmd_runs)
@@ -400,17 +400,17 @@ def _night(text: str | None) -> str | None:
 
 def cmd_runs(args) -> int:
     from harness.outputs.printed import print_runs
-    from harness.outputs.runs import list_runs
+    from harness.outputs.runs import list_runs, where_runs_are
 
-    table = list_runs(args.results, args.name)
+    results, name = where_runs_are(args.results, args.name)
+    table = list_runs(results, name)
     if args.json:
         print(table.to_json(orient="records"))
         return EXIT_OK
     if table.empty:
-        where = args.results / args.name if args.name else args.results
-        print(f"no runs under {where}")
+        print(f"no runs under {results / name if name else results}")
         return EXIT_OK
-    print_runs(table, args.results)
+    print_runs(table, results)
     return EXIT_OK
 
 

@@ -53,9 +53,23 @@ def test_runs_tells_a_live_run_from_one_whose_run_json_is_stale(results):
         (run_dir / "run.json").write_text(json.dumps(info))
 
 
-def test_no_runs_says_where_it_looked(tmp_path):
+def test_a_path_given_for_name_lists_the_runs_the_folder_holds(results):
+    # What users paste from the other commands' output: a results folder, an experiment's, a run's.
+    run_dir = next((results / "tiny").iterdir())
+    for path, names in ((results, {"tiny", "other"}), (results / "tiny", {"tiny"}), (run_dir, {"tiny"})):
+        listed = run_main("runs", path, "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = json.loads(listed.stdout)
+        assert {r["name"] for r in rows} == names and len(rows) == (3 if len(names) == 2 else 2), path
+    assert f"runs under {results}" in run_main("runs", results / "tiny").stdout
+
+
+def test_no_runs_says_where_it_looked(tmp_path, monkeypatch):
     result = run_main("runs", "--results", tmp_path)
     assert result.returncode == 0 and f"no runs under {tmp_path}" in result.stdout
+    (tmp_path / "smoke").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert run_main("runs", "smoke/").stdout.strip() == "no runs under smoke"  # a path, not results/smoke/
 
 
 def test_compare_and_history_print_json_for_scripts(results):

@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from harness.config.metrics import on_split, split_column
+from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError
 from harness.rundir import RunDir, RunStatus, holder_of
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
+
+
+def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
+    """(results folder, experiment) that `harness runs NAME` lists. NAME is an experiment's name
+    (results/NAME); what no config could be named (`results/smoke`, `/data/results`, `.`) is a
+    path, taken for what the folder holds, as users paste the paths the other commands print: a
+    results folder, one experiment's runs, or one run (its experiment's runs are listed)."""
+    if name is None or re.match(NAME_PATTERN, name):
+        return results, name
+    folder = Path(name)
+    if (folder / "run.json").is_file():
+        return folder.parent.parent, folder.parent.name
+    if folder.is_dir() and any((child / "run.json").is_file() for child in folder.iterdir()):
+        return folder.parent, folder.name
+    return folder, None
 
 
 def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
