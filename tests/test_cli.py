@@ -130,3 +130,15 @@ def test_runs_and_compare_import_no_tensorflow(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("command", ["report", "resume", "compare"])
+def test_a_folder_that_is_not_a_run_is_named_with_the_runs_it_holds_or_as_missing(tmp_path, command):
+    experiment = tmp_path / "results" / "smoke"
+    for run_id in ("20261125-090000", "20261126-080000"):
+        (experiment / run_id).mkdir(parents=True)
+        (experiment / run_id / "run.json").write_text("{}")
+    typed = run_main(command, experiment)  # the experiment's folder, where a run was meant
+    assert typed.returncode == 2 and f"experiment's folder of 2 run(s), the newest {experiment / '20261126-080000'}" in typed.stderr, typed.stderr
+    missing = run_main(command, tmp_path / "nowhere")
+    assert missing.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in missing.stderr, missing.stderr

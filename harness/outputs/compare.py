@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, save_table_as
+from harness.rundir import RunDir, runs_held, save_table_as
 from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
@@ -63,7 +63,8 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
         else:
-            problems.append(f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory")
+            problems.append(f"{run_dir} does not exist (a run directory was expected)" if not run.path.exists() else
+                            f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path)}")
             continue
         frame.insert(0, "run", run.label)
         frame.insert(1, "name", run.path.parent.name)  # the keys `runs` and `history` name a run by

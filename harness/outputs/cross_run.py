@@ -37,7 +37,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
-from harness.rundir import RunDir
+from harness.rundir import RunDir, runs_held
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
@@ -109,7 +109,7 @@ def _distinct(run_dirs: list[Path]) -> list[Path]:
 def _open(run_dir: Path) -> RunScores:
     run = RunDir(run_dir)
     if not run.summary_csv.is_file():
-        raise ConfigError(f"{run_dir}: no summary.csv (the run has not finished, or this is not a run directory); "
+        raise ConfigError(f"{run_dir}: no summary.csv (the run has not finished, or this is not a run directory{runs_held(run_dir)}); "
                           "pairs across runs need each model's final scores")
     return RunScores(run, run.read_config(), run.read_record().versions)
 

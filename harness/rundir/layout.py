@@ -81,8 +81,10 @@ class RunDir:
 
     def read_info(self) -> dict[str, Any]:
         """run.json, or a ConfigError saying why this folder is not a readable run directory."""
+        if not self.path.exists():
+            raise ConfigError(f"{self.path} does not exist (a run directory was expected)")
         if not self.run_json.is_file():
-            raise ConfigError(f"{self.path} is not a run directory (no run.json)")
+            raise ConfigError(f"{self.path} is not a run directory (no run.json){runs_held(self.path)}")
         try:
             return self.read_run_info()
         except (OSError, ValueError) as exc:
@@ -124,6 +126,16 @@ class RunDir:
 
     def write_record(self, record: RunRecord) -> None:
         self.write_run_info(record.to_dict())
+
+
+def runs_held(folder: Path) -> str:
+    """For a message about a folder that is not a run: the runs it holds when it is an experiment's
+    folder (`results/smoke`, typed where a run was meant), the newest named in full."""
+    try:
+        runs = sorted(child.name for child in folder.iterdir() if (child / "run.json").is_file())
+    except OSError:
+        return ""
+    return f"; it is an experiment's folder of {len(runs)} run(s), the newest {folder / runs[-1]}" if runs else ""
 
 
 def new_run_id() -> str:
