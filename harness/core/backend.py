@@ -75,7 +75,7 @@ def import_tf():
         import tensorflow as tf
 
         return tf
-    with _stderr_silenced():
+    with stderr_silenced():
         import tensorflow as tf
 
         # CUDA probing happens here; physical listing leaves logical devices configurable.
@@ -84,8 +84,9 @@ def import_tf():
 
 
 @contextlib.contextmanager
-def _stderr_silenced():
-    """Point file descriptor 2 at /dev/null (C++ writes there directly), then restore it."""
+def stderr_silenced():
+    """Point file descriptor 2 at /dev/null (C++ writes there directly), then restore it. Only
+    around code that prints nothing of harness's own: its messages would go too."""
     try:
         sys.stderr.flush()
         saved = os.dup(2)
