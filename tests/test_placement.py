@@ -6,11 +6,12 @@ import json
 import os
 import shutil
 import subprocess
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import REPO, run_cli, tiny_config, write_yaml
+from conftest import KILL_CONFIG, REPO, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, write_yaml
 
 from harness.training import checkpoints as ckpt
 from harness.api import resume, run
@@ -200,6 +201,23 @@ def test_multi_worker_without_valid_tf_config(tmp_path, tf_config, message):
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
+def test_a_run_waits_for_every_worker_once_its_files_are_final(tmp_path, monkeypatch):
+    # Over several workers, one that left while the chief still wrote its outputs was reported by the
+    # chief's coordination service as crashed; the wait (a collective) must come after every file.
+    from harness.core.placement import Placement
+
+    seen = []
+
+    def wait(placement):
+        (run_dir,) = (tmp_path / "r" / "tiny").iterdir()
+        seen.append((json.loads((run_dir / "run.json").read_text())["status"], (run_dir / "report.html").is_file()))
+
+    monkeypatch.setattr(Placement, "wait_for_every_worker", wait)
+    assert run(write_yaml(tmp_path / "c.yaml", tiny_config(train={"epochs": 1})), results_dir=tmp_path / "r").info["status"] == "completed"
+    assert seen == [("completed", True)]
+
+
 def test_multi_worker_two_processes_match_one_process(tmp_path):
     raw = tiny_config(models=NO_BN_MODELS)
     raw["output"]["progress"] = "lines"
@@ -210,8 +228,57 @@ def test_multi_worker_two_processes_match_one_process(tmp_path):
     workers = run_cli("workers", "2", config, "--results", tmp_path / "multi", env=env, timeout=300)
     assert workers.returncode == 0, workers.stderr
     assert "multi_worker, 2 replica(s), global batch 4 (2 per replica)" in workers.stderr
+    # The other worker waits for the chief's outputs: its coordination service saw no worker leave early.
+    assert "stopped sending heartbeats" not in workers.stderr and "E0000" not in workers.stderr, workers.stderr
     runs = list((tmp_path / "multi" / "tiny").iterdir())
     assert len(runs) == 1, "only the chief writes a run directory"
     multi = pd.read_csv(runs[0] / "losses.csv").sort_values(["model", "split", "metric", "step"])
     one = pd.read_csv(next((tmp_path / "single" / "tiny").iterdir()) / "losses.csv").sort_values(["model", "split", "metric", "step"])
     np.testing.assert_allclose(multi["value"].to_numpy(), one["value"].to_numpy(), **TOLERANCE)
+
+
+def _workers(*command) -> list:
+    """`harness COMMAND` as two workers of a local cluster, each with its TF_CONFIG."""
+    from harness.training.launch import free_ports
+
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    return [start_cli(*command, env={"TF_CONFIG": json.dumps({"cluster": {"worker": addresses}, "task": {"type": "worker", "index": i}})})
+            for i in range(2)]
+
+
+def test_a_lost_worker_is_exit_4_naming_it_and_resume_on_every_worker_finishes_the_run(tmp_path):
+    raw = {**KILL_CONFIG, "placement": {"strategy": "multi_worker"}}
+    chief, other = _workers("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r")
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "r" / "tiny").is_dir() or not any((tmp_path / "r" / "tiny").iterdir()):
+        assert time.monotonic() < deadline and chief.poll() is None, chief.stderr.read() if chief.poll() is not None else "no run folder"
+        time.sleep(0.05)
+    run_dir = only_run_dir(tmp_path / "r")
+    assert wait_for_rows(run_dir / "losses.csv", 6, process=chief)
+    other.kill()  # its machine lost, as far as the chief can tell
+    _, stderr = chief.communicate(timeout=300)
+    other.communicate()
+    assert chief.returncode == 4, stderr
+    assert "a worker of the cluster was lost (/job:worker/replica:0/task:1 stopped sending heartbeats" in stderr, stderr
+    assert f"harness resume {run_dir}" in stderr and "internal error" not in stderr and "Traceback" not in stderr
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+    resumed = _workers("resume", run_dir)  # what the message says to do
+    outcomes = [process.communicate(timeout=300) for process in resumed]
+    assert [process.returncode for process in resumed] == [0, 0], outcomes
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_lost_peer_seen_from_another_worker_is_exit_4_sending_it_to_the_chiefs_folder(tmp_path):
+    from harness.errors import ResourceError
+    from harness.training.failures import WORKER_SCRATCH, translate
+
+    said = ("{{function_node __wrapped__CollectiveReduceV2_device_/job:worker/replica:0/task:1/device:CPU:0}} Collective ops is "
+            "aborted by: Error reported from /job:worker/task:0: The following tasks are unhealthy (stopped sending heartbeats):\n"
+            "/job:worker/replica:0/task:0\nThe tasks have crashed.")
+    error = translate(tf.errors.UnavailableError(None, None, said), tmp_path / f"{WORKER_SCRATCH}x1" / "run")
+    assert isinstance(error, ResourceError) and error.exit_code == 4
+    assert "(/job:worker/replica:0/task:0 stopped sending heartbeats" in str(error) and "harness resume on the chief's run folder" in str(error)
+    assert "TensorFlow said: Collective ops is aborted" in str(error)  # without TensorFlow's function name
+    other = translate(tf.errors.UnavailableError(None, None, "Socket closed"), tmp_path / "run")
+    assert "(a peer stopped answering" in str(other) and f"harness resume {tmp_path / 'run'}" in str(other)

@@ -99,6 +99,18 @@ class Placement:
         """The iterator the compiled step reads batches from."""
         return iter(self.strategy.experimental_distribute_dataset(dataset) if self.distributed else dataset)
 
+    def wait_for_every_worker(self) -> None:
+        """Over several workers, return once every one got here (a sum over them: a collective
+        waits for all). A worker that left while the chief still wrote its outputs was reported by
+        the chief's coordination service as crashed ("stopped sending heartbeats") in a run that
+        had not failed."""
+        if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return
+        def one_each():
+            return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
+
+        tf.function(lambda: self.strategy.run(one_each), autograph=False)()
+
 
 def build_placement(config: ExperimentConfig) -> Placement:
     spec = config.placement

@@ -22,6 +22,7 @@ from harness.members.trial import blame_traced_failure, trial_build
 from harness import rundir as rd
 from harness.training import preflight
 from harness.training.actions import END_OF_RUN
+from harness.training.failures import WORKER_SCRATCH
 from harness.rundir import FolderLock
 from harness.training.records import RunResult
 
@@ -203,7 +204,7 @@ class _scratch_run_dir:
         self.config, self.source = config, copy_from
 
     def __enter__(self) -> rd.RunDir:
-        self.folder = Path(tempfile.mkdtemp(prefix="harness-worker-"))
+        self.folder = Path(tempfile.mkdtemp(prefix=WORKER_SCRATCH))
         if self.source is None:
             return rd.create_run_dir(self.config, self.folder)
         run = rd.RunDir(self.folder / "run")

@@ -3,6 +3,7 @@ to try) and XLA failures (which members cannot be compiled)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from harness.core.backend import import_tf
@@ -17,6 +18,11 @@ tf = import_tf()
 
 
 BAD_DATA = "data store: "  # how the data store's DataError begins, also once TensorFlow has wrapped it
+# A multi-worker run's non-chief workers train in a scratch run folder of this prefix (entry.py):
+# what they say of resuming names the chief's folder, not theirs.
+WORKER_SCRATCH = "harness-worker-"
+# Which worker TensorFlow's coordination service found gone, as its UnavailableError names it.
+_LOST_TASK = re.compile(r"(?:unhealthy[^:]*:\s*|Error reported from )(/job:[\w-]+(?:/replica:\d+)?/task:\d+)")
 
 
 def translate(exc: BaseException, where: Path) -> BaseException:
@@ -33,6 +39,8 @@ def translate(exc: BaseException, where: Path) -> BaseException:
     if isinstance(exc, tf.errors.OpError) and BAD_DATA in str(exc):  # raised by the data store inside tf.data
         line = next(l for l in str(exc).splitlines() if BAD_DATA in l)
         return DataError(line[line.index(BAD_DATA):].strip().rstrip("'\""))
+    if isinstance(exc, tf.errors.UnavailableError):
+        return lost_worker(exc, where)
     if isinstance(exc, tf.errors.ResourceExhaustedError):
         text = str(exc)
         if "No space left" in text or "disk" in text.lower() or "write" in text.lower():
@@ -46,6 +54,24 @@ def translate(exc: BaseException, where: Path) -> BaseException:
             f"TensorFlow said: {text.splitlines()[0][:200]}"
         )
     return exc
+
+
+def lost_worker(exc: BaseException, where: Path) -> ResourceError:
+    """Exit 4 for a peer that stopped answering (its process killed, its machine lost, the network
+    between them cut): a collective waits for every worker, so the rest cannot go on, and no
+    checkpoint can be written once TensorFlow has aborted its collectives."""
+    text = str(exc)
+    tasks = list(dict.fromkeys(_LOST_TASK.findall(text)))
+    who = f"{tasks[-1]} stopped sending heartbeats" if "heartbeats" in text and tasks else (tasks[-1] if tasks else "a peer stopped answering")
+    scratch = any(part.startswith(WORKER_SCRATCH) for part in where.parts)
+    resume = "harness resume on the chief's run folder" if scratch else f"harness resume {where}"
+    said = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    said = re.sub(r"^\{\{function_node [^}]*\}\}\s*", "", said)[:200]
+    return ResourceError(
+        f"a worker of the cluster was lost ({who}: its process or machine stopped, or the network to it failed); the other "
+        f"workers cannot step without it, so the run stops here. Start every worker again, each with its TF_CONFIG as before, "
+        f"running {resume}: it continues from the last checkpoint (from the start if none was written). TensorFlow said: {said}"
+    )
 
 
 # Tests of the out-of-memory path: a device of this many MB, on which a group whose plan needs

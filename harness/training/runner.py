@@ -115,6 +115,15 @@ class Runner:
                 action(done)
         self.clock.mark("end_of_run_done")
         self.book.update(phases=self.clock.as_dict())
+        self._wait_for_every_worker()
+
+    def _wait_for_every_worker(self) -> None:
+        """Last, once every file is final: a peer lost now takes nothing from this run."""
+        try:
+            self.placement.wait_for_every_worker()
+        except tf.errors.OpError as exc:
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            print(f"harness: warning: not every worker reached the end of the run ({first}); this worker's files are complete", file=sys.stderr)
 
     def _build(self):
         """Steps 3-6: the members, their checkpoint restored, the data from the step it holds, the
