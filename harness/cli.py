@@ -283,8 +283,7 @@ def cmd_run(args) -> int:
     from harness.api import run
 
     result = run(config, results_dir=args.results)
-    _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
-    print(f"results: {result.run_dir}")
+    _print_result(result)
     return EXIT_OK
 
 
@@ -304,9 +303,7 @@ def cmd_resume(args) -> int:
     from harness.api import resume
 
     result = resume(args.run_dir, args.overrides, args.accept_changed_data)
-    if len(result.summary):
-        _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
-    print(f"results: {result.run_dir}")
+    _print_result(result)
     return EXIT_OK
 
 
@@ -473,6 +470,18 @@ def cmd_models(args) -> int:
     console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(catalog.SM_BACKBONES))
     console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'")
     return EXIT_OK
+
+
+def _print_result(result) -> None:
+    """The ranking and where the run is; a multi_worker worker other than the chief trained in a
+    scratch folder, now gone: it names the chief instead."""
+    plan = result.info.get("placement") or {}
+    if plan.get("chief") is False:
+        print(f"harness: worker {(plan.get('task') or {}).get('index', '?')} is done; the chief wrote the run's results")
+        return
+    if len(result.summary):
+        _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
+    print(f"results: {result.run_dir}")
 
 
 def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:

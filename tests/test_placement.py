@@ -267,6 +267,11 @@ def test_a_lost_worker_is_exit_4_naming_it_and_resume_on_every_worker_finishes_t
     outcomes = [process.communicate(timeout=300) for process in resumed]
     assert [process.returncode for process in resumed] == [0, 0], outcomes
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+    assert f"results: {run_dir}" in outcomes[0][0]
+    # The other worker's scratch folder is gone when it ends: it names no path of its own.
+    (out, err) = outcomes[1]
+    assert out.strip() == "harness: worker 1 is done; the chief wrote the run's results", out
+    assert "said running, but no process held the run" not in err, err
 
 
 def test_a_lost_peer_seen_from_another_worker_is_exit_4_sending_it_to_the_chiefs_folder(tmp_path):

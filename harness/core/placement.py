@@ -215,6 +215,7 @@ def _multi_worker(config: ExperimentConfig) -> Placement:
     plan = _plan("multi_worker", devices, replicas, config, {m.name: devices for m in config.member_specs()})
     plan["task"] = task
     is_chief = task.get("type") == "chief" or (task.get("type") == "worker" and int(task.get("index", 0)) == 0 and "chief" not in cluster["cluster"])
+    plan["chief"] = is_chief  # the others train in a scratch run folder, removed when they finish
     return Placement(strategy, plan=plan, is_chief=is_chief)
 
 

@@ -87,7 +87,8 @@ class Runner:
             if not self.resuming:
                 shutil.rmtree(self.run_dir.path, ignore_errors=True)
             raise
-        self.book.warn_if_killed_before()
+        if self.placement.is_chief:  # another worker's run.json is the chief's, copied while it starts
+            self.book.warn_if_killed_before()
         if self.placement.is_chief and self.config.output.progress != "none":
             for line in describe_plan(self.placement.plan):
                 print(line, file=sys.stderr)
