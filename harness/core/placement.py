@@ -106,6 +106,7 @@ class Placement:
         had not failed."""
         if not isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return
+
         def one_each():
             return tf.distribute.get_replica_context().all_reduce("sum", tf.constant(1.0))
 

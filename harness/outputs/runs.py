@@ -10,7 +10,7 @@ import pandas as pd
 from harness.config.metrics import on_split, split_column
 from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError
-from harness.rundir import RunDir, RunStatus, holder_of
+from harness.rundir import RunDir, RunStatus, holder_of, runs_in
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
 
@@ -25,7 +25,7 @@ def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
     folder = Path(name)
     if (folder / "run.json").is_file():
         return folder.parent.parent, folder.parent.name
-    if folder.is_dir() and any((child / "run.json").is_file() for child in folder.iterdir()):
+    if runs_in(folder):
         return folder.parent, folder.name
     return folder, None
 
@@ -35,7 +35,7 @@ def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
     run whose run.json says `running` but whose lock no process holds was killed, or stopped by a
     full disk before it could say so: its status reads `stopped (run.json says running)`."""
     experiments = [results / name] if name else sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
-    rows = [_row(run) for folder in experiments if folder.is_dir() for run in folder.iterdir() if (run / "run.json").is_file()]
+    rows = [_row(run) for folder in experiments for run in runs_in(folder)]
     table = pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
     table = table.astype({"steps": "Int64", "total_steps": "Int64", "members": "Int64", "best_value": "Float64"})  # --json: numbers
     return table.sort_values(["started", "run_id"], ascending=False, na_position="last").reset_index(drop=True)

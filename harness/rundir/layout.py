@@ -128,14 +128,20 @@ class RunDir:
         self.write_run_info(record.to_dict())
 
 
+def runs_in(folder: Path) -> list[Path]:
+    """The run directories (folders with a run.json) directly in `folder`, oldest first by name
+    (run ids are UTC times); none when it cannot be listed."""
+    try:
+        return sorted((child for child in folder.iterdir() if (child / "run.json").is_file()), key=lambda p: p.name)
+    except OSError:
+        return []
+
+
 def runs_held(folder: Path) -> str:
     """For a message about a folder that is not a run: the runs it holds when it is an experiment's
     folder (`results/smoke`, typed where a run was meant), the newest named in full."""
-    try:
-        runs = sorted(child.name for child in folder.iterdir() if (child / "run.json").is_file())
-    except OSError:
-        return ""
-    return f"; it is an experiment's folder of {len(runs)} run(s), the newest {folder / runs[-1]}" if runs else ""
+    runs = runs_in(folder)
+    return f"; it is an experiment's folder of {len(runs)} run(s), the newest {runs[-1]}" if runs else ""
 
 
 def new_run_id() -> str:
