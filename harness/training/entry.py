@@ -208,8 +208,19 @@ class _scratch_run_dir:
         if self.source is None:
             return rd.create_run_dir(self.config, self.folder)
         run = rd.RunDir(self.folder / "run")
-        shutil.copytree(self.source.path, run.path, ignore=shutil.ignore_patterns(".lock", "models"))
+        # The chief starts resuming the same folder meanwhile: its atomic writes' temp files and a
+        # killed save's leftovers may be listed here and gone a moment later (which failed a
+        # worker's resume with shutil.Error). Neither is anything a worker restores from.
+        shutil.copytree(self.source.path, run.path, ignore=shutil.ignore_patterns(".lock", "models", "*.tmp", "*_temp*"),
+                        copy_function=_copy_unless_gone)
         return run
 
     def __exit__(self, *exc) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _copy_unless_gone(source: str, target: str) -> str:
+    try:
+        return shutil.copy2(source, target)
+    except FileNotFoundError:  # removed by the chief since it was listed
+        return target

@@ -21,6 +21,8 @@ BAD_DATA = "data store: "  # how the data store's DataError begins, also once Te
 # A multi-worker run's non-chief workers train in a scratch run folder of this prefix (entry.py):
 # what they say of resuming names the chief's folder, not theirs.
 WORKER_SCRATCH = "harness-worker-"
+# What TensorFlow says, whatever the error's class, once a collective was aborted for a lost peer.
+PEER_GONE = ("Collective ops is aborted", "stopped sending heartbeats")
 # Which worker TensorFlow's coordination service found gone, as its UnavailableError names it.
 _LOST_TASK = re.compile(r"(?:unhealthy[^:]*:\s*|Error reported from )(/job:[\w-]+(?:/replica:\d+)?/task:\d+)")
 
@@ -39,7 +41,7 @@ def translate(exc: BaseException, where: Path) -> BaseException:
     if isinstance(exc, tf.errors.OpError) and BAD_DATA in str(exc):  # raised by the data store inside tf.data
         line = next(l for l in str(exc).splitlines() if BAD_DATA in l)
         return DataError(line[line.index(BAD_DATA):].strip().rstrip("'\""))
-    if isinstance(exc, tf.errors.UnavailableError):
+    if isinstance(exc, tf.errors.UnavailableError) or (isinstance(exc, tf.errors.OpError) and any(s in str(exc) for s in PEER_GONE)):
         return lost_worker(exc, where)
     if isinstance(exc, tf.errors.ResourceExhaustedError):
         text = str(exc)
