@@ -63,7 +63,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
         else:
-            problems.append(f"{run_dir} does not exist (a run directory was expected)" if not run.path.exists() else
+            problems.append(run.missing() if not run.path.exists() else
                             f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path)}")
             continue
         frame.insert(0, "run", run.label)

@@ -79,10 +79,14 @@ class RunDir:
     def read_run_info(self) -> dict[str, Any]:
         return json.loads(self.run_json.read_text(encoding="utf-8"))
 
+    def missing(self) -> str:
+        """What to say of a run directory that is not there."""
+        return f"{self.path} does not exist (a run directory was expected)"
+
     def read_info(self) -> dict[str, Any]:
         """run.json, or a ConfigError saying why this folder is not a readable run directory."""
         if not self.path.exists():
-            raise ConfigError(f"{self.path} does not exist (a run directory was expected)")
+            raise ConfigError(self.missing())
         if not self.run_json.is_file():
             raise ConfigError(f"{self.path} is not a run directory (no run.json){runs_held(self.path)}")
         try:
