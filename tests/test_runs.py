@@ -150,6 +150,19 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     assert "the runs' settings are the same" in same
 
 
+def test_a_model_in_one_run_only_is_one_line_of_the_settings_that_differ(tmp_path):
+    from harness.outputs.compare import differing_settings
+
+    models = [{"name": "fcn", "arch": "tiny_fcn", "optimizer": {"learning_rate": 0.1}}, {"name": "gen", "kind": "gan", "arch": "tiny_unet"}]
+    runs = []
+    for name, seed, listed in (("one", 0, models), ("two", 1, models[:1])):
+        (tmp_path / name / "20261127-000000").mkdir(parents=True)
+        runs.append(write_yaml(tmp_path / name / "20261127-000000" / "config.yaml", {"seed": seed, "models": listed, "output": {"plot_formats": []}}).parent)
+    lines = differing_settings(runs)
+    assert lines == ["models.gen: one/20261127-000000 = gan tiny_unet, two/20261127-000000 = -",
+                     "seed: one/20261127-000000 = 0, two/20261127-000000 = 1"], lines
+
+
 def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results, tmp_path):
     import shutil
 

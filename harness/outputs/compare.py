@@ -142,21 +142,36 @@ def differing_settings(run_dirs: list[Path]) -> list[str]:
     same in all the compared runs; read from each run's config.yaml, no code imported."""
     import yaml
 
-    flat = {}
+    flat, models = {}, {}
     for run_dir in run_dirs:
         try:
             raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             raw = {}
         raw.pop("output", None)
-        flat[RunDir(Path(run_dir)).label] = dict(_flatten(raw))
-    keys = sorted(set().union(*flat.values())) if flat else []
-    lines = []
-    for key in keys:
-        values = {label: settings.get(key, "-") for label, settings in flat.items()}
-        if len({repr(v) for v in values.values()}) > 1:
-            lines.append(f"{key}: " + ", ".join(f"{label} = {value}" for label, value in values.items()))
-    return lines
+        label = RunDir(Path(run_dir)).label
+        flat[label], models[label] = dict(_flatten(raw)), _models_by_name(raw)
+    # A model in some runs only is one line (what it is, or `-` where absent), not one per setting.
+    partial = sorted(name for name in set().union(*models.values()) if not all(name in held for held in models.values()))
+    settings = {f"models.{name}": {label: _what_model(held.get(name)) for label, held in models.items()} for name in partial}
+    for key in sorted(set().union(*flat.values())):
+        if not any(key.startswith(f"models.{name}.") for name in partial):
+            settings[key] = {label: values.get(key, "-") for label, values in flat.items()}
+    return [f"{key}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
+            for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1]
+
+
+def _models_by_name(raw: dict) -> dict[str, dict]:
+    listed = raw.get("models")
+    return {item["name"]: item for item in listed if isinstance(item, dict) and "name" in item} if isinstance(listed, list) else {}
+
+
+def _what_model(item: dict | None) -> str:
+    """`-` for a model a run does not have; else its architecture, after its kind when not supervised."""
+    if item is None:
+        return "-"
+    named = [item.get("kind") if item.get("kind") not in (None, "supervised") else None, item.get("arch")]
+    return " ".join(str(part) for part in named if part) or "present"
 
 
 def _flatten(node, prefix: str = ""):
@@ -164,7 +179,7 @@ def _flatten(node, prefix: str = ""):
         for key, value in node.items():
             yield from _flatten(value, f"{prefix}{key}.")
     elif isinstance(node, list) and node and all(isinstance(item, dict) and "name" in item for item in node):
-        for item in node:  # models: keyed by name, so a model added or removed is one line
+        for item in node:  # models: keyed by name, so the same model's settings line up across runs
             yield from _flatten(item, f"{prefix}{item['name']}.")
     else:
         yield prefix.rstrip("."), node
