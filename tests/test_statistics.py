@@ -263,13 +263,16 @@ def test_repeats_to_resolve_comes_true_about_as_often_as_it_says_on_simulated_se
 def test_the_verdict_gives_repeats_to_resolve_as_a_guess_and_says_when_none_is_likely():
     from harness.outputs.verdict_text import verdict
 
-    pairs = pd.DataFrame({"model_a": ["a", "a"], "model_b": ["b", "c"], "metric": "val_iou", "diff": [0.08, 0.01],
-                          "diff_low": [-0.02, -0.05], "diff_high": [0.18, 0.07], "covers": "training seeds and validation images",
-                          "seeds": 3, "p_t": [0.08, 0.6], "p_holm": [0.16, 0.6], "supported": [False, False],
-                          "repeats_to_resolve": [15.0, float("inf")]})
+    pairs = pd.DataFrame({"model_a": ["a", "a", "b", "b"], "model_b": ["b", "c", "c", "d"], "metric": "val_iou", "diff": [0.08, 0.01, 0.06, 0.005],
+                          "diff_low": [-0.02, -0.05, -0.03, -0.06], "diff_high": [0.18, 0.07, 0.15, 0.07], "covers": "training seeds and validation images",
+                          "seeds": 3, "p_t": [0.08, 0.6, 0.1, 0.7], "p_holm": [0.16, 0.6, 0.2, 0.7], "supported": [False] * 4,
+                          "repeats_to_resolve": [15.0, float("inf"), 21.0, float("inf")]})
     text = verdict(pairs, "val_iou")
     assert "perhaps 15 repeats would resolve it (a guess from 3 seeds, often optimistic)" in text
     assert "no number of repeats is likely to resolve it (the true difference may be zero, or too small for these validation images)" in text
+    # Each explanation once, after the first pair it applies to (the largest differences come first).
+    assert text.count("often optimistic") == 1 and text.count("the true difference may be zero") == 1, text
+    assert "b over c (+0.0600 [-0.0300, +0.1500]), perhaps 21 repeats would resolve it;" in text, text
 
 
 def test_a_nightly_drop_paired_on_the_same_images_is_judged_by_the_interval_of_the_change():

@@ -68,7 +68,8 @@ def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table
     else:
         parts.append(f"no difference in {rank_by} is supported at 95%.")
     if unsupported:
-        parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row))}.")
+        explained: set = set()
+        parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row, explained))}.")
     if thin:
         parts.append("Too few seeds finished in both for an interval: " + ", ".join(
             f"{row.model_a} and {row.model_b} ({int(getattr(row, 'seeds', 0) or 0)} seed)" for row in thin) + ".")
@@ -152,14 +153,21 @@ def _before_holm(row) -> str:
     return f", its interval excludes 0 only before Holm's adjustment across the pairs (p_holm {p:.3f})"
 
 
-def _to_resolve(row) -> str:
+def _to_resolve(row, explained: set) -> str:
     """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
-    held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5."""
+    held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5. Each
+    kind of answer is explained the first time only (`explained` holds those already said): the
+    same words after every pair of a list made it hard to read."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
     if math.isinf(needed):
         images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
-        return f", no number of repeats is likely to resolve it (the true difference may be zero, or too small for these {images} images)"
-    seeds = int(getattr(row, "seeds", 0) or 0)
-    return f", perhaps {int(needed)} repeats would resolve it (a guess from {seeds} seeds, often optimistic)"
+        said, why = ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
+    else:
+        said, why = f", perhaps {int(needed)} repeats would resolve it", f" (a guess from {int(getattr(row, 'seeds', 0) or 0)} seeds, often optimistic)"
+    kind = "never" if math.isinf(needed) else "guess"
+    if kind in explained:
+        return said
+    explained.add(kind)
+    return said + why
