@@ -170,8 +170,8 @@ def _what_model(item: dict | None) -> str:
     """`-` for a model a run does not have; else its architecture, after its kind when not supervised."""
     if item is None:
         return "-"
-    named = [item.get("kind") if item.get("kind") not in (None, "supervised") else None, item.get("arch")]
-    return " ".join(str(part) for part in named if part) or "present"
+    kind = None if item.get("kind") == "supervised" else item.get("kind")
+    return " ".join(str(part) for part in (kind, item.get("arch")) if part) or "present"
 
 
 def _flatten(node, prefix: str = ""):

@@ -156,17 +156,16 @@ def _before_holm(row) -> str:
 def _to_resolve(row, explained: set) -> str:
     """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
     held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5. Each
-    kind of answer is explained the first time only (`explained` holds those already said): the
-    same words after every pair of a list made it hard to read."""
+    kind of answer ("never", or a number) is explained after its first pair only: `explained`
+    holds the kinds already said (the same words after every pair made a list hard to read)."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
     if math.isinf(needed):
         images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
-        said, why = ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
+        kind, said, why = "never", ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
     else:
-        said, why = f", perhaps {int(needed)} repeats would resolve it", f" (a guess from {int(getattr(row, 'seeds', 0) or 0)} seeds, often optimistic)"
-    kind = "never" if math.isinf(needed) else "guess"
+        kind, said, why = "guess", f", perhaps {int(needed)} repeats would resolve it", f" (a guess from {int(getattr(row, 'seeds', 0) or 0)} seeds, often optimistic)"
     if kind in explained:
         return said
     explained.add(kind)
