@@ -142,3 +142,13 @@ def test_a_folder_that_is_not_a_run_is_named_with_the_runs_it_holds_or_as_missin
     assert typed.returncode == 2 and f"experiment's folder of 2 run(s), the newest {experiment / '20261126-080000'}" in typed.stderr, typed.stderr
     missing = run_main(command, tmp_path / "nowhere")
     assert missing.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in missing.stderr, missing.stderr
+
+
+def test_compare_over_a_glob_of_an_experiment_folder_names_its_own_files_and_the_glob_of_its_runs(tmp_path):
+    experiment = tmp_path / "results" / "smoke"
+    (experiment / "20261126-080000").mkdir(parents=True)
+    (experiment / "20261126-080000" / "run.json").write_text("{}")
+    (experiment / "history.sqlite").write_bytes(b"")  # what `results/smoke/*` matches beside the runs
+    typed = run_main("compare", experiment / "history.sqlite")
+    assert typed.returncode == 2, typed.stderr
+    assert f"it lies in the experiment's folder beside its 1 run(s) ({experiment / '2*'} names only the runs)" in typed.stderr, typed.stderr

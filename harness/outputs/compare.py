@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, runs_held, save_table_as
+from harness.rundir import RunDir, beside_runs, runs_held, save_table_as
 from rich.markup import escape
 
 from harness.config.metrics import has_direction, higher_is_better
@@ -64,7 +64,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
             frame = _so_far(run)
         else:
             problems.append(run.missing() if not run.path.exists() else
-                            f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path)}")
+                            f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path) or beside_runs(run.path)}")
             continue
         frame.insert(0, "run", run.label)
         frame.insert(1, "name", run.path.parent.name)  # the keys `runs` and `history` name a run by

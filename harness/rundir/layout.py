@@ -148,6 +148,14 @@ def runs_held(folder: Path) -> str:
     return f"; it is an experiment's folder of {len(runs)} run(s), the newest {runs[-1]}" if runs else ""
 
 
+def beside_runs(path: Path) -> str:
+    """For a message about a path that is not a run: that it sits beside runs in an experiment's
+    folder (`results/smoke/history.sqlite`, `nightly.md`, `plots/`: what a glob like
+    `results/smoke/*` picks up with the runs), and the glob that names only the runs."""
+    runs = runs_in(path.parent) if path.name not in {"", ".", ".."} else []
+    return f"; it lies in the experiment's folder beside its {len(runs)} run(s) ({path.parent / '2*'} names only the runs)" if runs else ""
+
+
 def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
