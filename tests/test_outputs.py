@@ -240,6 +240,16 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     params = child.data.params
     assert params["arch"] == "tiny_fcn" and params["optimizer.name"] == "adam" and "name" not in params
     assert "None" not in params.values() and "backbone" not in params  # unset settings are left out, not 'None'
+    # The end: the member's summary row (summary_members.csv), the model's on the parent (across seeds)
+    members = pd.read_csv(result.run_dir / "summary_members.csv").set_index("model")
+    final = child.data.metrics
+    for column in ("best_val_loss", "params", "ms_per_step", "flops_per_example", "final_train_loss"):
+        assert final[column] == pytest.approx(members.loc["fcn@1", column]), column
+    assert "learning_rate" not in final  # a setting: a param
+    assert [m.step for m in client.get_metric_history(record["runs"]["fcn@1"], "val_iou")] == sorted(set(result.losses.query("split == 'val'")["step"]))
+    summary = pd.read_csv(result.run_dir / "summary.csv").set_index("model")
+    for column in ("val_iou", "val_iou_low", "val_iou_std", "rank", "ms_per_step"):
+        assert parent.data.metrics[f"unet.{column}"] == pytest.approx(summary.loc["unet", column]), column
     history = client.get_metric_history(record["runs"]["fcn@1"], "train_loss")
     assert sorted(m.step for m in history) == list(range(1, STEPS + 1))  # each step once
     # Logged while the run trained: the first call (tracing) comes seconds before the last rows.

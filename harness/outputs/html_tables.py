@@ -14,9 +14,9 @@ import pandas as pd
 from harness.config.metrics import WATCHABLE, on_split
 from harness.config.metrics import higher_is_better
 from harness.outputs.columns import flat_settings, format_column, is_finite
+from harness.outputs.tables import SETTINGS
 
 COSTS = ("params", "flops_per_example", "ms_per_step", "latency_ms", "serve_images_per_s", "model_mb")
-SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
 HEADERS = {"flops_per_example": "FLOPs", "ms_per_step": "ms/step", "params": "params", "interval": "95% interval",
            "latency_ms": "latency ms (batch 1)", "serve_images_per_s": "serve images/s", "model_mb": "file MB"}
 

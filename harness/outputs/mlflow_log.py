@@ -5,10 +5,12 @@ Order: the parent and child runs are created when training starts and their ids 
 run.json (`mlflow`) at once, so a resumed run logs into the same MLflow runs; every batch of rows
 the run writes is logged with its real time; rows at or before the last step already logged (redone
 after a resume) are not logged twice. At the end: each member's settings as params named by their
-section (`optimizer.name`), its cost figures, and the run's files as artifacts (report.html,
-plots/, config.yaml, summary.csv, pairs.csv, compare_by.csv and expected_best.csv when written; models/
-with `output.mlflow.log_models`). A failure to
-log is a warning, never the run's failure: MLflow holds a copy, the run directory the results.
+section (`optimizer.name`) and its row of the summary as metrics (scores of the chosen weights,
+test scores, costs); each model's summary row on the parent (`unet.test_iou`, `unet.test_iou_low`:
+across seeds with repeats); and the run's files as artifacts (report.html, plots/, config.yaml,
+summary.csv, pairs.csv, compare_by.csv and expected_best.csv when written; models/ with
+`output.mlflow.log_models`). A failure to log is a warning, never the run's failure: MLflow holds
+a copy, the run directory the results.
 
 Bounded in time: every request to a tracking server times out after `output.mlflow.timeout_s`
 without retries (MLflow's own default retries a refused connection for minutes), and after the
@@ -25,8 +27,8 @@ from typing import Any, Sequence
 
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
-from harness.outputs.columns import flat_settings
-from harness.outputs.tables import failed, load_losses
+from harness.outputs.columns import flat_settings, is_finite
+from harness.outputs.tables import failed, load_losses, load_summary, setting_columns
 from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -89,8 +91,7 @@ def log_rows(client, record: dict[str, Any], rows: Sequence) -> None:
         if r.step > done and r.model in record["runs"]:
             by_member.setdefault(r.model, []).append(Metric(f"{r.split}_{r.metric}", float(r.value), now, int(r.step)))
     for member, metrics in by_member.items():
-        for start in range(0, len(metrics), BATCH):
-            client.log_batch(record["runs"][member], metrics=metrics[start : start + BATCH])
+        _log_metrics(client, record["runs"][member], metrics)
     if rows:
         record["logged_through_step"] = max(done, max(r.step for r in rows))
 
@@ -142,11 +143,13 @@ def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any
     client.log_batch(parent, params=[Param(k, _text(v)) for k, v in experiment_params(config, info).items()])
     specs = {m.name: m for m in config.member_specs()}
     now = int(time.time() * 1000)
+    by_member, by_model = summary_figures(run, config, live=set(losses["split"] + "_" + losses["metric"]))
+    _log_metrics(client, parent, [Metric(f"{model}.{k}", v, now, 0) for model, figures in by_model.items() for k, v in figures.items()])
     for member, child in record["runs"].items():
         facts = info.models[member].as_dict() if member in info.models else {}
         params = member_params(specs[member]) if member in specs else {}
-        metrics = [Metric(k, float(facts[k]), now, 0) for k in ("ms_per_step", "images_per_s", "params", "flops_per_example") if facts.get(k) is not None]
-        client.log_batch(child, metrics=metrics, params=[Param(k, _text(v)) for k, v in params.items()])
+        _log_metrics(client, child, [Metric(k, v, now, 0) for k, v in by_member.get(member, {}).items()])
+        client.log_batch(child, params=[Param(k, _text(v)) for k, v in params.items()])
         client.set_tag(child, "harness.status", facts.get("status", "ok"))
         if config.output.mlflow.log_models and (run.path / "models" / member).is_dir():
             client.log_artifacts(child, str(run.path / "models" / member), "model")
@@ -159,6 +162,28 @@ def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any
             client.log_artifact(parent, str(path))
     client.set_terminated(parent, "FINISHED")
     return record
+
+
+def summary_figures(run, config: ExperimentConfig, live: set[str]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """(per member, per model): the finite numbers of each row of the member table
+    (summary_members.csv with repeats, else summary.csv) and of summary.csv, under their column
+    names; settings (params already) and, for a member, the series logged at each step (`val_iou`:
+    its last point is the column) left out."""
+    settings = set(setting_columns(config.member_specs()))
+    models = _figures(load_summary(run.summary_csv), settings)
+    if config.train.repeats > 1:
+        return _figures(load_summary(run.path / "summary_members.csv"), settings | live), models
+    return {member: {k: v for k, v in figures.items() if k not in live} for member, figures in models.items()}, models
+
+
+def _figures(table, leave_out: set[str]) -> dict[str, dict[str, float]]:
+    return {str(row["model"]): {k: float(v) for k, v in row.items() if k not in leave_out and k != "model" and is_finite(v)}
+            for row in table.to_dict("records")}
+
+
+def _log_metrics(client, run_id: str, metrics: list) -> None:
+    for start in range(0, len(metrics), BATCH):
+        client.log_batch(run_id, metrics=metrics[start : start + BATCH])
 
 
 def member_params(spec) -> dict[str, Any]:
