@@ -45,7 +45,8 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
     for column in ("val_iou_std", "val_iou_low", "val_iou_high", "flops_per_example", "images_per_s", "ms_per_step", "params", "indistinguishable_from"):
         assert column in summary, column
     assert (summary["flops_per_example"] > 0).all() and (summary["images_per_s"] > 0).all()
-    members = pd.read_csv(result.run_dir / "summary_members.csv")
+    members = result.summary_members  # the API's reading of summary_members.csv
+    assert members.equals(pd.read_csv(result.run_dir / "summary_members.csv"))
     assert sorted(members["model"]) == sorted(f"{m}@{r}" for m in ("fcn", "unet", "deconv") for r in (1, 2))
     # the per-model value is the mean of its seeds
     unet = members[members["model"].str.startswith("unet@")]["val_iou"].mean()

@@ -31,7 +31,8 @@ def tested_run(tmp_path_factory):
 @pytest.mark.slow
 def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(tested_run):
     run_dir, summary = tested_run.run_dir, tested_run.summary
-    scores = pd.read_csv(run_dir / "test_scores.csv")
+    scores = tested_run.test_scores  # the API's reading of test_scores.csv
+    assert scores.equals(pd.read_csv(run_dir / "test_scores.csv"))
     assert len(scores) == 3 * 8 and set(scores["model"]) == {"fcn", "unet", "deconv"}
     selected = json.loads((run_dir / "run.json").read_text())["test"]["members"]
     for name in ("fcn", "unet", "deconv"):
@@ -78,6 +79,7 @@ def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choos
     assert all(m == {"weights": "final", "step": 8} for m in members.values())
     plain = run(validate_config(tiny_config(train={"epochs": 1})), results_dir=tmp_path / "p")
     assert not (plain.run_dir / "test_scores.csv").exists() and "test_iou" not in plain.summary
+    assert plain.test_scores.empty and plain.summary_members.empty  # no test split, no repeats
     assert "No test split" in (plain.run_dir / "report.html").read_text()
 
 

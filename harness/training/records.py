@@ -63,36 +63,44 @@ class RunResult:
     @property
     def pairs(self) -> "pd.DataFrame":
         """pairs.csv: every pair of members, on the common loss and on the ranking metric."""
-        import pandas as pd
+        return self._table("pairs.csv")
 
-        path = self.run_dir / "pairs.csv"
-        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+    @property
+    def summary_members(self) -> "pd.DataFrame":
+        """summary_members.csv (with `train.repeats` > 1): the summary's figures per seed, one row
+        per member (`unet@1`, `unet@2`, ...); empty without repeats (`summary` is per member then)."""
+        return self._table("summary_members.csv")
 
     @property
     def compare_by(self) -> "pd.DataFrame":
         """compare_by.csv (with `output.compare_by`): each group's model chosen on validation,
         compared pairwise with the other groups' (on test when there is a test split)."""
-        import pandas as pd
-
-        path = self.run_dir / "compare_by.csv"
-        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+        return self._table("compare_by.csv")
 
     @property
     def expected_best(self) -> "pd.DataFrame":
         """expected_best.csv (with `output.compare_by`): each group's expected best score for a
         tuning budget of 1, 2, ... of the models it tried (Dodge et al. 2019)."""
-        import pandas as pd
-
-        path = self.run_dir / "expected_best.csv"
-        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+        return self._table("expected_best.csv")
 
     @property
     def val_scores(self) -> "pd.DataFrame":
         """val_scores.csv: every validation image's scores, per evaluation and member."""
+        return self._table("val_scores.csv")
+
+    @property
+    def test_scores(self) -> "pd.DataFrame":
+        """test_scores.csv (with a test split): every test image's scores, per member, with the
+        weights chosen on validation (`step` says which); empty without a test split."""
+        return self._table("test_scores.csv")
+
+    def _table(self, name: str) -> "pd.DataFrame":
+        """A table of the run directory, or an empty one where the run wrote none (an empty file
+        too: an output with no rows, as compare_by.csv without groups)."""
         import pandas as pd
 
-        path = self.run_dir / "val_scores.csv"
-        return pd.read_csv(path) if path.exists() else pd.DataFrame()
+        path = self.run_dir / name
+        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
     def __repr__(self) -> str:
         rank_by = self.config.ranking_column()
