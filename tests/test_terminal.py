@@ -56,11 +56,14 @@ def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
 
 def test_history_fits_the_width_with_night_and_run_whole():
     history = pd.DataFrame({"night": ["2026-11-22", "2026-11-23"], "run_id": ["20261122-010000", "20261123-010000"],
-                            "status": ["ok", "ok"], **{f"metric_{i}": [0.5, 0.6] for i in range(12)}})
+                            "status": ["completed", "completed"], "commit": ["0123abcd", "4567ef01"], "regressions": [0, 1],
+                            **{f"unet metric_{i}": [0.5, 0.6] for i in range(12)}})
     out = printed(80, lambda c: print_history(history, "smoke", "20261122-010000", c))
     assert "20261122-010000 (baseline)" in out and "2026-11-23" in out
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert "5 of 15 columns at this width; --json for all" in " ".join(out.split())
+    assert "4 of 17 columns at this width; --json for all" in " ".join(out.split())
+    header = next(line for line in out.splitlines() if "night" in line)
+    assert "regressions" in header and "unet metric_0" in header and "status" not in header  # the metrics before status and commit
 
 
 def test_compare_keeps_run_and_model_whole_even_when_they_alone_are_wider_than_the_terminal():

@@ -81,12 +81,19 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
                 _title_saying_what_is_left_out(f"runs under {results}, newest first"), console)
 
 
+# What `harness history` shows after the night and the run: how many regressions, then the metrics
+# (what a history is read for: at 80 columns, three of them), then the run's status and commit.
+HISTORY_FIRST, HISTORY_LAST = ("night", "run_id", "regressions"), ("status", "commit")
+
+
 def print_history(history: pd.DataFrame, name: str, baseline: str | None, console=None) -> None:
     """`harness history`: one row per night, as many metric columns as fit; night and run whole."""
     frame = history.copy()
+    frame.columns = [str(c) for c in frame.columns]
     frame["run_id"] = [f"{r} (baseline)" if r == baseline else r for r in frame["run_id"]]
-    headers = {c: str(c) for c in frame.columns}
-    print_table(TerminalTable(frame, [str(c) for c in frame.columns], identifiers=("night", "run_id"), headers=headers),
+    headers = {c: c for c in frame.columns}
+    priority = [*HISTORY_FIRST, *(c for c in frame.columns if c not in HISTORY_FIRST + HISTORY_LAST), *HISTORY_LAST]
+    print_table(TerminalTable(frame, priority, identifiers=("night", "run_id"), headers=headers),
                 _title_saying_what_is_left_out(f"history of {name} (baseline: {baseline or 'none'})"), console)
 
 
