@@ -14,7 +14,7 @@ import pandas as pd
 from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
 from harness.config.loading import validate_config
-from harness.scale.groups import group_config
+from harness.scale.groups import group_config, steps_every_group_reached
 from harness.scale.packing import Need, makespan_s, pack, split_in_two, spread
 from harness.scale.probe_member import cache_key, probe_config
 
@@ -58,6 +58,14 @@ def test_more_devices_than_groups_split_the_slowest_group_first():
     assert [g.ms_per_step for g in two] == [30.0, 15.0]
     assert [g.members for g in spread(pack(needs, 1000, None).groups, needs, slots=8)] == [["b"], ["a"], ["c"]]
     assert [g.members for g in spread(pack(needs, 1000, None).groups, needs, slots=1)] == [["a", "b", "c"]]
+
+
+def test_a_runs_steps_are_those_every_training_group_reached():
+    groups = [{"status": "completed", "steps_done": 8}, {"status": "running", "steps_done": None}]
+    assert steps_every_group_reached(groups) == 0  # the second group has not reported a step yet
+    groups[1].update(status="completed", steps_done=8)
+    assert steps_every_group_reached(groups + [{"status": "split", "steps_done": 3}, {"status": "oom", "steps_done": 0}]) == 8
+    assert steps_every_group_reached([]) == 0
 
 
 def test_makespan_fills_the_first_free_slot():
@@ -119,13 +127,14 @@ def test_interrupted_groups_resume_and_only_unfinished_groups_run_again(one_grou
     assert process.returncode == 75, stderr
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "interrupted" and info["groups"][0]["status"] == "completed"
+    assert info["groups"][0]["steps_done"] == 8 and info["steps_done"] < 8  # the step every group reached
 
     done = run_cli("resume", run_dir)
     assert done.returncode == 0, done.stderr
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed"
     assert [g["attempts"] for g in info["groups"]][0] == 1  # the completed group was not run again
-    assert all(g["status"] == "completed" for g in info["groups"])
+    assert all(g["status"] == "completed" for g in info["groups"]) and info["steps_done"] == 8
     assert_same_training(run_dir, one_group)  # resumed groups: bit for bit too
 
 
@@ -150,7 +159,7 @@ def test_a_group_out_of_memory_is_split_and_a_member_too_big_alone_is_oom(tmp_pa
     assert groups["g1"]["status"] == "split" and groups["g1"]["split_into"] == ["g1a", "g1b"]
     assert (groups["g1a"]["members"], groups["g1a"]["status"]) == (["deconv"], "oom")
     assert (groups["g1b"]["members"], groups["g1b"]["status"]) == (["fcn"], "completed")
-    assert groups["g2"]["status"] == "completed"
+    assert groups["g2"]["status"] == "completed" and info["steps_done"] == 8  # the oom group is not waited for
     assert info["models"]["deconv"]["status"] == "oom" and info["models"]["fcn"]["status"] == "ok"
     assert "group g1 ran out of device memory: split into g1a (deconv) and g1b (fcn)" in done.stderr
     assert "deconv did not fit in device memory even alone (status oom)" in done.stderr

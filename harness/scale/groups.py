@@ -187,6 +187,7 @@ class GroupsRun:
         return facts
 
     def _save(self) -> None:
+        self.record.steps_done = steps_every_group_reached(self.record.groups)
         self.run.write_record(self.record)
 
     def _update(self, **changes: Any) -> None:
@@ -210,3 +211,10 @@ class GroupsFailed(HarnessError):
 def _sum(memory: dict[str, float | None], models: list[str]) -> float | None:
     values = [memory.get(m) for m in models]
     return None if any(v is None for v in values) else round(sum(values), 1)
+
+
+def steps_every_group_reached(groups: list[dict[str, Any]]) -> int:
+    """The run's `steps_done` (what `harness runs` and the report show): the step every group
+    that trains has reached, by each group's own run.json as last read; a group split in two, or
+    a model too big alone (`oom`), trains nothing and is not waited for."""
+    return min((int(g.get("steps_done") or 0) for g in groups if g["status"] not in ("split", "oom")), default=0)
