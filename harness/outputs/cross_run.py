@@ -122,7 +122,7 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
     path = run.test_scores_csv if split == "test" else run.val_scores_csv
     scores.scored = last_evaluations(path, scores.config.data.classes) if split in ("val", "test") else {}
     summary = load_summary(run.summary_csv)
-    source = run.path / "summary_members.csv" if scores.config.train.repeats > 1 else run.summary_csv
+    source = run.member_rows_csv(scores.config.train.repeats)
     table = load_summary(source) if scores.config.train.repeats > 1 else summary
     if scores.config.train.repeats > 1 and "status" in table:
         table = table[table["status"].map(finished)]

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings, is_finite
-from harness.outputs.tables import failed, load_losses, load_summary, setting_columns
+from harness.outputs.tables import SETTINGS, failed, grid_columns, load_losses, load_summary
 from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -169,11 +169,9 @@ def summary_figures(run, config: ExperimentConfig, live: set[str]) -> tuple[dict
     (summary_members.csv with repeats, else summary.csv) and of summary.csv, under their column
     names; settings (params already) and, for a member, the series logged at each step (`val_iou`:
     its last point is the column) left out."""
-    settings = set(setting_columns(config.member_specs()))
-    models = _figures(load_summary(run.summary_csv), settings)
-    if config.train.repeats > 1:
-        return _figures(load_summary(run.path / "summary_members.csv"), settings | live), models
-    return {member: {k: v for k, v in figures.items() if k not in live} for member, figures in models.items()}, models
+    settings = {*SETTINGS, *grid_columns(config.member_specs())}
+    members = _figures(load_summary(run.member_rows_csv(config.train.repeats)), settings | live)
+    return members, _figures(load_summary(run.summary_csv), settings)
 
 
 def _figures(table, leave_out: set[str]) -> dict[str, dict[str, float]]:

@@ -284,16 +284,16 @@ def build_pairs(losses: pd.DataFrame, compared_on: str | None = None, metric_sta
 SETTINGS = ("kind", "arch", "backbone", "loss", "optimizer", "learning_rate")
 
 
-def setting_columns(specs) -> list[str]:
-    """The columns `with_settings` appends: the settings, then one per grid key."""
-    return [*SETTINGS, *(k for k in dict.fromkeys(k for s in specs for k in s.grid_values) if k not in SETTINGS)]
+def grid_columns(specs) -> list[str]:
+    """The columns `with_settings` appends after SETTINGS: one per grid key, in first-seen order."""
+    return [k for k in dict.fromkeys(k for s in specs for k in s.grid_values) if k not in SETTINGS]
 
 
 def with_settings(table: pd.DataFrame, specs) -> pd.DataFrame:
     """The table with each model's settings appended (what a user pivots on, as Ray Tune's
     dataframes and MLflow's params carry them), from the resolved specs, matched by name; then
     one column per grid key (`optimizer.learning_rate`), named as the config names it."""
-    grid_keys = setting_columns(specs)[len(SETTINGS):]
+    grid_keys = grid_columns(specs)
     settings = pd.DataFrame(
         [
             {"model": s.name, "kind": s.kind, "arch": s.arch, "backbone": s.backbone or "", "loss": s.loss,

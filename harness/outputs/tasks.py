@@ -63,7 +63,7 @@ def write_tables(run: RunDir, config: ExperimentConfig, record: RunRecord) -> tu
     save_table(summary, run.summary_csv)
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
-        save_table(member_summary, run.path / "summary_members.csv")
+        save_table(member_summary, run.summary_members_csv)
     return summary, pairs
 
 

@@ -54,6 +54,15 @@ class RunDir:
         return self.path / "summary.csv"
 
     @property
+    def summary_members_csv(self) -> Path:
+        """With `train.repeats` > 1: the summary per seed (`unet@1`, ...)."""
+        return self.path / "summary_members.csv"
+
+    def member_rows_csv(self, repeats: int) -> Path:
+        """The table with one row per member: per seed with repeats, else the summary itself."""
+        return self.summary_members_csv if repeats > 1 else self.summary_csv
+
+    @property
     def plots(self) -> Path:
         return self.path / "plots"
 
