@@ -4,12 +4,13 @@ refused with both shapes before any trace."""
 
 from __future__ import annotations
 
-from conftest import run_main, tiny_config, write_yaml
+import pandas as pd
+from conftest import only_run_dir, run_main, tiny_config, write_yaml
 
 
-def _run(tmp_path, models):
+def _run(tmp_path, models, **changes):
     results = tmp_path / "r"
-    return run_main("run", write_yaml(tmp_path / "c.yaml", tiny_config(models=models)), "--results", results), results
+    return run_main("run", write_yaml(tmp_path / "c.yaml", tiny_config(models=models, **changes)), "--results", results), results
 
 
 def test_a_factory_that_raises_is_the_users_error_with_their_traceback_and_no_run_folder(tmp_path):
@@ -34,6 +35,27 @@ def test_a_model_whose_output_is_half_the_mask_is_refused_with_both_shapes_befor
     result, results = _run(tmp_path, [{"name": "half", "arch": "factories:half_size"}, {"name": "fcn", "arch": "tiny_fcn"}])
     assert result.returncode == 2, result.stderr
     assert "models.0(half): factories:half_size returns a model whose output has shape (None, 8, 8, 1), but the masks have shape (None, 16, 16, 1)" in result.stderr
+    assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
+
+
+def test_a_subclassed_model_trains_and_is_counted_timed_and_exported(tmp_path):
+    """A keras.Model subclass has no variables until called: harness builds it before counting its
+    parameters, making its optimizer's slots and tracing the step (a subclassed model used to stop
+    the run with "the layer isn't built", and its FLOPs with "no defined input shape")."""
+    models = [{"name": "sub", "arch": "factories:subclassed"}, {"name": "fcn", "arch": "tiny_fcn"}]
+    result, results = _run(tmp_path, models, output={"serve_probe": True})
+    assert result.returncode == 0, result.stderr
+    run_dir = only_run_dir(results)
+    row = pd.read_csv(run_dir / "summary.csv").set_index("model").loc["sub"]
+    assert row["status"] == "ok" and row["params"] == 3 * 3 * 3 * 4 + 4 + 4 * 4 + 4 + 1
+    assert row["flops_per_example"] > 0 and row["latency_ms"] > 0
+    assert (run_dir / "models" / "sub" / "model.keras").stat().st_size > 0
+
+
+def test_a_subclassed_model_whose_output_is_half_the_mask_is_refused_before_tracing(tmp_path):
+    result, results = _run(tmp_path, [{"name": "half", "arch": "factories:subclassed", "options": {"stride": 2}}])
+    assert result.returncode == 2, result.stderr
+    assert "models.0(half): factories:subclassed returns a model whose output has shape (None, 8, 8, 1)" in result.stderr
     assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
 
 

@@ -154,6 +154,13 @@ class DataSpec(Strict):
         return self.image_size != "auto" and self.train_size is not None and self.val_size is not None
 
     @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """One image as a model sees it: (height, width, channels), after resizing."""
+        if self.image_size == "auto":
+            raise RuntimeError("the data source was not scanned yet (harness.data.resolve.resolve_data)")
+        return (*self.image_size, self.channels)
+
+    @property
     def has_test(self) -> bool:
         """A held-out test split exists (known once the data are resolved)."""
         return bool(self.test_size)

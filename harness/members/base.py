@@ -207,7 +207,7 @@ def make_optimizer(spec: OptimizerSpec, model, precision: str):
 
 
 def build_network(arch, backbone, options, data: DataSpec, weights, batchnorm_momentum, task: str = "segmentation"):
-    input_shape = (*data.image_size, data.channels)
+    input_shape = data.input_shape
     if task == "reconstruction":
         model = zoo.build_model(arch, backbone, options, input_shape, data.channels, weights, activation="sigmoid")
     else:

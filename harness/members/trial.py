@@ -96,8 +96,11 @@ def _shape_problems(where: str, code: str, model, config: ExperimentConfig) -> l
     expected = (None, height, width, config.data.classes)
     try:
         got = tuple(model.output_shape)
-    except (AttributeError, RuntimeError):  # a subclassed model with no static shape: the trace will tell
-        return []
+    except (AttributeError, RuntimeError):  # a subclassed model: its `call` traced on a symbolic batch
+        try:
+            got = tuple(model.compute_output_shape((None, *config.data.input_shape)))
+        except Exception:  # a `call` that cannot run on a symbolic batch: the step's trace will tell
+            return []
     if isinstance(got[0], tuple):
         return [f"{where}: {code} returns a model with {len(got)} outputs {list(got)}; harness needs one output of shape {expected}"]
     if len(got) != 4 or any(e is not None and g != e for g, e in zip(got, expected)):

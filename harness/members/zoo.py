@@ -67,9 +67,24 @@ def build_model(
         if backbone is not None:
             kwargs["backbone"] = backbone
         model = load_factory(arch)(input_shape=input_shape, classes=classes, activation=activation, **kwargs)
+        _build_subclassed(model, input_shape)
     if weights is not None:
         _load_weights(model, weights)
     return model
+
+
+def _build_subclassed(model, input_shape) -> None:
+    """A subclassed model (a `keras.Model` with its own `call`) has no variables until it is first
+    called: create them now, by one eager call on a batch of zeros, so that its parameters can be
+    counted, its optimizer's slots made and its weights checkpointed and restored before the fused
+    step is traced (a tf.function may not create variables after its first trace). The call runs
+    in inference mode: no batch statistics are updated, no dropout draws a number."""
+    if getattr(model, "built", True):
+        return
+    from harness.core.backend import import_tf
+
+    tf = import_tf()
+    model(tf.zeros((1, *input_shape)), training=False)
 
 
 def _build_sm(arch, backbone, options, input_shape, classes, activation):

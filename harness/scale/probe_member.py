@@ -132,7 +132,7 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
     ms = 1000 * (time.perf_counter() - began) / PROBE_STEPS
     peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] / 2**20 if gpus else peak_rss_mb() - baseline
     member = members[0]
-    return {"model": member.name, "params": int(member.params), "flops_per_example": forward_flops(member.model),
+    return {"model": member.name, "params": int(member.params), "flops_per_example": forward_flops(member.model, config.data.input_shape),
             "peak_mb": round(peak, 1), "ms_per_step": round(ms, 2), "memory_from": "gpu_peak" if gpus else "rss_growth"}
 
 

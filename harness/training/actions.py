@@ -131,7 +131,7 @@ def count_flops(done: FinishedRun) -> None:
     counted: dict[tuple, int | None] = {}
     for member in done.members:
         if (network := network_of(member)) not in counted:
-            counted[network] = forward_flops(member.model)
+            counted[network] = forward_flops(member.model, done.config.data.input_shape)
         done.records[member.name].flops_per_example = counted[network]
     done.book.write()
 
@@ -159,7 +159,7 @@ def probe_serving(done: FinishedRun) -> None:
     for member in done.members:
         network = network_of(member)
         if network not in measured:
-            measured[network] = measure_serving(member.model, (*data.image_size, data.channels), done.config.output.serve_batch, device=member.device)
+            measured[network] = measure_serving(member.model, data.input_shape, done.config.output.serve_batch, device=member.device)
         record = done.records[member.name]
         for key, value in measured[network].items():
             setattr(record, key, value)

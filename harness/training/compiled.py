@@ -154,6 +154,6 @@ class CompiledMembers:
             outputs = self.train_loop(iterator, k)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError, tf.errors.InternalError) as exc:
             if any(m.spec.jit_compile for m in self.active):
-                raise explain_jit_failure(self.active, exc) from None
+                raise explain_jit_failure(self.active, self.config.data, exc) from None
             raise
         return tf.nest.map_structure(lambda t: t.numpy(), outputs)

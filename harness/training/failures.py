@@ -91,15 +91,15 @@ def raise_injected_oom() -> None:
         )
 
 
-def explain_jit_failure(members: list, exc: Exception) -> ConfigError:
-    """Find which members XLA cannot compile, by compiling each one's fragment alone."""
+def explain_jit_failure(members: list, data, exc: Exception) -> ConfigError:
+    """Find which members XLA cannot compile, by compiling each one's fragment alone on a batch of
+    one shaped as the run's (`data`: its DataSpec)."""
     failing = []
+    images = tf.zeros((1, *data.input_shape))
+    masks = tf.zeros((1, *data.image_size, data.classes))
     for m in members:
         if not m.spec.jit_compile:
             continue
-        shape = (1, *m.model.input_shape[1:])
-        images = tf.zeros(shape)
-        masks = tf.zeros((*shape[:-1], m.model.output_shape[-1]))
         try:
             with preserved_state(m):
                 member_fragment(m, 1, jit_compile=True)(images, masks, tf.constant(0, tf.int64))

@@ -15,9 +15,11 @@ from harness.core.backend import import_tf
 tf = import_tf()
 
 
-def forward_flops(model) -> int | None:
-    """FLOPs of one example's forward pass, or None where the profiler cannot count them."""
-    shape = (1, *model.input_shape[1:])
+def forward_flops(model, input_shape: tuple[int, ...]) -> int | None:
+    """FLOPs of one example's forward pass, or None where the profiler cannot count them.
+    `input_shape`: one image's (height, width, channels); a subclassed model has no `input_shape`
+    of its own to read."""
+    shape = (1, *input_shape)
     try:
         concrete = tf.function(lambda x: model(x, training=False)).get_concrete_function(tf.TensorSpec(shape, tf.float32))
         graph = concrete.graph
