@@ -238,3 +238,19 @@ def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_cra
         refused = run_main(*command)
         assert refused.returncode == 2 and said in refused.stderr and "cannot be made a folder" in refused.stderr, refused.stderr
     assert blocker.read_text() == "mine"
+
+
+def test_compare_says_whose_image_noise_one_seed_intervals_cover():
+    """A one-seed run ranked on a test split has intervals of test-image noise, not validation's."""
+    import pandas as pd
+
+    from harness.outputs.compare import comparison_note
+    from harness.outputs.statistics import images_only, seeds_and_images
+
+    def table(*covers_and_repeats):
+        return pd.DataFrame([{"run": f"r{i}", "interval_covers": c, "repeats": r} for i, (c, r) in enumerate(covers_and_repeats)])
+
+    assert "cover validation-image noise only" in comparison_note(table((images_only("val"), 1)))
+    assert "cover test-image noise only" in comparison_note(table((images_only("test"), 1), (seeds_and_images("val"), 3)))
+    assert "cover validation-image or test-image noise only" in comparison_note(table((images_only("test"), 1), (images_only("val"), 1)))
+    assert "one training seed" not in comparison_note(table((seeds_and_images("test"), 3)))

@@ -15,6 +15,7 @@ from rich.markup import escape
 from harness.config.metrics import has_direction, higher_is_better
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text
+from harness.outputs.statistics import SPLIT_WORDS
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
@@ -121,20 +122,29 @@ def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = Fal
 def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
     """What bold green does not mean: the table lines up numbers, it tests no difference between
     runs (`--pairs` does, below it); and with one training seed a run's own intervals cover
-    validation-image noise only."""
+    image noise only (of its test images, or without a test split its validation images)."""
     repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1) if "repeats" in table else pd.Series([1] * len(table))
     note = ("Bold green marks the best number of a column; the table tests nothing, the pairs below do."
             if pairs_tested else
             "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported "
             "(--pairs tests them, for runs scored on the same images).")
     if (repeats <= 1).any():
-        note += (" Runs with one training seed measured no training randomness (their intervals cover validation-image noise "
+        note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[repeats.values <= 1])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
     unfinished = sorted(set(table.loc[table["compared_on"] != FINISHED, "run"])) if "compared_on" in table else []
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
                  " (see compared_on).")
     return note
+
+
+def _images_noise(one_seed: pd.DataFrame) -> str:
+    """Whose noise one-seed runs' intervals cover: the images each run ranks on (its
+    `interval_covers`: test images with a test split, else validation images)."""
+    covers = one_seed["interval_covers"].dropna().astype(str) if "interval_covers" in one_seed else pd.Series(dtype=str)
+    order = list(SPLIT_WORDS.values())
+    splits = sorted({c.split(" images")[0] for c in covers} & set(order), key=order.index)
+    return f"{' or '.join(f'{split}-image' for split in splits)} noise" if splits else "image noise"
 
 
 def differing_settings(run_dirs: list[Path]) -> list[str]:
