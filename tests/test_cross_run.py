@@ -116,6 +116,23 @@ def test_settings_that_only_change_training_do_not_refuse(results, tmp_path):
     assert len(harness.compare_pairs([one, other]).pairs) == 9
 
 
+def test_a_test_split_added_since_does_not_refuse_a_comparison_on_validation(results, tmp_path):
+    """Synthetic test images are drawn after the validation ones: runs that differ only in their test
+    split are paired on validation once its images check out one by one, and said so; compared on
+    a test column the test split's settings must match."""
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    _edit_config(other, lambda c: c["data"].update(test_size=16))
+    compared = harness.compare_pairs([one, other], metric="val_iou")
+    assert len(compared.pairs) == 9
+    assert any("test splits differ (data.test_size: one/" in note and "found the same by their true masks" in note for note in compared.notes)
+    grid = run_of(results, "grid_a")
+    bigger = copy_of(grid, tmp_path)
+    _edit_config(bigger, lambda c: c["data"].update(test_size=16))
+    with pytest.raises(ConfigError, match="data settings differ"):
+        harness.compare_pairs([grid, bigger], metric="test_iou")
+
+
 def test_a_changed_mask_is_found_image_by_image(results, tmp_path):
     one = run_of(results, "one")
     other = copy_of(one, tmp_path)

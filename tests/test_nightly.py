@@ -114,6 +114,19 @@ def test_with_a_test_split_the_default_thresholds_watch_the_test_score_too():
     assert set(chosen.nightly_thresholds()) == {"val_f1"}  # the user's own list is watched as written
 
 
+def test_a_watched_metric_the_earlier_run_did_not_have_is_noted_not_passed_over():
+    """A test split added since the earlier run: its test_iou has nothing to compare with, and the
+    notes say so (it used to be left out without a word)."""
+    from harness.nights.regressions import metrics_added
+
+    thresholds = {"val_iou": ThresholdSpec(abs=0.02), "test_iou": ThresholdSpec(abs=0.02)}
+    before = {("unet", "val_iou"): 0.5}
+    now = {("unet", "val_iou"): 0.5, ("unet", "test_iou"): 0.4, ("unet", "test_f1"): 0.5}
+    assert metrics_added(now, before, thresholds) == ["test_iou is new (that run has no such column): nothing earlier to compare it with"]
+    assert metrics_added(now, now, thresholds) == []
+    assert not any(c.metric == "test_iou" for c in compare(now, before, {"unet": "ok"}, {"unet": "ok"}, thresholds, "previous", "a"))
+
+
 def test_threshold_needs_exactly_one_kind():
     with pytest.raises(ValueError):
         ThresholdSpec()

@@ -146,3 +146,11 @@ def models_added_or_removed(now_status: Mapping[str, str], before_status: Mappin
     notes = [f"new model {m!r} (nothing earlier to compare with)" for m in sorted(set(now_status) - set(before_status))]
     notes += [f"model {m!r} is no longer in the experiment" for m in sorted(set(before_status) - set(now_status))]
     return notes
+
+
+def metrics_added(now: Mapping[tuple[str, str], float], before: Mapping[tuple[str, str], float], thresholds: Mapping[str, ThresholdSpec]) -> list[str]:
+    """A watched metric tonight has and the earlier run had for no model (`test_iou` once a test
+    split is added): nothing to compare it with, said rather than passed over."""
+    had = {metric for _, metric in before}
+    new = sorted({metric for _, metric in now if metric in thresholds} - had)
+    return [f"{metric} is new (that run has no such column): nothing earlier to compare it with" for metric in new]

@@ -28,7 +28,7 @@ from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
-from harness.nights.regressions import Change, compare, models_added_or_removed
+from harness.nights.regressions import Change, compare, metrics_added, models_added_or_removed
 from harness.nights.paired import paired_changes
 from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
@@ -232,7 +232,8 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         paired, unpaired = paired_changes(reference.run_dir, reference.run_id, run.path, thresholds)
         notes += [f"{against}: {n}" for n in unpaired]
         changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired)
-        notes += [f"{against} ({reference.run_id}): {n}" for n in models_added_or_removed(now_status, before_status)]
+        added = models_added_or_removed(now_status, before_status) + metrics_added(now, before, thresholds)
+        notes += [f"{against} ({reference.run_id}): {n}" for n in added]
         if reference.fingerprint != store.get(run_id).fingerprint:
             notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
     watched = {metric for _, metric in now}

@@ -11,8 +11,8 @@ Checked before anything is computed, in order, each refusal naming what differs 
 has finished (summary.csv); they rank by the same column (unless `--metric` names one); they have
 one training seed each or repeats each (a one-seed model has no spread to weigh against another's);
 their data settings that decide the scored images are equal (`data.*` but batch_size, augment,
-bootstrap_train and cache; the paths of the files may differ, data moved to another machine, if the
-next check can be made); and the images scored were the same, image by image (each image's count of
+bootstrap_train and cache; the paths of the files may differ, data moved to another machine, and
+runs compared on validation may differ in their test split, if the next check can be made); and the images scored were the same, image by image (each image's count of
 true pixels per class, from the files: what a changed file, split or size would show). Runs made
 with other library versions are compared, and a note says which versions differ; so is a column of
 each model's own loss over models that trained on different losses.
@@ -43,6 +43,11 @@ from harness.rundir import RunDir, runs_held
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
 # Data settings that say where the files are, not what they hold.
 WHERE_DATA = ("images", "masks", "val_images", "val_masks", "test_images", "test_masks", "manifest", "arrays", "tfds.data_dir")
+# Data settings of the test split. Runs compared on validation scores may differ in them (a test
+# split added since) if their validation images check out one by one: synthetic data draw test
+# images after the validation ones, while a folder's test_fraction moves files out of validation
+# too, which the check finds.
+TEST_SPLIT_DATA = ("test_size", "test_fraction", "test_images", "test_masks")
 SEPARATOR = ": "  # between a run's label and a model's name in the pairs' model_a / model_b
 
 
@@ -83,14 +88,18 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
         run.label = run.run.label if labels.count(run.run.label) == 1 else str(run.run.path)
     rank = metric or _same_ranking(runs)
     _same_seeding(runs)
-    moved = _same_data(runs)
+    split = split_column(rank)[0]
+    moved, other_split = _same_data(runs, split)
     for run in runs:
         _read_scores(run, rank, chosen)
-    _same_images(runs, split_column(rank)[0], moved)
+    _same_images(runs, split, moved + other_split)
     notes = [note for note in (_own_loss_note(runs, rank), _versions_note(runs)) if note]
     if moved:
         notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
                      "by their true masks, image by image.")
+    if other_split:
+        notes.append("The runs' test splits differ (" + "; ".join(other_split) + "): the validation images they are compared on were "
+                     "found the same by their true masks, image by image.")
     return CrossRun(_labelled(_statistics(runs, rank, same_model)), rank, notes)
 
 
@@ -159,10 +168,11 @@ def _same_seeding(runs: list[RunScores]) -> None:
                           [f"{label}: train.repeats {n}" for label, n in repeats.items()])
 
 
-def _same_data(runs: list[RunScores]) -> list[str]:
+def _same_data(runs: list[RunScores], split: str) -> tuple[list[str], list[str]]:
     """The data settings that decide the scored images, equal in every run; returns those that
-    only say where the files are (`data.images`, ...), which may differ (data moved to another
-    machine) if the images check out one by one (`_same_images`)."""
+    may differ if the images check out one by one (`_same_images`): where the files are
+    (`data.images`, ...: data moved to another machine), and, for runs compared on `split` "val",
+    the test split's settings."""
     def deciding(config: ExperimentConfig) -> dict:
         settings = config.data.model_dump(mode="json")
         if isinstance(settings.get("tfds"), dict):
@@ -171,25 +181,27 @@ def _same_data(runs: list[RunScores]) -> list[str]:
 
     first, rest = runs[0], runs[1:]
     base = deciding(first.config)
-    problems, moved = [], []
+    problems, moved, other_split = [], [], []
     for run in rest:
         other = deciding(run.config)
         for key in sorted(set(base) | set(other)):
             if base.get(key) != other.get(key):
-                (moved if key in WHERE_DATA else problems).append(f"data.{key}: {first.label} = {base.get(key)}, {run.label} = {other.get(key)}")
+                where = other_split if split == "val" and key in TEST_SPLIT_DATA else moved if key in WHERE_DATA else problems
+                where.append(f"data.{key}: {first.label} = {base.get(key)}, {run.label} = {other.get(key)}")
     if problems:
         raise ConfigError("compare --pairs: the runs' data settings differ, so their models were not scored on the same images:", problems)
-    return moved
+    return moved, other_split
 
 
-def _same_images(runs: list[RunScores], split: str, moved: list[str]) -> None:
+def _same_images(runs: list[RunScores], split: str, unsettled: list[str]) -> None:
     """Image by image, each run's scored images hold the same true pixels per class (the counts
     val_scores.csv / test_scores.csv keep): equal settings over files that changed would not.
-    Data found at other paths (`moved`) must pass this check: without counts they are refused."""
+    Runs whose data settings differ where that is allowed (`unsettled`, see `_same_data`) must pass
+    this check: without counts they are refused."""
     if split not in ("val", "test"):
-        if moved:
-            raise ConfigError(f"compare --pairs: the runs' data files are at other paths and {split or 'this'} column has no per-image scores "
-                              "to check them by:", moved)
+        if unsettled:
+            raise ConfigError(f"compare --pairs: these data settings differ between the runs, and {split or 'this'} column has no "
+                              "per-image scores to check that the scored images are the same:", unsettled)
         return  # a ranking column with no per-image basis: there is nothing per image to check or resample
     where = "test_scores.csv" if split == "test" else "val_scores.csv"
     truths = {}
@@ -201,9 +213,9 @@ def _same_images(runs: list[RunScores], split: str, moved: list[str]) -> None:
     first = runs[0].label
     for label, truth in truths.items():
         if truth is None or truths[first] is None:
-            if moved:
-                raise ConfigError("compare --pairs: the runs' data files are at other paths and their members keep no true-mask "
-                                  "counts to check the images by:", moved)
+            if unsettled:
+                raise ConfigError("compare --pairs: these data settings differ between the runs, and their members keep no true-mask "
+                                  "counts to check that the scored images are the same:", unsettled)
             continue  # reconstruction members keep no counts: the data settings are the check
         if truth.shape != truths[first].shape:
             raise ConfigError(f"compare --pairs: {first} scored {len(truths[first])} images in {where}, {label} {len(truth)}: not the same images")
