@@ -225,6 +225,17 @@ def test_an_unsupported_difference_whose_interval_excludes_zero_says_holm_is_why
     assert "a over c (+0.0500 [-0.0200, +0.1200]);" in text or text.rstrip(".").endswith("a over c (+0.0500 [-0.0200, +0.1200])")
 
 
+def test_a_difference_of_tiny_values_is_written_with_its_significant_digits():
+    """Autoencoders' mean squared errors differ by 1e-5: four decimals would say -0.0000."""
+    from harness.outputs.verdict_text import verdict
+
+    pairs = pd.DataFrame({"model_a": ["small"], "model_b": ["big"], "metric": "test_loss", "diff": [-2.1e-5], "diff_low": [-1.2e-4],
+                          "diff_high": [8.0e-5], "covers": "training seeds and test images", "seeds": 2, "p_t": [0.5], "p_holm": [0.5],
+                          "supported": [False]})
+    text = verdict(pairs, "test_loss")
+    assert "small over big (-2.1e-05 [-1.2e-04, +8.0e-05])" in text and "0.0000" not in text
+
+
 def test_repeats_to_resolve_allows_for_how_uncertain_the_difference_still_is():
     from harness.outputs.statistics import repeats_to_resolve
 

@@ -204,7 +204,7 @@ def print_cross_run(found, console=None) -> None:
     Each run is numbered (`unet [2]`): run labels are too long for a row and a sentence."""
     from rich.console import Console
 
-    from harness.outputs.verdict_text import verdict
+    from harness.outputs.verdict_text import signed_interval, verdict
 
     console = console or Console()
     pairs = found.pairs
@@ -216,7 +216,7 @@ def print_cross_run(found, console=None) -> None:
     short = pairs.assign(model_a=[f"{m} [{number[r]}]" for r, m in zip(pairs["run_a"], pairs["model_a"])],
                          model_b=[f"{m} [{number[r]}]" for r, m in zip(pairs["run_b"], pairs["model_b"])])
     texts = {
-        "difference": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in zip(pairs["diff"], pairs["diff_low"], pairs["diff_high"])],
+        "difference": [signed_interval(d, lo, hi) for d, lo, hi in zip(pairs["diff"], pairs["diff_low"], pairs["diff_high"])],
         "verdict": [_pair_word(row) for row in pairs.itertuples(index=False)],
     }
     view = TerminalTable(short, PAIR_PRIORITY, identifiers=("model_a", "model_b"), texts=texts,

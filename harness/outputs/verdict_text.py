@@ -133,7 +133,17 @@ def _difference(row, rank_by: str) -> str:
     a_better = _a_is_better(row, rank_by)
     better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
     diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
-    return f"{better} over {worse} ({diff:+.4f} [{low:+.4f}, {high:+.4f}])"
+    return f"{better} over {worse} ({signed_interval(diff, low, high)})"
+
+
+def signed_interval(diff: float, low: float, high: float) -> str:
+    """`+0.0123 [+0.0045, +0.0201]`: to 4 decimals, or to 2 significant digits when the interval's
+    bounds are all below 0.0005 (a difference of mean squared errors near 1e-5 would read
+    `-0.0000 [-0.0001, +0.0001]`)."""
+    bounds = [abs(v) for v in (diff, low, high) if math.isfinite(v)]
+    small = bool(bounds) and 1e-9 < max(bounds) < 5e-4
+    spec = "+.1e" if small else "+.4f"
+    return f"{diff:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
 def _seeds_better(row, rank_by: str) -> str:
