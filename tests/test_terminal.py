@@ -48,10 +48,13 @@ def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
                          "ranked_by": ["val_iou"], "best_value": [0.5]})
     out = printed(width, lambda c: print_runs(runs, "results", c))
     assert RUN in out and "completed" in out
-    assert max(len(line) for line in out.splitlines()) <= width  # the best column drops first
+    assert max(len(line) for line in out.splitlines()) <= width  # a best member too long to fit is left out
     assert " of 6 columns at this width; --json for all" in " ".join(out.split()) and LONG_MODEL not in out
     wide = printed(200, lambda c: print_runs(runs, "results", c))
     assert LONG_MODEL in wide and "columns at this width" not in wide
+    short = printed(80, lambda c: print_runs(runs.assign(best=["unet"]), "results", c))
+    header = next(line for line in short.splitlines() if "status" in line)
+    assert "unet (val_iou 0.5000)" in short and "started" not in header  # the best before the start the run id tells
 
 
 def test_history_fits_the_width_with_night_and_run_whole():

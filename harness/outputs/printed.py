@@ -68,14 +68,16 @@ def _interval_text(summary: pd.DataFrame, i: int, rank_by: str) -> str:
 
 
 def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
-    """`harness runs`: newest first; the run (`name/run_id`, what `resume` and `report` take) whole."""
+    """`harness runs`: newest first; the run (`name/run_id`, what `resume` and `report` take) whole,
+    then what a list of runs is read for, the status and the best member, and last the start, which
+    the run id already tells (a narrow terminal leaves out the last columns first)."""
     frame = pd.DataFrame({
         "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
         "status": runs["status"],
-        "started": ["-" if pd.isna(s) or not s else str(s)[:16].replace("T", " ") for s in runs["started"]],
+        "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
         "steps": [f"{s:.0f}/{t:.0f}" if pd.notna(t) else ("-" if pd.isna(s) else f"{s:.0f}") for s, t in zip(runs["steps"], runs["total_steps"])],
         "members": runs["members"],
-        "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
+        "started": ["-" if pd.isna(s) or not s else str(s)[:16].replace("T", " ") for s in runs["started"]],
     })
     print_table(TerminalTable(frame, list(frame.columns), identifiers=("run",), headers={c: c for c in frame.columns}),
                 _title_saying_what_is_left_out(f"runs under {results}, newest first"), console)
