@@ -117,6 +117,14 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
     assert "unet 1.4e-05, fcn 0.0000." in close  # not 0.0000: these seeds are not identical
 
 
+def test_a_models_cost_over_seeds_is_written_without_binary_noise():
+    members = pd.DataFrame({"model": ["unet@1", "unet@2"], "status": ["ok", "ok"], "val_iou": [0.6, 0.7],
+                            "ms_per_step": [28.607, 13.633], "images_per_s": [279.7, 239.9]})
+    summary = build_summary(members).set_index("model")
+    assert str(summary.loc["unet", "ms_per_step"]) == "21.12" and str(summary.loc["unet", "images_per_s"]) == "259.8"
+    assert summary.loc["unet", "val_iou"] == (0.6 + 0.7) / 2  # a score keeps every digit
+
+
 def test_a_pair_keeps_its_interval_whichever_way_round_its_statistics_name_it():
     # pix2pix trains on its own loss: its common-loss rows (compare_loss) come after the others'
     # loss rows, so the loss pairs name it last; the score tables name it first. Once merged by

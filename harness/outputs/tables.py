@@ -138,7 +138,11 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
             if column == "diverged_step":
                 row[column] = values.min() if values.notna().any() else pd.NA
                 continue
-            row[column] = float(values.mean()) if values.notna().any() else float("nan")
+            mean = float(values.mean()) if values.notna().any() else float("nan")
+            # A cost's mean over seeds (ms_per_step, images_per_s), to 12 significant digits: the
+            # members' own figures are rounded, and their mean's binary noise (21.119999999999997)
+            # is no measurement. Scores keep every digit (statistics and nightly read them back).
+            row[column] = mean if score else float(f"{mean:.12g}")
             if repeated and score:
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
                 interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
