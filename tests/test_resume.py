@@ -120,6 +120,30 @@ def test_sigterm_saves_exits_75_and_resume_finishes(uninterrupted, tmp_path):
     assert [e.step for e in events.Tensors("train/loss")] == list(range(1, TOTAL_STEPS + 1))
 
 
+def test_a_signal_after_training_stops_before_the_end_of_run_and_resume_redoes_it(uninterrupted, tmp_path):
+    """Ctrl-C during the end of the run (the quickstart's probes and outputs take a minute) stops at
+    the next end-of-run action, exit 75, instead of promising that and then finishing anyway; the
+    resumed run trains nothing more and writes what an uninterrupted one writes."""
+    from harness.config.loading import validate_config
+    from harness.errors import Interrupted
+    from harness.training.actions import END_OF_RUN
+    from harness.training.entry import resume_run, run_experiment
+
+    def ctrl_c(done):
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the end of the run has begun
+
+    with pytest.raises(Interrupted, match=f"after step {TOTAL_STEPS}/{TOTAL_STEPS} before the end of the run"):
+        run_experiment(validate_config(KILL_CONFIG), tmp_path / "r", end_of_run=(ctrl_c, *END_OF_RUN))
+    run_dir = only_run_dir(tmp_path / "r")
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["status"] == "interrupted" and info["interrupted_by"] == "SIGINT" and info["steps_done"] == TOTAL_STEPS
+    assert not (run_dir / "summary.csv").exists() and not (run_dir / "models" / "unet" / "model.keras").exists()
+    resumed = resume_run(run_dir)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed" and len(resumed.summary) == 2
+    assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
+    assert all(np.array_equal(a, b) for a, b in zip(load_exported(run_dir, "unet").get_weights(), load_exported(uninterrupted, "unet").get_weights()))
+
+
 def copy_run(source: Path, target: Path, keep_until_step: int) -> Path:
     """A copy of a finished run as if it had been killed after `keep_until_step`."""
     import shutil

@@ -32,7 +32,7 @@ from harness.errors import Interrupted
 from harness.members.registry import build_members
 from harness.outputs import pool
 from harness.outputs.writers import Row, ValScoresWriter
-from harness.rundir import RunDir
+from harness.rundir import RunDir, RunStatus
 from harness.training import checkpoints as ckpt
 from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
 from harness.training.compiled import CompiledMembers
@@ -107,9 +107,15 @@ class Runner:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
                            self.roster.records, self.timing, self.book, warnings=self._write_cost_warnings(schedule))
+        # From here a signal stops the run between two end-of-run actions (the quickstart's take a
+        # minute), not after them: training is checkpointed, and `resume` redoes the end of the run.
+        self.stop.notice = (f"training is done and checkpointed (step {step}); harness stops after the end-of-run action in "
+                            f"progress and exits with 75; harness resume {run.path} redoes the end of the run")
         with self.clock.timed("end: output_processes_ready"):
             pool.settle()  # no output process is loading its libraries while the probes time
         for action in self.end_of_run:  # 8.
+            if self.stop.signal is not None and self.book.record.status != RunStatus.COMPLETED:
+                self._stopped(step, "before the end of the run: probes, test scores, tables and report not written")
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
             with self.clock.timed(f"end: {action.__name__}"):
@@ -253,9 +259,9 @@ class Runner:
         self.book.update(checkpoints=kept)
         ckpt.delete(folder, dropped)
 
-    def _stopped(self, step: int) -> None:
+    def _stopped(self, step: int, what: str = "") -> None:
         self.book.mark_interrupted(self.stop.name)
         raise Interrupted(
-            f"stopped by {self.stop.name} after step {step}/{self.config.total_steps}; a checkpoint was saved. "
-            f"Continue with: harness resume {self.run_dir.path}"
+            f"stopped by {self.stop.name} after step {step}/{self.config.total_steps}{' ' + what if what else ''}; a checkpoint "
+            f"was saved. Continue with: harness resume {self.run_dir.path}"
         )
