@@ -236,6 +236,17 @@ def test_a_difference_of_tiny_values_is_written_with_its_significant_digits():
     assert "small over big (-2.1e-05 [-1.2e-04, +8.0e-05])" in text and "0.0000" not in text
 
 
+def test_a_tie_is_said_as_one_with_no_better_model_and_no_negative_zero():
+    from harness.outputs.verdict_text import verdict
+
+    pairs = pd.DataFrame({"model_a": ["unet"], "model_b": ["deconv"], "metric": "test_iou", "diff": [0.0], "diff_low": [-0.0],
+                          "diff_high": [0.0], "covers": "training seeds and test images", "seeds": 3, "seeds_a_better": [0],
+                          "seeds_b_better": [0], "p_t": [1.0], "p_holm": [1.0], "supported": [False]})
+    text = verdict(pairs, "test_iou")
+    assert "unet against deconv (+0.0000 [+0.0000, +0.0000]), equal in 3 of 3 seeds" in text
+    assert " over " not in text and "-0.0000" not in text
+
+
 def test_repeats_to_resolve_allows_for_how_uncertain_the_difference_still_is():
     from harness.outputs.statistics import repeats_to_resolve
 

@@ -129,7 +129,9 @@ def _a_is_better(row, rank_by: str) -> bool:
 
 
 def _difference(row, rank_by: str) -> str:
-    """`better over worse (+diff [low, high])`, better minus worse."""
+    """`better over worse (+diff [low, high])`, better minus worse; a tie is `a against b`."""
+    if row.diff == 0:  # neither is better: no order to put them in, and no -0.0000
+        return f"{row.model_a} against {row.model_b} ({signed_interval(row.diff, row.diff_low, row.diff_high)})"
     a_better = _a_is_better(row, rank_by)
     better, worse = (row.model_a, row.model_b) if a_better else (row.model_b, row.model_a)
     diff, low, high = (row.diff, row.diff_low, row.diff_high) if a_better else (-row.diff, -row.diff_high, -row.diff_low)
@@ -143,6 +145,7 @@ def signed_interval(diff: float, low: float, high: float) -> str:
     bounds = [abs(v) for v in (diff, low, high) if math.isfinite(v)]
     small = bool(bounds) and 1e-9 < max(bounds) < 5e-4
     spec = "+.1e" if small else "+.4f"
+    diff, low, high = (v + 0.0 for v in (diff, low, high))  # -0.0 + 0.0 is 0.0: a tie reads +0.0000
     return f"{diff:{spec}} [{low:{spec}}, {high:{spec}}]"
 
 
@@ -151,6 +154,8 @@ def _seeds_better(row, rank_by: str) -> str:
     a, b, seeds = (getattr(row, name, math.nan) for name in ("seeds_a_better", "seeds_b_better", "seeds"))
     if any(v is None or pd.isna(v) for v in (a, b, seeds)):
         return ""  # pairs.csv written before these columns
+    if row.diff == 0:
+        return f", equal in {int(seeds - a - b)} of {int(seeds)} seeds" + (f" ({row.model_a} better in {int(a)}, {row.model_b} in {int(b)})" if a or b else "")
     return f", better in {int(a if _a_is_better(row, rank_by) else b)} of {int(seeds)} seeds"
 
 
