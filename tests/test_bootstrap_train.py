@@ -77,7 +77,7 @@ def test_a_bootstrap_with_one_training_seed_is_warned_of():
     record = RunRecord(name="tiny", run_id="r")  # its scan found no copies across splits
     one_seed = validate_config(tiny_config(data={"bootstrap_train": True}))
     assert any("data.bootstrap_train with train.repeats 1" in w for w in data_warnings(one_seed, record))
-    assert data_warnings(validate_config(tiny_config(data={"bootstrap_train": True}, train={"repeats": 3})), record) == []
+    assert not [w for w in data_warnings(validate_config(tiny_config(data={"bootstrap_train": True}, train={"repeats": 3})), record) if "bootstrap_train" in w]
 
 
 @pytest.mark.slow

@@ -51,6 +51,18 @@ def members_with(iou_by_member: dict[str, float], images: int = 60, noise: float
     return out
 
 
+def test_one_scored_image_gives_no_interval_and_a_warning_not_a_crash():
+    """`data.test_size: 1` with one seed stopped the run in scipy ("two or more observations")."""
+    from harness.config.consistency import few_scored_images
+
+    per_member, pairs = bootstrap_metric(members_with({"good": 0.8, "bad": 0.5}, images=1), "iou", resamples=200)
+    assert per_member["value"].notna().all() and per_member[["low", "high"]].isna().all().all()
+    assert pairs[["diff_low", "diff_high", "p_a_better"]].isna().all().all() and not pairs["beyond_image_noise"].any()
+    assert "the ranking is on 1 test image(s)" in few_scored_images(validate_config(tiny_config(data={"test_size": 1})))
+    assert "on 8 validation image(s)" in few_scored_images(validate_config(tiny_config()))
+    assert few_scored_images(validate_config(tiny_config(data={"val_size": 10}))) is None
+
+
 def test_paired_bootstrap_separates_a_real_difference_from_none_but_calls_nothing_supported():
     scored = members_with({"good": 0.8, "bad": 0.5, "twin": 0.8})
     scored["clone"] = scored["good"]  # the very same predictions

@@ -137,7 +137,7 @@ def bootstrap_metric(members: dict[str, Scored], metric: str, resamples: int = R
             "model_a": names[a], "model_b": names[b], "metric": column,
             "diff": full[a] - full[b], "diff_low": low_k, "diff_high": high_k, "covers": images_only(split),
             "supported": False, "beyond_image_noise": bool(low_k > 0 or high_k < 0),
-            "p_a_better": float(np.mean(d > 0) + 0.5 * np.mean(d == 0)),
+            "p_a_better": float(np.mean(d > 0) + 0.5 * np.mean(d == 0)) if not np.isnan(d).all() else math.nan,
         })
     return per_member, pd.DataFrame(rows)
 
@@ -155,7 +155,11 @@ def image_draws(members: dict[str, Scored], metric: str, resamples: int = RESAMP
 
 def _bootstrap(statistic, count: int, resamples: int, seed: int):
     """(low, high, bootstrap distribution) of every value the statistic returns: BCa intervals,
-    the percentile interval where BCa is undefined (a statistic that does not vary)."""
+    the percentile interval where BCa is undefined (a statistic that does not vary). Over fewer
+    than two images there is nothing to resample: every bound and draw is NaN (no interval)."""
+    if count < 2:
+        unknown = np.full(len(statistic(np.arange(count))), np.nan)
+        return unknown, unknown.copy(), unknown[:, None]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # BCa warns on degenerate statistics: handled below
         result = _scipy_stats().bootstrap(
