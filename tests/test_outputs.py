@@ -243,9 +243,10 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     client = MlflowClient(tracking_uri=f"file:{folder / 'mlruns'}")
     parent = client.get_run(record["parent_run_id"])
     assert parent.info.status == "FINISHED" and parent.data.params["train.repeats"] == "2"
+    assert parent.data.tags["harness.status"] == "completed"  # the run's, beside each member's own
     assert len(record["runs"]) == 6
     child = client.get_run(record["runs"]["fcn@1"])
-    assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"]
+    assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"] and child.data.tags["harness.status"] == "ok"
     params = child.data.params
     assert params["arch"] == "tiny_fcn" and params["optimizer.name"] == "adam" and "name" not in params
     assert "None" not in params.values() and "backbone" not in params  # unset settings are left out, not 'None'

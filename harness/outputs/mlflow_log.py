@@ -160,6 +160,7 @@ def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any
             client.log_artifacts(parent, str(path), name)
         elif path.exists():
             client.log_artifact(parent, str(path))
+    client.set_tag(parent, "harness.status", getattr(info.status, "value", info.status))  # the run's: `completed`
     client.set_terminated(parent, "FINISHED")
     return record
 
