@@ -1,9 +1,12 @@
 """Settings that are each valid but do not go together, found before anything is built or
 written: a config error must leave no run directory. Two kinds: combinations (known as the config
 is read) and durations that need the data's size (known at once for synthetic data, after the
-scan for real data, still before the run directory is made)."""
+scan for real data, still before the run directory is made). And one warning of the same kind
+(`few_scored_images`): too few images to rank on, which a run says but does not refuse."""
 
 from __future__ import annotations
+
+from harness.config.metrics import split_column
 
 
 def combination_problems(config) -> list[str]:
@@ -66,8 +69,6 @@ FEW_SCORED_IMAGES = 10
 
 def few_scored_images(config) -> str | None:
     """A warning when the ranking split holds so few images that its intervals' image part means little."""
-    from harness.config.metrics import split_column
-
     split = split_column(config.ranking_column())[0]
     count = {"test": config.data.test_size, "val": config.data.val_size}.get(split)
     if count is None or count >= FEW_SCORED_IMAGES:

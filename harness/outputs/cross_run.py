@@ -12,8 +12,9 @@ has finished (summary.csv); they rank by the same column (unless `--metric` name
 one training seed each or repeats each (a one-seed model has no spread to weigh against another's);
 their data settings that decide the scored images are equal (`data.*` but batch_size, augment,
 bootstrap_train and cache; the paths of the files may differ, data moved to another machine, and
-runs compared on validation may differ in their test split, if the next check can be made); and the images scored were the same, image by image (each image's count of
-true pixels per class, from the files: what a changed file, split or size would show). Runs made
+runs compared on validation may differ in their test split, if the next check can be made); and
+the images scored were the same, image by image (each image's count of true pixels per class,
+from the files: what a changed file, split or size would show). Runs made
 with other library versions are compared, and a note says which versions differ; so is a column of
 each model's own loss over models that trained on different losses.
 
