@@ -6,7 +6,7 @@ scan for real data, still before the run directory is made). And one warning of 
 
 from __future__ import annotations
 
-from harness.config.metrics import split_column
+from harness.config.metrics import SPLIT_WORDS, split_column
 
 
 def combination_problems(config) -> list[str]:
@@ -73,7 +73,7 @@ def few_scored_images(config) -> str | None:
     count = {"test": config.data.test_size, "val": config.data.val_size}.get(split)
     if count is None or count >= FEW_SCORED_IMAGES:
         return None
-    images = "test" if split == "test" else "validation"
+    images = SPLIT_WORDS[split]
     return (f"the ranking is on {count} {images} image(s): its intervals' image part is a bootstrap over them, which covers "
             f"less than it says with fewer than {FEW_SCORED_IMAGES} (a 95% interval over 5 images: about 84%; over one image "
             f"there is no interval); hold out more {images} images")

@@ -17,6 +17,7 @@ from typing import Iterable
 
 VAL, TEST, SELECTED_VAL = "val_", "test_", "selected_val_"
 SPLIT_PREFIXES = (SELECTED_VAL, TEST, VAL)  # longest first: selected_val_ also starts like val_
+SPLIT_WORDS = {"val": "validation", "test": "test"}  # a scored split's images, in a sentence
 
 
 @dataclass(frozen=True)

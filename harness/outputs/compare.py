@@ -12,10 +12,9 @@ from harness.errors import ConfigError
 from harness.rundir import RunDir, beside_runs, runs_held, save_table_as
 from rich.markup import escape
 
-from harness.config.metrics import has_direction, higher_is_better
+from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text
-from harness.outputs.statistics import SPLIT_WORDS
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from harness.config import metrics
-from harness.config.metrics import higher_is_better
+from harness.config.metrics import SPLIT_WORDS, higher_is_better
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000
@@ -41,7 +41,6 @@ SEED = 0  # the same resamples every time a report is rebuilt
 POWER = 0.80  # repeats_to_resolve: repeats whose run would support a difference 80% of the time
 MAX_REPEATS = 1000
 RESOLVE_QUADRATURE = 64  # quantiles of each of the truth's two unknowns: the seed spread, the difference
-SPLIT_WORDS = {"val": "validation", "test": "test"}
 
 
 def _scipy_stats():
