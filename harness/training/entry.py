@@ -14,7 +14,8 @@ from typing import Any
 
 
 from harness.config.schema import ExperimentConfig
-from harness.core.placement import Placement, build_placement, configure_determinism, configure_devices, configure_precision
+from harness.core.placement import (Placement, build_placement, configure_determinism, configure_devices, configure_precision,
+                                    input_pipeline_warning)
 from harness.data.fingerprint import changed_items
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
@@ -32,6 +33,8 @@ def prepare_process(config: ExperimentConfig) -> Placement:
     initialises the runtime, then determinism and precision, then the strategy."""
     configure_devices(config.placement)
     configure_determinism(config.train.deterministic)
+    if warning := input_pipeline_warning(config.train.deterministic):
+        print(f"harness: warning: {warning}", file=sys.stderr)  # again among the run's warnings at its end
     configure_precision(config.placement.precision)
     return build_placement(config)
 

@@ -26,7 +26,7 @@ import time
 from harness.config.metrics import declare_higher_is_better
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
-from harness.core.placement import Placement, describe_plan
+from harness.core.placement import Placement, describe_plan, input_pipeline_warning
 from harness.data.pipeline import build_datasets
 from harness.errors import Interrupted
 from harness.members.registry import build_members
@@ -106,7 +106,7 @@ class Runner:
         if step < config.total_steps:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
-                           self.roster.records, self.timing, self.book, warnings=self._write_cost_warnings(schedule))
+                           self.roster.records, self.timing, self.book, warnings=self._run_warnings(schedule))
         # From here a signal stops the run between two end-of-run actions (the quickstart's take a
         # minute), not after them: training is checkpointed, and `resume` redoes the end of the run.
         self.stop.notice = (f"training is done and checkpointed (step {step}); harness stops after the end-of-run action in "
@@ -234,6 +234,12 @@ class Runner:
         """Say what the run is doing before anything that takes more than a moment."""
         if self.config.output.progress != "none" and self.placement.is_chief:
             print(f"harness: {text} ...", file=sys.stderr, flush=True)
+
+    def _run_warnings(self, schedule: Schedule) -> list[str]:
+        """What the run's own process says of it: checkpoints that cost much, an input pipeline
+        that is not the command line's (`input_pipeline_warning`)."""
+        pipeline = input_pipeline_warning(self.config.train.deterministic)
+        return self._write_cost_warnings(schedule) + ([pipeline] if pipeline else [])
 
     def _write_cost_warnings(self, schedule: Schedule) -> list[str]:
         seconds, marks = self.clock.seconds, self.clock.marks
