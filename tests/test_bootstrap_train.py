@@ -93,3 +93,4 @@ def test_a_run_with_repeats_on_bootstraps_writes_what_its_intervals_cover(tmp_pa
     pairs = pd.read_csv(result.run_dir / "pairs.csv")
     assert (pairs.dropna(subset=["diff"])["covers"] == covers).all()
     assert "training-set bootstraps" in (result.run_dir / "report.html").read_text()
+    assert [w for w in result.info["warnings"] if w.startswith("train.repeats 2: ")]  # said again at the end

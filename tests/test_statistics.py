@@ -63,6 +63,18 @@ def test_one_scored_image_gives_no_interval_and_a_warning_not_a_crash():
     assert few_scored_images(validate_config(tiny_config(data={"val_size": 10}))) is None
 
 
+def test_two_seeds_are_warned_of_with_the_width_their_interval_has():
+    from harness.config.consistency import comparison_warnings, two_seeds
+    from harness.outputs.statistics import seed_interval
+
+    two, three = seed_interval([0.50, 0.50 + 0.01 * math.sqrt(2)]), seed_interval([0.49, 0.50, 0.51])  # both: std 0.01
+    assert two.seed_std == pytest.approx(three.seed_std)
+    assert (two.high - two.low) / (three.high - three.low) == pytest.approx(3.6, abs=0.02)  # the figure the warning says
+    assert "3.6 times as wide" in two_seeds(validate_config(tiny_config(data={"val_size": 16}, train={"repeats": 2})))
+    assert comparison_warnings(validate_config(tiny_config(data={"val_size": 16}, train={"repeats": 3}))) == []
+    assert len(comparison_warnings(validate_config(tiny_config(train={"repeats": 2})))) == 2  # and 8 validation images
+
+
 def test_paired_bootstrap_separates_a_real_difference_from_none_but_calls_nothing_supported():
     scored = members_with({"good": 0.8, "bad": 0.5, "twin": 0.8})
     scored["clone"] = scored["good"]  # the very same predictions

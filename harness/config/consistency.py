@@ -1,8 +1,9 @@
 """Settings that are each valid but do not go together, found before anything is built or
 written: a config error must leave no run directory. Two kinds: combinations (known as the config
 is read) and durations that need the data's size (known at once for synthetic data, after the
-scan for real data, still before the run directory is made). And one warning of the same kind
-(`few_scored_images`): too few images to rank on, which a run says but does not refuse."""
+scan for real data, still before the run directory is made). And warnings of the same kind
+(`comparison_warnings`): too few images, or two seeds, to rank on, which a run says but does not
+refuse."""
 
 from __future__ import annotations
 
@@ -77,3 +78,18 @@ def few_scored_images(config) -> str | None:
     return (f"the ranking is on {count} {images} image(s): its intervals' image part is a bootstrap over them, which covers "
             f"less than it says with fewer than {FEW_SCORED_IMAGES} (a 95% interval over 5 images: about 84%; over one image "
             f"there is no interval); hold out more {images} images")
+
+
+def two_seeds(config) -> str | None:
+    """A warning for train.repeats 2: one degree of freedom makes the seeds' interval so wide that
+    almost nothing is supported, at twice the cost of one seed."""
+    if config.train.repeats != 2:
+        return None
+    return ("train.repeats 2: an interval over two seeds has one degree of freedom (t quantile 12.7, against 4.3 over three "
+            "seeds), so for the same seed-to-seed spread it is 3.6 times as wide as three seeds' and a difference is seldom "
+            "supported; train.repeats 3 or more")
+
+
+def comparison_warnings(config) -> list[str]:
+    """What weakens the ranking however the run goes, said at its start and among its warnings."""
+    return [w for w in (few_scored_images(config), two_seeds(config)) if w]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.config import metrics
-from harness.config.consistency import few_scored_images
+from harness.config.consistency import comparison_warnings
 from harness.config.metrics import higher_is_better
 from harness.config.schema import ExperimentConfig
 from harness.data.duplicates import duplicates_warning
@@ -241,10 +241,9 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:
     """What weakens the comparison on the data's side: images copied across splits (the scan), too
-    few images to rank on, a bootstrap of the training split with one training seed."""
+    few images or two seeds to rank on, a bootstrap of the training split with one training seed."""
     warnings = [copies] if (copies := duplicates_warning((record.data or {}).get("duplicates"), config.data)) else []
-    if few := few_scored_images(config):
-        warnings.append(few)
+    warnings += comparison_warnings(config)
     if config.data.bootstrap_train and config.train.repeats == 1:
         warnings.append("data.bootstrap_train with train.repeats 1: the one training seed trained on a bootstrap resample of the "
                         "training split (about 63% of its examples, some twice), and with one seed the intervals still cover "

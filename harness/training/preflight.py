@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness import rundir as rd
 from harness.config import catalog
-from harness.config.consistency import few_scored_images, sized_problems
+from harness.config.consistency import comparison_warnings, sized_problems
 from harness.config.schema import ExperimentConfig
 from harness.data.duplicates import duplicates_warning
 from harness.data.resolve import resolve_data
@@ -77,8 +77,8 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multi
             print(f"harness: data: {note}", file=sys.stderr)
     if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), resolved.data)):
         print(f"harness: warning: {copies}", file=sys.stderr)
-    if say and (few := few_scored_images(resolved)):  # said now, while stopping costs nothing; again at the end
-        print(f"harness: warning: {few}", file=sys.stderr)
+    for weak in comparison_warnings(resolved) if say else []:  # said now, while stopping costs nothing; again at the end
+        print(f"harness: warning: {weak}", file=sys.stderr)
     if problems := sized_problems(resolved):  # with the sizes the scan found: before any run directory
         raise ConfigError("the config does not fit the data found:", problems)
     return resolved, scan
