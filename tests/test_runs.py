@@ -172,6 +172,8 @@ def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results,
     (interrupted / "summary.csv").unlink()
     info = json.loads((interrupted / "run.json").read_text())
     (interrupted / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 4}))
+    with open(interrupted / "losses.csv", "a") as losses:
+        losses.write("5,2,fcn,val,io")  # killed in the middle of a row: the row in progress is left out
     compared = run_main("compare", finished, interrupted, "--json")
     assert compared.returncode == 0, compared.stderr
     rows = json.loads(compared.stdout)
@@ -181,6 +183,9 @@ def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results,
     assert {r["compared_on"] for r in rows if r not in ours} == {"summary.csv"}
     printed = " ".join(run_main("compare", finished, interrupted).stdout.split())  # the note wraps at the width
     assert "Not finished, compared on each member's last evaluation so far" in printed and "tiny/20261120-000000" in printed
+    from harness.api import load_run
+
+    assert load_run(interrupted).losses["step"].max() == 4  # the API reads it as compare does
     assert run_main("compare", tmp_path / "nothing").returncode == 2
 
 
@@ -211,6 +216,24 @@ def test_report_names_a_damaged_table_of_the_run_and_exits_2_without_a_traceback
     rebuilt = run_main("report", copy)
     assert rebuilt.returncode == 2 and f"{copy / damaged}" in rebuilt.stderr and said in rebuilt.stderr
     assert "internal error" not in rebuilt.stderr and "Traceback" not in rebuilt.stderr
+
+
+def test_report_refuses_a_score_table_cut_short_rather_than_dropping_its_statistics(results, tmp_path):
+    """A val_scores.csv cut short once rebuilt a report without its intervals' image part and said
+    nothing: cut in a row, or at a row's end (one member's last evaluation holds fewer images)."""
+    import shutil
+
+    finished = next((results / "tiny").glob("2*"))
+    whole = (finished / "val_scores.csv").read_bytes()
+    for name, content, said in (("mid_row", whole[: len(whole) - 7], "ends in the middle of a row: it was cut short"),
+                                ("at_a_row", b"".join(whole.splitlines(keepends=True)[:-3]),
+                                 "the members' last evaluations hold different numbers of images (fcn 8, unet 8, deconv 5)")):
+        copy = tmp_path / name / "tiny" / "20261120-000000"
+        shutil.copytree(finished, copy)
+        (copy / "val_scores.csv").write_bytes(content)
+        rebuilt = run_main("report", copy)
+        assert rebuilt.returncode == 2 and said in rebuilt.stderr, rebuilt.stderr
+        assert "Traceback" not in rebuilt.stderr
 
 
 def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_up_figures(results, tmp_path):

@@ -79,7 +79,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
 def _so_far(run: RunDir) -> pd.DataFrame:
     """A run with no summary.csv yet, per member, from its rows so far."""
     record = run.read_record()
-    frame = build_member_summary(load_losses(run.losses_csv), {n: m.as_dict() for n, m in record.models.items()})
+    frame = build_member_summary(load_losses(run.losses_csv, growing=True), {n: m.as_dict() for n, m in record.models.items()})
     frame["compared_on"] = f"last evaluation so far: {record.status} at step {record.steps_done}/{record.total_steps}"
     return frame
 

@@ -7,6 +7,7 @@ apart comes from paired comparisons (statistics.py), never from overlapping inte
 
 from __future__ import annotations
 
+import io
 from itertools import combinations
 from pathlib import Path
 from typing import Any, Mapping
@@ -31,14 +32,20 @@ FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one
 INTEGER_COLUMNS = ("rank", "params", "flops_per_example", "steps", "best_step", "diverged_step", "repeats")
 
 
-def read_table(path: Path, needs: tuple[str, ...] = (), dtype: dict | None = None) -> pd.DataFrame:
+def read_table(path: Path, needs: tuple[str, ...] = (), dtype: dict | None = None, growing: bool = False) -> pd.DataFrame:
     """A CSV table a run wrote, or a ConfigError naming the file when it is not one (damaged, not
-    text, emptied, or without the columns harness writes into it): a command reading an earlier
-    run's files says which file is wrong instead of failing inside pandas."""
+    text, emptied, cut short, or without the columns harness writes into it): a command reading an
+    earlier run's files says which file is wrong instead of failing inside pandas. `growing`: the
+    table of a run still writing it, or stopped mid-write (killed): a half row at its end is the
+    one in progress and is left out, as a resume leaves it out."""
     try:
-        table = pd.read_csv(path, dtype=dtype)
+        text = Path(path).read_bytes()
+        cut = bool(text) and not text.endswith(b"\n")  # pandas reads a half row as a whole one with gaps
+        table = pd.read_csv(io.BytesIO(text[: text.rfind(b"\n") + 1] if cut and growing else text), dtype=dtype)
     except (OSError, ValueError) as exc:  # pandas' parser errors and a file that is not text are ValueErrors
         raise ConfigError(f"{path} cannot be read as a table: {exc}") from None
+    if cut and not growing:
+        raise ConfigError(f"{path} ends in the middle of a row: it was cut short (a full disk, a copy that stopped)")
     missing = [c for c in needs if c not in table]
     if missing:
         raise ConfigError(f"{path} is not a table harness wrote: it lacks the column(s) {', '.join(missing)}")
@@ -59,10 +66,11 @@ def load_summary(path: Path) -> pd.DataFrame:
     return summary
 
 
-def load_losses(path: Path) -> pd.DataFrame:
+def load_losses(path: Path, growing: bool = False) -> pd.DataFrame:
+    """losses.csv (`growing`: of a run not completed, see `read_table`)."""
     if not path.exists():
         return pd.DataFrame(columns=list(COLUMNS))
-    return read_table(path, needs=COLUMNS, dtype={"model": str, "split": str, "metric": str})
+    return read_table(path, needs=COLUMNS, dtype={"model": str, "split": str, "metric": str}, growing=growing)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.scores import segmentation_scores
 from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
+from harness.errors import ConfigError
 from harness.outputs.tables import finished, read_table
 from harness.outputs.writers import VAL_SCORE_BASE, counts_of
 
@@ -117,7 +118,7 @@ def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFr
         return pd.DataFrame()
     frame = read_table(test_scores, SCORE_KEYS, {"model": str})
     steps = frame.groupby("model", sort=False)["step"].max().astype(int).to_dict()
-    test = _totals(evaluations_at(frame, classes))
+    test = _totals(evaluations_at(frame, classes, source=test_scores))
     val = _totals(last_evaluations(val_scores, classes, at_steps=steps))
     rows = [{"model": name, "selected_step": steps[name], **{column(k, "test"): v for k, v in scores.items()},
              **{column(k, "selected_val"): v for k, v in val.get(name, {}).items()}} for name, scores in test.items()]
@@ -139,11 +140,11 @@ def last_evaluations(path: Path, classes: int, at_steps: dict[str, int] | None =
     same images as the first."""
     if not path.exists():
         return {}
-    return evaluations_at(read_table(path, SCORE_KEYS, {"model": str}), classes, at_steps)
+    return evaluations_at(read_table(path, SCORE_KEYS, {"model": str}), classes, at_steps, source=path)
 
 
-def evaluations_at(frame: pd.DataFrame, classes: int, at_steps: dict[str, int] | None = None) -> dict[str, Scored]:
-    """`last_evaluations` of a score table already read."""
+def evaluations_at(frame: pd.DataFrame, classes: int, at_steps: dict[str, int] | None = None, source: Path | None = None) -> dict[str, Scored]:
+    """`last_evaluations` of a score table already read (from `source`, named if it is damaged)."""
     scored: dict[str, Scored] = {}
     for model, rows in frame.groupby("model", sort=False):
         step = rows["step"].max() if at_steps is None else at_steps.get(model)
@@ -155,8 +156,12 @@ def evaluations_at(frame: pd.DataFrame, classes: int, at_steps: dict[str, int] |
             scored[model] = Scored({"loss": counts["loss"]}, _mean_loss)
         else:
             scored[model] = Scored(counts, segmentation_scores)
-    sizes = {len(s.quantities["loss"]) for s in scored.values()}
-    return scored if len(sizes) == 1 else {}
+    sizes = {name: len(s.quantities["loss"]) for name, s in scored.items()}
+    if len(set(sizes.values())) > 1:  # every member is scored on the same images: rows are missing
+        counts = ", ".join(f"{name} {n}" for name, n in sizes.items())
+        raise ConfigError(f"{source or 'a score table'}: the members' last evaluations hold different numbers of images ({counts}); "
+                          "the file is incomplete (a write that stopped, a copy cut short) or was edited")
+    return scored
 
 
 def _mean_loss(totals: dict, examples) -> dict:

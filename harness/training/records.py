@@ -58,7 +58,8 @@ class RunResult:
         """The result of the run in `run` (a RunDir): its tables as written, its models as given."""
         from harness.outputs.tables import load_losses, load_summary
 
-        return cls(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv), info, models)
+        growing = info.get("status") != "completed"  # its losses.csv may end in the row being written (a kill)
+        return cls(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv, growing=growing), info, models)
 
     @property
     def pairs(self) -> "pd.DataFrame":
