@@ -426,10 +426,10 @@ def cmd_history(args) -> int:
     baseline = store.baseline()
     if args.json:
         keyed = table.assign(baseline=table["run_id"] == baseline)
-        keyed.insert(0, "name", store.path.parent.name)  # the keys `runs` and `compare` name a run by
+        keyed.insert(0, "name", store.path.absolute().parent.name)  # the keys `runs` and `compare` name a run by
         print(keyed.to_json(orient="records"))
         return EXIT_OK
-    print_history(table, store.path.parent.name, baseline)
+    print_history(table, store.path.absolute().parent.name, baseline)
     if args.csv:
         from harness.rundir import save_table_as
 

@@ -236,6 +236,18 @@ def test_report_refuses_a_score_table_cut_short_rather_than_dropping_its_statist
         assert "Traceback" not in rebuilt.stderr
 
 
+def test_a_run_named_from_inside_it_is_labelled_by_its_experiment_and_id(results, monkeypatch):
+    """`harness compare .` in a run directory labelled it "/" with an empty experiment column."""
+    finished = next((results / "tiny").glob("2*"))
+    monkeypatch.chdir(finished)
+    compared = run_main("compare", ".", "--json")
+    assert compared.returncode == 0, compared.stderr
+    rows = json.loads(compared.stdout)
+    assert {(r["run"], r["name"], r["run_id"]) for r in rows} == {(f"tiny/{finished.name}", "tiny", finished.name)}
+    monkeypatch.chdir(finished.parent)
+    assert {r["run"] for r in json.loads(run_main("compare", finished.name, "--json").stdout)} == {f"tiny/{finished.name}"}
+
+
 def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_up_figures(results, tmp_path):
     import shutil
 

@@ -67,7 +67,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
                             f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path) or beside_runs(run.path)}")
             continue
         frame.insert(0, "run", run.label)
-        frame.insert(1, "name", run.path.parent.name)  # the keys `runs` and `history` name a run by
+        frame.insert(1, "name", run.experiment)  # the keys `runs` and `history` name a run by
         frame.insert(2, "run_id", run.run_id)
         frames.append(frame)
     if problems:

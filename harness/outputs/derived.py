@@ -139,7 +139,7 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     if not exported:
         return None
     try:
-        config, scan = resolve_data(config, 1, run.path.parent / ".data-cache")
+        config, scan = resolve_data(config, 1, run.path.absolute().parent / ".data-cache")
     except HarnessError as exc:
         print(f"harness: warning: sample predictions not redrawn, the data cannot be read: {exc}", file=sys.stderr)
         return None

@@ -74,16 +74,22 @@ class RunDir:
     def results_dir(self) -> Path:
         """The results folder the run lives in: results/<name>/<run_id>, or for a group of a run
         results/<name>/<run_id>/groups/<group>."""
-        return self.path.parents[3] if self.path.parent.name == "groups" else self.path.parent.parent
+        path = self.path.absolute()  # `harness resume .` inside the run directory
+        return path.parents[3] if path.parent.name == "groups" else path.parent.parent
 
     @property
     def run_id(self) -> str:
-        return self.path.name
+        return self.path.absolute().name  # of the absolute path: `harness compare .` in a run directory
+
+    @property
+    def experiment(self) -> str:
+        """The experiment's folder name (`compare RUN_ID` beside the runs has no parent to name)."""
+        return self.path.absolute().parent.name
 
     @property
     def label(self) -> str:
         """How a run is named to people: `<experiment>/<run_id>`."""
-        return f"{self.path.parent.name}/{self.path.name}"
+        return f"{self.experiment}/{self.run_id}"
 
     def read_run_info(self) -> dict[str, Any]:
         return json.loads(self.run_json.read_text(encoding="utf-8"))
