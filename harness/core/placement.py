@@ -25,8 +25,9 @@ def configure_determinism(deterministic: bool) -> None:
     Op determinism alone is not enough for the second: Grappler rewrites the fused graph
     differently from a single-model graph (e.g. its arithmetic optimizer reorders sums), so the
     whole meta-optimizer is switched off too. Both settings are process-wide and must be set before
-    the step is traced. The default (fast) mode keeps Grappler and gives results that are equal in
-    distribution, not bit for bit.
+    the step is traced, and Grappler's before TensorFlow's runtime starts for the input pipeline
+    to follow it (`input_pipeline_warning`). The default (fast) mode keeps Grappler and gives
+    results that are equal in distribution, not bit for bit.
     """
     _grappler_when_runtime_started()  # before the setting changes: a runtime already started kept the old one
     if deterministic:
