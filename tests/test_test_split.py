@@ -256,3 +256,14 @@ def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(
     # Traced at the first validation only; with no race or early stopping nothing leaves, and the
     # eval function reads no switches (their conds would only lengthen its trace).
     assert seen == {"traces": 1, "scored": {"fcn", "unet", "deconv"}, "switched": False}
+
+
+def test_what_choosing_added_is_above_zero_when_validation_looked_better_for_a_loss_too():
+    """For a loss, validation minus test is below zero when validation looked better: the gap read
+    as "choosing added -0.0669" for a model whose chosen weights looked 0.0669 better than on test."""
+    from harness.outputs.verdict_text import chosen_on
+
+    scores = pd.DataFrame({"model": ["a"], "selected_val_iou": [0.80], "test_iou": [0.75], "selected_val_loss": [0.40], "test_loss": [0.45]})
+    assert "a +0.0500." in chosen_on(scores, "test_iou") and "a +0.0500." in chosen_on(scores, "test_loss")
+    worse_on_validation = scores.assign(selected_val_iou=[0.70], selected_val_loss=[0.50])
+    assert "a -0.0500." in chosen_on(worse_on_validation, "test_iou") and "a -0.0500." in chosen_on(worse_on_validation, "test_loss")

@@ -109,7 +109,7 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
 
 def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
-    inflated the chosen weights' validation score (their validation score minus their test score)."""
+    inflated the chosen weights' validation score (how much better it was than their test score)."""
     if split_column(rank_by)[0] != "test":
         return ("No test split: these scores are on the validation images, the same images that chose each model's "
                 "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
@@ -119,8 +119,11 @@ def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
     text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
             "and scored once on test.")
     if chosen in summary and summary[chosen].notna().any():
-        gaps = [f"{m} {v - t:+.4f}" for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)]
-        text += f" What choosing added (validation {metric} of the chosen weights minus their test {metric}): {', '.join(gaps)}."
+        # Signed so that above zero is always optimism (validation better than test), a loss too.
+        sign = 1 if higher_is_better(rank_by) else -1
+        gaps = [f"{m} {sign * (v - t):+.4f}" for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)]
+        text += (f" What choosing added (how much better the chosen weights' validation {metric} was than their test "
+                 f"{metric}; below zero, test was better): {', '.join(gaps)}.")
     return text
 
 
