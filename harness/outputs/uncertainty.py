@@ -136,8 +136,8 @@ def _totals(scored: dict[str, Scored]) -> dict[str, dict[str, float]]:
 
 def last_evaluations(path: Path, classes: int, at_steps: dict[str, int] | None = None) -> dict[str, Scored]:
     """Each member's per-image quantities at its last evaluation (a diverged member's last one
-    before it diverged), or at the step `at_steps` names for it, for the members scored on the
-    same images as the first."""
+    before it diverged), or at the step `at_steps` names for it; every member holds the same
+    images, or the file is refused as damaged."""
     if not path.exists():
         return {}
     return evaluations_at(read_table(path, SCORE_KEYS, {"model": str}), classes, at_steps, source=path)

@@ -57,8 +57,9 @@ class RunResult:
     def read(cls, run, config: ExperimentConfig, info: dict[str, Any], models: Mapping[str, Any]) -> "RunResult":
         """The result of the run in `run` (a RunDir): its tables as written, its models as given."""
         from harness.outputs.tables import load_losses, load_summary
+        from harness.rundir import RunStatus
 
-        growing = info.get("status") != "completed"  # its losses.csv may end in the row being written (a kill)
+        growing = info.get("status") != RunStatus.COMPLETED.value  # its losses.csv may end in the row being written (a kill)
         return cls(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv, growing=growing), info, models)
 
     @property
