@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -36,13 +37,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _set_hint(argv: list[str]) -> str | None:
-    """`--set train.epochs 3` (a space for the '='): argparse would only say "unrecognized
-    arguments: 3"; say what was meant."""
+    """`--set train.epochs 3` (a space for the '='), or `--set a=1 b=2` (one --set for two):
+    argparse would only say "unrecognized arguments: 3"; say what was meant."""
     for i, word in enumerate(argv[:-1]):
-        following = argv[i + 1]
-        if word == "--set" and "=" not in following and i + 2 < len(argv) and not argv[i + 2].startswith("-"):
-            return f"--set takes KEY=VALUE as one word: did you mean --set {following}={argv[i + 2]} ?"
+        following, after = argv[i + 1], argv[i + 2] if i + 2 < len(argv) else None
+        if word != "--set" or after is None or after.startswith("-"):
+            continue
+        if "=" not in following:
+            return f"--set takes KEY=VALUE as one word: did you mean --set {following}={after} ?"
+        if OVERRIDE.match(after):
+            more = [w for w in argv[i + 2:] if OVERRIDE.match(w)]
+            return f"each override takes its own --set: did you mean {' '.join(f'--set {w}' for w in [following, *more])} ?"
     return None
+
+
+OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")  # KEY.PATH=VALUE
 
 
 def command() -> None:

@@ -227,6 +227,17 @@ def test_a_space_for_the_equals_sign_in_set_says_what_was_meant(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+
+def test_two_overrides_after_one_set_say_what_was_meant(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    result = run_main("run", path, "--set", "train.repeats=3", "train.epochs=2", "--results", tmp_path / "r")
+    assert result.returncode == 2 and "did you mean --set train.repeats=3 --set train.epochs=2 ?" in result.stderr
+    assert not (tmp_path / "r").exists()
+    from harness.cli import _set_hint
+
+    assert _set_hint(["plan", "--set", "train.epochs=2", str(path), "--results", "r"]) is None  # a config after it is no override
+
+
 def test_ranking_by_a_test_score_is_refused_with_the_validation_name_to_use():
     with pytest.raises(ConfigError) as error:
         validate_config(tiny_config(output={"rank_by": "test_f1"}))
