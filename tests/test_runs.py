@@ -236,6 +236,21 @@ def test_report_refuses_a_score_table_cut_short_rather_than_dropping_its_statist
         assert "Traceback" not in rebuilt.stderr
 
 
+def test_report_refuses_to_rebuild_without_a_score_table_the_summary_was_built_from(results, tmp_path):
+    """A deleted val_scores.csv rebuilt summary.csv without its 12 selected_val_* columns, and
+    without the intervals' image part, and said nothing; nothing is rewritten now."""
+    import shutil
+
+    finished = next((results / "tiny").glob("2*"))
+    copy = tmp_path / "tiny" / "20261120-000000"
+    shutil.copytree(finished, copy)
+    (copy / "val_scores.csv").unlink()
+    before = {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()}
+    refused = run_main("report", copy)
+    assert refused.returncode == 2 and "val_scores.csv: every validation image's scores" in refused.stderr, refused.stderr
+    assert {p.name: p.read_bytes() for p in copy.iterdir() if p.is_file()} == before
+
+
 def test_a_run_named_from_inside_it_is_labelled_by_its_experiment_and_id(results, monkeypatch):
     """`harness compare .` in a run directory labelled it "/" with an empty experiment column."""
     finished = next((results / "tiny").glob("2*"))

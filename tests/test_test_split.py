@@ -49,6 +49,23 @@ def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(te
 
 
 @pytest.mark.slow
+def test_report_without_the_test_scores_a_run_wrote_rewrites_nothing(tested_run, tmp_path):
+    """A deleted test_scores.csv rebuilt summary.csv without its test columns and printed a
+    ranking "by test_iou" with no ranks; now the report is refused and every file kept."""
+    import shutil
+
+    from conftest import run_main
+
+    copy = tmp_path / "tiny" / tested_run.run_dir.name
+    shutil.copytree(tested_run.run_dir, copy)
+    (copy / "test_scores.csv").unlink()
+    summary = (copy / "summary.csv").read_bytes()
+    refused = run_main("report", copy)
+    assert refused.returncode == 2 and "test_scores.csv: every test image's scores" in refused.stderr, refused.stderr
+    assert (copy / "summary.csv").read_bytes() == summary
+
+
+@pytest.mark.slow
 def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw(tested_run):
     from harness.core.backend import import_keras
     from harness.data.pipeline import build_datasets

@@ -26,6 +26,25 @@ from harness.outputs.figures import FigureJob, curve_figures, summary_figures
 from harness.outputs.tables import base_model, load_losses
 from harness.rundir import FolderLock, RunDir, RunRecord
 
+def missing_score_tables(run: RunDir, record: RunRecord) -> list[str]:
+    """The per-image score tables a run wrote that are gone: test_scores.csv of a run that scored
+    its test split (run.json `test`); val_scores.csv of a run whose summary.csv has intervals
+    (`interval_covers`: every run since the per-image scores writes both)."""
+    missing = []
+    if record.extra.get("test") and not run.test_scores_csv.is_file():
+        missing.append(f"{run.test_scores_csv.name}: every test image's scores (the test_* columns and the ranking on test)")
+    if not run.val_scores_csv.is_file() and "interval_covers" in _first_line(run.summary_csv):
+        missing.append(f"{run.val_scores_csv.name}: every validation image's scores (the intervals' image part, selected_val_*)")
+    return missing
+
+
+def _first_line(path: Path) -> str:
+    if not path.is_file():
+        return ""
+    with path.open(encoding="utf-8", errors="replace") as handle:
+        return handle.readline()
+
+
 TASKS = "harness.outputs.tasks"  # named, not imported: this process need not load what they load
 
 
@@ -165,6 +184,9 @@ def rebuild(run_dir: Path) -> pd.DataFrame:
     record = run.read_record()
     config = run.read_config()
     with FolderLock(run.path, purpose="report"):  # a run still writing its rows holds it: exit 5
+        if missing := missing_score_tables(run, record):
+            raise ConfigError(f"{run.path} lacks a table its summary.csv was built from; rebuilt without it, "
+                              "summary.csv would lose those columns. Put it back (a copy of the run has it); nothing was rewritten:", missing)
         summary = write_outputs(run, config, record, samples_from_exports(run, config))
         write_report_page(run, config, record)
         return summary
