@@ -381,6 +381,12 @@ def test_load_run_reads_a_run_back(repeated):
     pd.testing.assert_frame_equal(loaded.summary, pd.read_csv(result.run_dir / "summary.csv"), check_dtype=False)
     assert str(loaded.summary["diverged_step"].dtype) == "Int64"  # integers with gaps stay integers
     assert loaded.info["status"] == "completed" and loaded.config.train.repeats == 2
+    # Models by their members' names; the model's own name, or a missing file, says so (not a bare KeyError).
+    assert "fcn@1" in loaded.models and "fcn" not in loaded.models and not loaded.models._loaded  # `in` loads nothing
+    with pytest.raises(KeyError, match="fcn: trained with repeats, each seed's model is its own: fcn@1, fcn@2"):
+        loaded.models["fcn"]
+    with pytest.raises(KeyError, match="nope: no models/nope/model.keras in this run; its exported models: deconv@1"):
+        loaded.models["nope"]
 
 
 def test_chart_ticks_on_steps_and_epochs_are_whole_numbers():

@@ -122,11 +122,23 @@ class ExportedModels(Mapping):
         self._loaded: dict[str, Any] = {}
 
     def __getitem__(self, name: str):
+        if name not in self._paths:
+            raise KeyError(self._not_here(name))
         if name not in self._loaded:
             from harness.outputs.derived import load_exported_model
 
             self._loaded[name] = load_exported_model(self._paths[name])
         return self._loaded[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self._paths  # without loading it
+
+    def _not_here(self, name: str) -> str:
+        seeds = [n for n in self._paths if n.startswith(f"{name}@")]
+        if seeds:
+            return f"{name}: trained with repeats, each seed's model is its own: {', '.join(seeds)}"
+        held = ", ".join(self._paths) or "none (output.export: false, or the files were removed)"
+        return f"{name}: no models/{name}/model.keras in this run; its exported models: {held}"
 
     def __iter__(self):
         return iter(self._paths)
