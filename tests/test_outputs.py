@@ -387,6 +387,8 @@ def test_load_run_reads_a_run_back(repeated):
         loaded.models["fcn"]
     with pytest.raises(KeyError, match="nope: no models/nope/model.keras in this run; its exported models: deconv@1"):
         loaded.models["nope"]
+    with pytest.raises(KeyError, match="fcn: trained with repeats, each seed's model is its own: fcn@1, fcn@2"):
+        result.models["fcn"]  # the trained models in memory, alike
 
 
 def test_chart_ticks_on_steps_and_epochs_are_whole_numbers():

@@ -134,11 +134,8 @@ class ExportedModels(Mapping):
         return name in self._paths  # without loading it
 
     def _not_here(self, name: str) -> str:
-        seeds = [n for n in self._paths if n.startswith(f"{name}@")]
-        if seeds:
-            return f"{name}: trained with repeats, each seed's model is its own: {', '.join(seeds)}"
         held = ", ".join(self._paths) or "none (output.export: false, or the files were removed)"
-        return f"{name}: no models/{name}/model.keras in this run; its exported models: {held}"
+        return _repeats_hint(name, list(self._paths)) or f"{name}: no models/{name}/model.keras in this run; its exported models: {held}"
 
     def __iter__(self):
         return iter(self._paths)
@@ -148,3 +145,15 @@ class ExportedModels(Mapping):
 
     def __repr__(self) -> str:
         return f"ExportedModels({list(self._paths)})"
+
+
+class TrainedModels(dict):
+    """A run's models in memory, by member name; a name that is not one says which are."""
+
+    def __missing__(self, name: str):
+        raise KeyError(_repeats_hint(name, list(self)) or f"{name}: no such model in this run; its models: {', '.join(self)}")
+
+
+def _repeats_hint(name: str, names: list[str]) -> str | None:
+    seeds = [n for n in names if n.startswith(f"{name}@")]
+    return f"{name}: trained with repeats, each seed's model is its own: {', '.join(seeds)}" if seeds else None

@@ -39,7 +39,7 @@ from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.eval_actions import SaveBest, make_eval_actions
 from harness.training.phase_clock import PhaseClock
-from harness.training.records import RunResult, StepTiming
+from harness.training.records import RunResult, StepTiming, TrainedModels
 from harness.training.restore import restore_run
 from harness.training.row_writers import make_writers
 from harness.training.roster import Roster
@@ -77,7 +77,7 @@ class Runner:
             if translated is exc:
                 raise
             raise translated from exc
-        return RunResult.read(self.run_dir, self.config, self.book.record.to_dict(), {m.name: m.model for m in self.roster.members})
+        return RunResult.read(self.run_dir, self.config, self.book.record.to_dict(), TrainedModels({m.name: m.model for m in self.roster.members}))
 
     def _start(self) -> None:
         """Step 2: run.json says `running`. A new run that cannot write even that leaves nothing."""
