@@ -159,6 +159,18 @@ def test_recording_twice_replaces_and_pins_need_a_completed_run(tmp_path):
     assert list(history_pivot(store.table())["run_id"]) == ["a"]
 
 
+def test_history_of_a_metric_no_run_recorded_is_refused_with_the_recorded_ones(tmp_path):
+    """`history --metric val_dice` printed the table without a metric column and said nothing."""
+    store = HistoryStore(tmp_path / "results" / "tiny" / "history.sqlite")
+    store.record_run(RunMeasurements(RunRecord("r1", "2026-11-20", "completed", None, None, None, None), None, None, {}, [], {},
+                                     {"unet": "ok"}, {("unet", "val_iou"): 0.5, ("unet", "val_loss"): 0.7}))
+    asked = run_main("history", "tiny", "--results", tmp_path / "results", "--metric", "val_dice")
+    assert asked.returncode == 2 and "history --metric val_dice: no run in" in asked.stderr
+    assert "did you mean 'val_iou'? (choose one of val_iou, val_loss)" in asked.stderr
+    shown = run_main("history", "tiny", "--results", tmp_path / "results", "--metric", "val_iou", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)[0]["unet val_iou"] == 0.5
+
+
 WRITER = textwrap.dedent(
     """
     import sys

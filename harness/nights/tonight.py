@@ -26,7 +26,7 @@ import pandas as pd
 
 from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
-from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest
+from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.nights.regressions import Change, compare, metrics_added, models_added_or_removed
 from harness.nights.paired import paired_changes
@@ -383,8 +383,14 @@ def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> Hi
 
 
 def history_table(store: HistoryStore, metrics: list[str] | None = None) -> pd.DataFrame:
-    """One row per run; with races, a `spearman rung N (epoch E)` column per rung."""
-    table = history_pivot(store.table(), metrics or store.meta("watched") or None)
+    """One row per run; with races, a `spearman rung N (epoch E)` column per rung. A metric asked
+    for that no run recorded is refused with the recorded ones (it showed no column, silently)."""
+    history = store.table()
+    recorded = sorted(set(history["metric"].dropna())) if len(history) else []
+    for metric in (metrics or []) if recorded else []:  # an empty history has nothing to check against
+        if metric not in recorded:
+            raise ConfigError(f"history --metric {metric}: no run in {store.path} recorded it{did_you_mean(metric, recorded)}")
+    table = history_pivot(history, metrics or store.meta("watched") or None)
     race = store.race_table()
     if not len(race):
         return table
