@@ -304,3 +304,10 @@ def test_compare_says_whose_image_noise_one_seed_intervals_cover():
     assert "cover test-image noise only" in comparison_note(table((images_only("test"), 1), (seeds_and_images("val"), 3)))
     assert "cover validation-image or test-image noise only" in comparison_note(table((images_only("test"), 1), (images_only("val"), 1)))
     assert "one training seed" not in comparison_note(table((seeds_and_images("test"), 3)))
+    # A run still training (no summary yet: no repeats, no intervals) was called a one-seed run, with 3 seeds.
+    from harness.outputs.compare import FINISHED
+
+    running = pd.DataFrame([{"run": "r0", "model": "unet@1", "compared_on": "last evaluation so far: running at step 126/1800"},
+                            {"run": "r1", "model": "unet", "compared_on": FINISHED, "repeats": 3, "interval_covers": seeds_and_images("val")}])
+    note = comparison_note(running)
+    assert "one training seed" not in note and "Not finished, compared on each member's last evaluation so far (per member, no intervals): r0" in note

@@ -127,8 +127,11 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
             if pairs_tested else
             "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported "
             "(--pairs tests them, for runs scored on the same images).")
-    if (repeats <= 1).any():
-        note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[repeats.values <= 1])} "
+    # An unfinished run has no repeats column yet and no intervals at all (said below), whatever its seeds.
+    finished_run = (table["compared_on"] == FINISHED).to_numpy() if "compared_on" in table else True
+    one_seed = (repeats.to_numpy() <= 1) & finished_run
+    if one_seed.any():
+        note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
     unfinished = sorted(set(table.loc[table["compared_on"] != FINISHED, "run"])) if "compared_on" in table else []
     if unfinished:
