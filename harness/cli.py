@@ -432,13 +432,13 @@ def cmd_history(args) -> int:
         store.unpin()
         print("baseline removed")
     table = history_table(store, args.metric)
-    baseline = store.baseline()
+    baseline, name = store.baseline(), store.path.absolute().parent.name  # absolute: `history .` has a name too
     if args.json:
         keyed = table.assign(baseline=table["run_id"] == baseline)
-        keyed.insert(0, "name", store.path.absolute().parent.name)  # the keys `runs` and `compare` name a run by
+        keyed.insert(0, "name", name)  # the keys `runs` and `compare` name a run by
         print(keyed.to_json(orient="records"))
         return EXIT_OK
-    print_history(table, store.path.absolute().parent.name, baseline)
+    print_history(table, name, baseline)
     if args.csv:
         from harness.rundir import save_table_as
 

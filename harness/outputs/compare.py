@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
@@ -128,12 +129,12 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
             "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported "
             "(--pairs tests them, for runs scored on the same images).")
     # An unfinished run has no repeats column yet and no intervals at all (said below), whatever its seeds.
-    finished_run = (table["compared_on"] == FINISHED).to_numpy() if "compared_on" in table else True
+    finished_run = (table["compared_on"] == FINISHED).to_numpy() if "compared_on" in table else np.ones(len(table), bool)
     one_seed = (repeats.to_numpy() <= 1) & finished_run
     if one_seed.any():
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
-    unfinished = sorted(set(table.loc[table["compared_on"] != FINISHED, "run"])) if "compared_on" in table else []
+    unfinished = sorted(set(table.loc[~finished_run, "run"]))
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
                  " (see compared_on).")

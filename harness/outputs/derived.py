@@ -26,6 +26,7 @@ from harness.outputs.figures import FigureJob, curve_figures, summary_figures
 from harness.outputs.tables import base_model, load_losses
 from harness.rundir import FolderLock, RunDir, RunRecord
 
+
 def missing_score_tables(run: RunDir, record: RunRecord) -> list[str]:
     """The per-image score tables a run wrote that are gone: test_scores.csv of a run that scored
     its test split (run.json `test`); val_scores.csv of a run whose summary.csv has intervals

@@ -21,8 +21,8 @@ from harness.config.metrics import column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.scores import segmentation_scores
-from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
 from harness.errors import ConfigError
+from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
 from harness.outputs.tables import finished, read_table
 from harness.outputs.writers import VAL_SCORE_BASE, counts_of
 

@@ -155,5 +155,7 @@ class TrainedModels(dict):
 
 
 def _repeats_hint(name: str, names: list[str]) -> str | None:
-    seeds = [n for n in names if n.startswith(f"{name}@")]
+    from harness.config.naming import model_of
+
+    seeds = [n for n in names if n != name and model_of(n) == name]
     return f"{name}: trained with repeats, each seed's model is its own: {', '.join(seeds)}" if seeds else None
