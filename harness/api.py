@@ -12,7 +12,7 @@ from harness.outputs import pool
 __all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs"]
 
 
-def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
+def run(config: ExperimentConfig | str | Path | dict, overrides: str | list[str] | None = None, results_dir: str | Path | None = None):
     """Train every model of the experiment together; return a `RunResult` with
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
     from harness.training.preflight import before_tensorflow
@@ -29,7 +29,7 @@ def run(config: ExperimentConfig | str | Path, overrides: list[str] | None = Non
     return start_run(config, results, scan=scan)
 
 
-def plan(config: ExperimentConfig | str | Path, overrides: list[str] | None = None, results_dir: str | Path | None = None):
+def plan(config: ExperimentConfig | str | Path | dict, overrides: str | list[str] | None = None, results_dir: str | Path | None = None):
     """`harness plan`: each model measured alone (cached) and packed into groups, without
     training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
     results/<name>/plan.json."""
@@ -65,12 +65,12 @@ def load_run(run_dir: str | Path):
     return load_result(run, run.read_config())
 
 
-def nightly(config: ExperimentConfig | str | Path, results_dir: str | Path | None = None, night: str | None = None):
+def nightly(config: ExperimentConfig | str | Path | dict, results_dir: str | Path | None = None, night: str | None = None):
     """`harness nightly`: tonight's run, recorded and compared; returns a `NightlyResult`
     (`.changes`, `.regressions`, `.exit_code`, `.run_dir`)."""
     from harness.nights.tonight import run_nightly
 
-    code_dir = Path(config).resolve().parent if not isinstance(config, ExperimentConfig) else None
+    code_dir = Path(config).resolve().parent if isinstance(config, (str, Path)) else None
     if not isinstance(config, ExperimentConfig):
         config = load_config(config)
     pool.start(1)

@@ -30,13 +30,17 @@ class HarnessError(Exception):
     exit_code = EXIT_BUG
 
     def __init__(self, message: str, problems: list[str] | None = None):
+        self.headline = message
         self.problems = list(problems or [])
         super().__init__(message)
 
+    def __str__(self) -> str:
+        # The whole message, problems included: a traceback in a notebook or a script's
+        # `print(exc)` shows what the command line shows, not only the headline.
+        return self.render()
+
     def render(self) -> str:
-        lines = [str(self)]
-        lines += [f"  - {p}" for p in self.problems]
-        return "\n".join(lines)
+        return "\n".join([self.headline] + [f"  - {p}" for p in self.problems])
 
 
 class ConfigError(HarnessError):
@@ -111,7 +115,7 @@ class UserCodeError(ConfigError):
     its problems carry the user's traceback lines, indented under the problem they belong to."""
 
     def render(self) -> str:
-        return "\n".join([str(self)] + [f"    {p.strip()}" if p.startswith(" ") else f"  - {p}" for p in self.problems])
+        return "\n".join([self.headline] + [f"    {p.strip()}" if p.startswith(" ") else f"  - {p}" for p in self.problems])
 
 
 def user_frames(exc: BaseException) -> list[tuple[str, int, str, str]]:

@@ -244,3 +244,24 @@ def test_ranking_by_a_test_score_is_refused_with_the_validation_name_to_use():
     assert "output.rank_by: name the validation score, val_f1" in error.value.render()
     with_test = validate_config(tiny_config(data={"test_size": 8}, output={"rank_by": "val_f1"}))
     assert with_test.ranking_column() == "test_f1"
+
+
+def test_the_api_takes_a_dict_and_one_override_as_a_string(tmp_path):
+    """A notebook builds its config as a dict and passes one override as a plain string: both are
+    taken (the string once, not character by character), and the caller's dict is left as it was."""
+    raw = tiny_config()
+    config = load_config(raw, "train.epochs=7")
+    assert config.train.epochs == 7 and raw.get("train", {}).get("epochs") != 7
+    assert load_config(write_yaml(tmp_path / "c.yaml", raw), "train.epochs=3").train.epochs == 3
+    with pytest.raises(ConfigError, match="a YAML file's path or a dict of its keys, not a list"):
+        load_config([raw])
+
+
+def test_a_config_error_prints_its_problems_not_only_its_headline():
+    """`str(error)`, what a notebook's traceback and `print(error)` show, holds every problem as
+    the command line prints them."""
+    with pytest.raises(ConfigError) as info:
+        validate_config({"name": "x", "models": [{"name": "a", "arch": "tiny_fnc"}], "train": {"epohcs": 2}})
+    text = str(info.value)
+    assert text == info.value.render() and len(info.value.problems) == 2
+    assert "tiny_fnc" in text and "epohcs" in text

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,11 +22,17 @@ from harness.errors import ConfigError, did_you_mean
 # Loading
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML experiment, apply `key.path=value` overrides and validate it all at once."""
-    raw = _read_yaml(Path(path))
+def load_config(path: str | Path | Mapping[str, Any], overrides: str | list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML experiment (or take its mapping as a dict, as a notebook builds it), apply
+    `key.path=value` overrides (one string or a list of them) and validate it all at once."""
+    if isinstance(path, Mapping):
+        raw, path = copy.deepcopy(dict(path)), "the config given as a dict"  # the caller's dict is left as it was
+    elif isinstance(path, (str, Path)):
+        raw = _read_yaml(Path(path))
+    else:
+        raise ConfigError(f"a config is a YAML file's path or a dict of its keys, not a {type(path).__name__}")
     problems: list[str] = []
-    for override in overrides or []:
+    for override in [overrides] if isinstance(overrides, str) else overrides or []:
         try:
             apply_override(raw, override)
         except ConfigError as exc:

@@ -30,7 +30,7 @@ def paired_changes(earlier_dir: str | None, earlier_id: str, tonight: Path, thre
         try:
             pairs = cross_run_pairs([Path(earlier_dir), tonight], metric, same_model=True).pairs
         except ConfigError as exc:
-            why = "; ".join([str(exc).removeprefix("compare --pairs: ").rstrip(":"), *exc.problems])
+            why = "; ".join([exc.headline.removeprefix("compare --pairs: ").rstrip(":"), *exc.problems])
             notes.append(f"{metric} not paired with {earlier_id} ({why}); judged by tonight's interval alone")
             continue
         for row in pairs.itertuples(index=False):  # a is then, b tonight: tonight - then is -(a - b)
