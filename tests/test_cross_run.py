@@ -147,6 +147,8 @@ def test_pairs_need_two_distinct_finished_runs(results, tmp_path):
     one = run_of(results, "one")
     assert "give two run directories" in run_main("compare", one, "--pairs").stderr
     assert "is given twice" in run_main("compare", one, one, "--pairs").stderr
+    twice = run_main("compare", one, f"{one}/")  # the plain table too: one run's models listed with themselves otherwise
+    assert twice.returncode == 2 and f"compare: {one} is given twice; each run's models" in twice.stderr and twice.stdout == ""
     unfinished = copy_of(one, tmp_path)
     (unfinished / "summary.csv").unlink()
     refused = run_main("compare", one, unfinished, "--pairs")

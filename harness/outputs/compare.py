@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, beside_runs, runs_held, save_table_as
+from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
 from rich.markup import escape
 
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better
@@ -56,6 +56,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     """One row per model of each run: a finished run's summary.csv; a run without one (interrupted,
     failed, still training) compared on what it has, each member's last evaluation in losses.csv,
     and `compared_on` says so."""
+    given_once(run_dirs, "compare", "each run's models are listed once")
     frames, problems = [], []
     for run_dir in run_dirs:
         run = RunDir(Path(run_dir))

@@ -38,7 +38,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
-from harness.rundir import RunDir, runs_held
+from harness.rundir import RunDir, given_once, runs_held
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
@@ -107,12 +107,7 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
 def _distinct(run_dirs: list[Path]) -> list[Path]:
     if len(run_dirs) < 2:
         raise ConfigError("compare --pairs compares models of different runs: give two run directories or more")
-    seen: dict[Path, Path] = {}
-    for d in run_dirs:
-        resolved = Path(d).resolve()
-        if resolved in seen:
-            raise ConfigError(f"compare --pairs: {d} is given twice (as {seen[resolved]}); a run's own pairs are in its pairs.csv")
-        seen[resolved] = Path(d)
+    given_once(run_dirs, "compare --pairs", "a run's own pairs are in its pairs.csv")
     return list(run_dirs)
 
 

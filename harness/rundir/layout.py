@@ -171,6 +171,18 @@ def beside_runs(path: Path) -> str:
     return f"; it lies in the experiment's folder beside its {len(runs)} run(s) ({path.parent / '2*'} names only the runs)" if runs else ""
 
 
+def given_once(run_dirs: list[Path], command: str, why: str) -> None:
+    """Refuse a run named twice on one command line (`run` and `run/`, a path and a symlink to it,
+    globs that overlap): its models would be listed, or paired, with themselves."""
+    seen: dict[Path, Path] = {}
+    for run_dir in run_dirs:
+        resolved = Path(run_dir).resolve()
+        if resolved in seen:
+            alias = "" if Path(run_dir) == seen[resolved] else f" (as {seen[resolved]})"
+            raise ConfigError(f"{command}: {run_dir} is given twice{alias}; {why}")
+        seen[resolved] = Path(run_dir)
+
+
 def new_run_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
 
