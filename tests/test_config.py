@@ -65,6 +65,23 @@ def test_duplicate_model_names():
     assert "unique" in problem and "fcn" in problem
 
 
+def test_model_names_that_differ_only_in_case_are_refused_but_an_existing_run_stays_readable():
+    """`Unet` and `unet` would share one folder (models/, tb/) on macOS and Windows; a run's own
+    config.yaml made before the check is still read (resume, report)."""
+    raw = tiny_config()
+    raw["models"][1]["name"] = raw["models"][0]["name"].upper()
+    (problem,) = problems_of(raw)
+    assert "differ in more than case" in problem and f"{raw['models'][0]['name']} and {raw['models'][1]['name']}" in problem
+    assert [m.name for m in validate_config(raw, accepted=True).models][:2] == [raw["models"][0]["name"], raw["models"][1]["name"]]
+
+
+def test_a_bad_name_is_told_in_words_with_the_reserved_at_sign():
+    raw = tiny_config()
+    raw["models"][0]["name"] = "unet@2"
+    (problem,) = problems_of(raw)
+    assert "a name is letters, digits" in problem and "'@' is kept for the seeds of train.repeats" in problem and "pattern" not in problem
+
+
 def test_unknown_arch_lists_choices_with_hint():
     raw = tiny_config()
     raw["models"][0]["arch"] = "Unet3"

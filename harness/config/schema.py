@@ -21,11 +21,13 @@ from harness.config.consistency import combination_problems, sized_problems
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
-from harness.config.recipes import EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
+from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
 from harness.config.losses import parse_loss
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+NAME_RULE = ("a name is letters, digits, '_', '.' and '-', starting with a letter or digit (it names folders and "
+             "files; '@' is kept for the seeds of train.repeats: unet@2)")
 __all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
 
 
@@ -311,11 +313,19 @@ class ExperimentConfig(Strict):
 
     @field_validator("models")
     @classmethod
-    def _unique_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
+    def _unique_names(cls, models: list[ModelSpec], info: ValidationInfo) -> list[ModelSpec]:
         seen: set[str] = set()
         dupes = [m.name for m in models if m.name in seen or seen.add(m.name)]
         if dupes:
             raise ValueError(f"model names must be unique; repeated: {', '.join(sorted(set(dupes)))}")
+        # Each name is a folder (models/, tb/, checkpoints): on macOS and Windows, whose file systems
+        # ignore case, `Unet` and `unet` would be one folder and one model's files would overwrite the other's.
+        by_case: dict[str, list[str]] = {}
+        for m in models:
+            by_case.setdefault(m.name.lower(), []).append(m.name)
+        clashes = [" and ".join(names) for names in by_case.values() if len(names) > 1]
+        if clashes and not (info.context or {}).get(ACCEPTED):  # a run made before this check stays readable where it ran
+            raise ValueError(f"model names must differ in more than case (each names a folder, and macOS and Windows ignore case): {'; '.join(clashes)}")
         return models
 
     @model_validator(mode="after")
