@@ -46,6 +46,15 @@ def small_convnet(input_shape, classes, activation, width: int = 4):
 small_convnet.input_multiple = 2
 
 
+def logits(input_shape, classes, activation, softmax_classes: int = 0):
+    """A model that forgot the activation it was given: logits where probabilities are due (or,
+    with softmax_classes, sigmoids where class probabilities should sum to 1)."""
+    inputs = keras.Input(input_shape)
+    x = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.Conv2D(classes, 1)(x)
+    return keras.Model(inputs, keras.layers.Activation("sigmoid")(x) if softmax_classes else x)
+
+
 def raises_on_build(input_shape, classes, activation):
     """A factory with a bug of its user's: it raises while building."""
     widths = {"narrow": 2}

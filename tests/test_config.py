@@ -80,6 +80,10 @@ def test_a_bad_name_is_told_in_words_with_the_reserved_at_sign():
     raw["models"][0]["name"] = "unet@2"
     (problem,) = problems_of(raw)
     assert "a name is letters, digits" in problem and "'@' is kept for the seeds of train.repeats" in problem and "pattern" not in problem
+    raw = tiny_config()
+    raw["models"][0]["kind"] = "kinds/mine.py:Kind"
+    (problem,) = problems_of(raw)
+    assert "a kind is supervised, gan, autoencoder, or a class of your own as package.module:Class" in problem and "pattern" not in problem
 
 
 def test_unknown_arch_lists_choices_with_hint():

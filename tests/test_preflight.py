@@ -81,3 +81,28 @@ def test_resuming_a_locked_run_is_refused_before_tensorflow(tmp_path):
 def test_resuming_a_folder_that_is_not_a_run_is_refused_before_tensorflow(tmp_path):
     result = run_cli("resume", tmp_path, env=no_tensorflow(tmp_path))
     assert result.returncode == 2 and "is not a run directory (no run.json)" in result.stderr, result.stderr
+
+
+def test_a_module_named_by_its_file_or_left_in_the_current_folder_gets_the_fix(tmp_path, monkeypatch):
+    """The two slips behind most "cannot find module" messages: `mymodels.py:net` (a file's name
+    where a module's is due) and a `mymodels.py` beside the user, which the `harness` command,
+    unlike `python -m harness`, does not import from."""
+    from harness.config.loading import validate_config
+    from harness.errors import ConfigError
+    from harness.training.preflight import _where_to_look, check_module_paths
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mymodels.py").write_text("")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    assert _where_to_look("mymodels", "mymodels:net").startswith("mymodels.py is in the current folder")
+    assert "PYTHONPATH=. harness" in _where_to_look("mymodels", "mymodels:net")
+    assert _where_to_look("pkg.nets", "pkg.nets:net").startswith("is its folder on PYTHONPATH")  # pkg/nets.py is not there
+    assert _where_to_look("pkg", "pkg:net").startswith("pkg/ is in the current folder")
+    config = validate_config(tiny_config(models=[{"name": "mine", "arch": "mymodels.py:net"}]))
+    try:
+        check_module_paths(config)
+    except ConfigError as refused:
+        assert "name the module, not its file: mymodels:net" in str(refused)
+    else:
+        raise AssertionError("a file's name as a module was not refused")

@@ -38,6 +38,20 @@ def test_a_model_whose_output_is_half_the_mask_is_refused_with_both_shapes_befor
     assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
 
 
+def test_a_model_that_returns_logits_or_unnormalised_classes_is_refused_before_tracing(tmp_path):
+    """Logits where probabilities are due were clipped by the losses: the model trained on flat
+    gradients, scored 0 and nothing said why."""
+    result, results = _run(tmp_path, [{"name": "raw", "arch": "factories:logits"}, {"name": "fcn", "arch": "tiny_fcn"}])
+    assert result.returncode == 2, result.stderr
+    assert "models.0(raw): factories:logits returns values from -" in result.stderr and "probabilities in [0, 1]" in result.stderr
+    assert "the activation the factory is given ('sigmoid' here)" in result.stderr and "fcn" not in result.stderr.split("failed")[-1]
+    three = tiny_config(models=[{"name": "sig", "arch": "factories:logits", "options": {"softmax_classes": 3}}])
+    three["data"]["classes"] = 3
+    result = run_main("run", write_yaml(tmp_path / "k.yaml", three), "--results", results)
+    assert result.returncode == 2 and "do not sum to 1 per pixel" in result.stderr and "('softmax')" in result.stderr
+    assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
+
+
 def test_a_subclassed_model_trains_and_is_counted_timed_and_exported(tmp_path):
     """A keras.Model subclass has no variables until called: harness builds it before counting its
     parameters, making its optimizer's slots and tracing the step (a subclassed model used to stop

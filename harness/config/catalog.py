@@ -63,7 +63,7 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
             problems.append(f"built-in model {arch!r} takes only the options {sorted(allowed)}, not {sorted(unknown)}")
         return problems
     if is_factory(arch):
-        return [] if FACTORY_PATTERN.match(arch) else [f"factory {arch!r} must look like package.module:function"]
+        return [] if FACTORY_PATTERN.match(arch) else [f"factory {arch!r} must look like package.module:function (a module's name, not its file's)"]
     return [f"unknown arch {arch!r}{did_you_mean(arch, ALL_ARCHS)}, or a factory 'package.module:function'"]
 
 

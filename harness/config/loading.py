@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.config.recipes import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
-from harness.config.schema import NAME_PATTERN, NAME_RULE, ExperimentConfig
+from harness.config.schema import PATTERN_RULES, ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
 
 # ---------------------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
     if kind == "missing":
         return f"{where}: required key is missing"
     message = re.sub(r"^(Value error|Assertion failed), ", "", err["msg"])
-    if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
-        message = NAME_RULE  # the rule in words, not its regular expression
+    if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_RULES:
+        message = PATTERN_RULES[err["ctx"]["pattern"]]
     if not loc:  # a check of the whole config: each line names its own keys, one problem a line
         return message
     got = err.get("input")

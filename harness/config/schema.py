@@ -64,6 +64,11 @@ class GanSpec(Strict):
 
 
 KIND_PATTERN = r"^(supervised|gan|autoencoder|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$"
+# What a value that misses a pattern is told, in words (config/loading.py): not the regular expression.
+PATTERN_RULES = {
+    NAME_PATTERN: NAME_RULE,
+    KIND_PATTERN: "a kind is supervised, gan, autoencoder, or a class of your own as package.module:Class (a module's name, not its file's)",
+}
 
 
 class ModelSpec(Strict):

@@ -86,7 +86,7 @@ def _try_one(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
     except Exception as exc:  # anything the user's code raises is theirs to see
         return [f"{where}: {code} raised {type(exc).__name__}: {exc}", *user_traceback(exc)]
     if spec.predicts_masks and member.task == "segmentation":
-        return _shape_problems(where, code, member.model, config)
+        return _shape_problems(where, code, member.model, config) or _range_problems(where, code, member.model, spec, config)
     return []
 
 
@@ -106,4 +106,30 @@ def _shape_problems(where: str, code: str, model, config: ExperimentConfig) -> l
     if len(got) != 4 or any(e is not None and g != e for g, e in zip(got, expected)):
         return [f"{where}: {code} returns a model whose output has shape {got}, but the masks have shape {expected} "
                 f"(batch, height, width, data.classes): its output must be the size of its input, one channel per class"]
+    return []
+
+
+def _range_problems(where: str, code: str, model, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
+    """harness's losses and scores take per-pixel probabilities (docs/members.md). A factory that
+    leaves out the activation it is given returns logits, which the losses clip: such a model
+    trains on flat gradients and scores near 0 without a word. One forward pass on an image of
+    uniform noise (inference mode) shows it. A kind of the user's own scores its model its own way
+    and is not checked; a model whose outputs happen to fall inside [0, 1] passes (no false alarm)."""
+    if spec.kind not in BUILTIN_KINDS:
+        return []
+    import numpy as np
+
+    image = np.random.default_rng(0).uniform(size=(1, *config.data.input_shape)).astype("float32")
+    try:
+        out = np.asarray(model(image, training=False), dtype="float64")
+    except Exception:  # a model that cannot run eagerly on one image: the step's trace will tell
+        return []
+    low, high = float(np.nanmin(out)), float(np.nanmax(out))
+    activation = zoo.output_activation(config.data.classes)
+    if not np.isfinite(out).all() or low < -1e-6 or high > 1 + 1e-6:
+        return [f"{where}: {code} returns values from {low:.4g} to {high:.4g} on an image of noise, but harness's losses and "
+                f"scores take probabilities in [0, 1]: end the model with the activation the factory is given ({activation!r} here)"]
+    if config.data.classes > 1 and (drift := float(np.abs(out.sum(axis=-1) - 1).max())) > 1e-3:
+        return [f"{where}: {code} returns class probabilities that do not sum to 1 per pixel (off by up to {drift:.3g}): "
+                f"with data.classes {config.data.classes}, end the model with the activation the factory is given ('softmax')"]
     return []

@@ -52,10 +52,22 @@ def check_module_paths(config: ExperimentConfig) -> None:
             else:
                 why = ""
             if found is None:
-                problems.append(f"models.{i}({spec.name}).{field}: cannot find module {module!r} for {path!r}{why} "
-                                f"(is its folder on PYTHONPATH? running from {Path.cwd()})")
+                problems.append(f"models.{i}({spec.name}).{field}: cannot find module {module!r} for {path!r}{why} ({_where_to_look(module, path)})")
     if problems:
         raise ConfigError("the code this config names cannot be found:", problems)
+
+
+def _where_to_look(module: str, path: str) -> str:
+    """The likely slip behind a module that cannot be found: a file's name where a module's is
+    due, or a module beside the user that the `harness` command (unlike `python -m`) does not
+    import from the current folder."""
+    if module.endswith(".py"):  # a path with '/' in it is refused by the config's own check
+        return f"name the module, not its file: {module.removesuffix('.py')}:{path.partition(':')[2]}, with its folder on PYTHONPATH"
+    here = Path.cwd() / module.replace(".", "/")
+    if here.with_suffix(".py").is_file() or (here / "__init__.py").is_file():
+        return (f"{here.relative_to(Path.cwd())}{'.py' if here.with_suffix('.py').is_file() else '/'} is in the current folder, "
+                f"which the harness command does not import from: run PYTHONPATH=. harness ..., or python -m harness ...")
+    return f"is its folder on PYTHONPATH? running from {Path.cwd()}"
 
 
 def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multiple: int, say: bool = True):
