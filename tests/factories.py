@@ -55,6 +55,12 @@ def logits(input_shape, classes, activation, softmax_classes: int = 0):
     return keras.Model(inputs, keras.layers.Activation("sigmoid")(x) if softmax_classes else x)
 
 
+def one_channel(input_shape, classes, activation):
+    """A model built for grey images whatever the data's channels: its input ignores input_shape."""
+    inputs = keras.Input((*input_shape[:2], 1))
+    return keras.Model(inputs, keras.layers.Conv2D(classes, 1, activation=activation)(inputs))
+
+
 def raises_on_build(input_shape, classes, activation):
     """A factory with a bug of its user's: it raises while building."""
     widths = {"narrow": 2}

@@ -52,6 +52,14 @@ def test_a_model_that_returns_logits_or_unnormalised_classes_is_refused_before_t
     assert "compiling" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
 
 
+def test_a_model_whose_input_is_not_the_images_is_refused_before_tracing(tmp_path):
+    """It stopped the first trace with Keras's "incompatible with the layer", reported as a bug in harness (exit 1)."""
+    result, results = _run(tmp_path, [{"name": "grey", "arch": "factories:one_channel"}])
+    assert result.returncode == 2, result.stderr
+    assert "models.0(grey): factories:one_channel returns a model that takes images of shape (None, 16, 16, 1), but the images have shape (None, 16, 16, 3)" in result.stderr
+    assert "bug in harness" not in result.stderr and not (results.exists() and any(results.rglob("run.json")))
+
+
 def test_a_subclassed_model_trains_and_is_counted_timed_and_exported(tmp_path):
     """A keras.Model subclass has no variables until called: harness builds it before counting its
     parameters, making its optimizer's slots and tracing the step (a subclassed model used to stop

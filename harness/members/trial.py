@@ -94,6 +94,11 @@ def _shape_problems(where: str, code: str, model, config: ExperimentConfig) -> l
     """The model must map (batch, H, W, channels) images to (batch, H, W, classes) masks."""
     height, width = config.data.image_size
     expected = (None, height, width, config.data.classes)
+    images = (None, *config.data.input_shape)
+    takes = getattr(model, "input_shape", None) if model.built else None  # a functional model's; a subclassed one takes what it is given
+    if isinstance(takes, tuple) and (len(takes) != 4 or any(t is not None and t != i for t, i in zip(takes, images))):
+        return [f"{where}: {code} returns a model that takes images of shape {takes}, but the images have shape {images} "
+                f"(batch, height, width, data.channels): build its input from the input_shape the factory is given"]
     try:
         got = tuple(model.output_shape)
     except (AttributeError, RuntimeError):  # a subclassed model: its `call` traced on a symbolic batch
@@ -122,8 +127,8 @@ def _range_problems(where: str, code: str, model, spec: ModelSpec, config: Exper
     image = np.random.default_rng(0).uniform(size=(1, *config.data.input_shape)).astype("float32")
     try:
         out = np.asarray(model(image, training=False), dtype="float64")
-    except Exception:  # a model that cannot run eagerly on one image: the step's trace will tell
-        return []
+    except Exception as exc:  # its shapes fit, yet one image of the data's shape does not go through: the user's to see
+        return [f"{where}: {code} returns a model that fails on one image of shape {image.shape}: {what_was_raised(exc)}", *user_traceback(exc)]
     low, high = float(np.nanmin(out)), float(np.nanmax(out))
     activation = zoo.output_activation(config.data.classes)
     if not np.isfinite(out).all() or low < -1e-6 or high > 1 + 1e-6:
