@@ -286,3 +286,15 @@ def test_a_config_error_prints_its_problems_not_only_its_headline():
     text = str(info.value)
     assert text == info.value.render() and len(info.value.problems) == 2
     assert "tiny_fnc" in text and "epohcs" in text
+
+
+def test_cce_on_a_binary_mask_is_refused_but_an_existing_run_stays_readable():
+    """With one class cce counts only the foreground pixels: a model marking every pixel foreground
+    scores 0 loss. It trained without a word before."""
+    raw = tiny_config()
+    raw["models"][0]["loss"] = "cce+dice"
+    (problem,) = problems_of(raw)
+    assert problem.startswith(f"models.{raw['models'][0]['name']}.loss: cce (categorical cross-entropy) needs data.classes 2 or more")
+    assert validate_config(raw, accepted=True).models[0].loss == "cce+dice"
+    raw["data"]["classes"] = 3
+    assert validate_config(raw).models[0].loss == "cce+dice"

@@ -7,6 +7,7 @@ refuse."""
 
 from __future__ import annotations
 
+from harness.config.losses import parse_loss
 from harness.config.metrics import SPLIT_WORDS, split_column
 
 
@@ -35,6 +36,21 @@ def combination_problems(config) -> list[str]:
                 "would split them into groups. Remove one or the other"
             )
     return problems
+
+
+def loss_problems(config) -> list[str]:
+    """A loss that cannot teach the task it is given. `cce` sums -y log p over the classes: with
+    data.classes 1 (one sigmoid channel) only the foreground pixels count, and predicting foreground
+    everywhere drives it to 0."""
+    if config.data.classes != 1:
+        return []
+    named = [(f"models.{m.name}.loss", m.loss) for m in config.models if m.kind == "supervised" and m.loss]
+    named += [("output.compare_loss", config.output.compare_loss)] if config.output.compare_loss else []
+    wrong = [where for where, loss in named if "cce" in {name for _, name in parse_loss(loss)}]
+    if not wrong:
+        return []
+    return [f"{', '.join(wrong)}: cce (categorical cross-entropy) needs data.classes 2 or more; with one class (a binary mask, "
+            "one sigmoid channel) it counts only the foreground pixels and is 0 for a model that marks every pixel foreground: use bce"]
 
 
 def sized_problems(config) -> list[str]:

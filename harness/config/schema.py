@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
-from harness.config.consistency import combination_problems, sized_problems
+from harness.config.consistency import combination_problems, loss_problems, sized_problems
 from harness.config.catalog import check_input_size, check_spec, input_multiple
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
@@ -343,7 +343,7 @@ class ExperimentConfig(Strict):
         return self
 
     @model_validator(mode="after")
-    def _resolve(self) -> "ExperimentConfig":
+    def _resolve(self, info: ValidationInfo) -> "ExperimentConfig":
         multiples = {name: (arch, input_multiple(arch, options)) for name, arch, options in self.networks()}
         size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size)
         if size_problems:
@@ -360,7 +360,7 @@ class ExperimentConfig(Strict):
             for m in self.models
         ]
         object.__setattr__(self, "models", filled)
-        problems = combination_problems(self)
+        problems = combination_problems(self) + ([] if (info.context or {}).get(ACCEPTED) else loss_problems(self))
         if self.data.source == "synthetic":  # sizes known now; real data is checked after its scan
             problems += sized_problems(self)
         if problems:
