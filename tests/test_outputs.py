@@ -176,6 +176,21 @@ def test_interval_is_a_student_t_interval_widened_by_image_noise():
 
 
 @pytest.mark.slow
+def test_a_splits_iou_and_f1_are_pooled_over_its_images_as_the_docs_say(repeated):
+    """docs/comparing.md, "What the scores are": intersections and unions summed over the images,
+    then divided; not the mean of the per-image rows."""
+    result, _ = repeated
+    scores = pd.read_csv(result.run_dir / "val_scores.csv")
+    last = scores[scores["step"] == scores["step"].max()].groupby("model")[["intersection", "predicted", "truth", "iou"]].agg(
+        {"intersection": "sum", "predicted": "sum", "truth": "sum", "iou": "mean"})
+    members = pd.read_csv(result.run_dir / "summary_members.csv").set_index("model")
+    pooled = last["intersection"] / (last["predicted"] + last["truth"] - last["intersection"])
+    assert np.allclose(members.loc[last.index, "val_iou"], pooled, rtol=0, atol=1e-9)
+    assert np.allclose(members.loc[last.index, "val_f1"], 2 * last["intersection"] / (last["predicted"] + last["truth"]), rtol=0, atol=1e-9)
+    assert not np.allclose(pooled, last["iou"], rtol=0, atol=1e-6)  # the mean of per-image IoUs is another number
+
+
+@pytest.mark.slow
 def test_pairs_compare_losses_on_the_same_batches(repeated):
     result, _ = repeated
     pairs = pd.read_csv(result.run_dir / "pairs.csv")
