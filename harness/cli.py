@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug, report_user_code, user_traceback
 from harness.outputs import pool
+from harness.outputs.stdout import ReaderMayLeave
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,12 +56,11 @@ OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")  # KEY.PATH=VALUE
 
 
 def command() -> None:
-    """The `harness` command (and `python -m harness`): main(), then out at once. Every file a
-    command writes is complete when main() returns (atomic writes, closed writers); what the
-    interpreter would do after that (tearing down TensorFlow's runtime, its thread pools and every
-    traced function, module by module) took seconds after the last line, which a user and a nightly
-    job's wall time would wait for. So: flush, stop a Ray instance this process started (its
-    processes would outlive an abrupt exit), and leave."""
+    """The `harness` command (and `python -m harness`): main(), then out at once. Every file is
+    complete when main() returns; the interpreter's teardown of TensorFlow took seconds after the
+    last line, which a user and a nightly job would wait for. So: flush, stop a Ray instance this
+    process started (its processes would outlive an abrupt exit), and leave."""
+    sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout), ReaderMayLeave(sys.stderr)  # `| head -1`: the command finishes, with its own code
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -132,6 +132,21 @@ def test_runs_and_compare_import_no_tensorflow(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_a_reader_that_stops_reading_leaves_the_commands_own_exit_code():
+    """`harness models | head -1`: the reader closes the pipe before the command has printed. rich
+    answered the broken pipe with SystemExit(1), the contract's code for a bug in harness, and a
+    command stopped wherever it was printing; it now finishes with its own code and says nothing."""
+    import subprocess
+    import sys
+
+    from conftest import cli_environment
+
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "models"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cli_environment(None))
+    proc.stdout.close()  # gone before the command's first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0 and err == "", err
+
+
 @pytest.mark.parametrize("command", ["report", "resume", "compare"])
 def test_a_folder_that_is_not_a_run_is_named_with_the_runs_it_holds_or_as_missing(tmp_path, command):
     experiment = tmp_path / "results" / "smoke"
