@@ -335,14 +335,14 @@ def cmd_compare(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from harness.outputs.derived import rebuild
-
-    pool.start()
-
+    from harness.outputs.derived import rebuild, unfinished_note
     from harness.rundir import RunDir
 
+    pool.start()
     summary = rebuild(args.run_dir)
     _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)
+    if note := unfinished_note(args.run_dir):
+        print(note)
     print(f"report: {args.run_dir / 'report.html'}")
     return EXIT_OK
 

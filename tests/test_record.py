@@ -41,3 +41,17 @@ def test_a_run_json_harness_cannot_read_names_the_file(tmp_path):
     run.run_json.write_text(json.dumps({"status": "exploded"}))
     with pytest.raises(ConfigError, match="run.json"):
         run.read_record()
+
+
+def test_report_of_a_run_that_did_not_complete_says_so_and_what_to_do(tmp_path):
+    """`harness report` of a run interrupted before its first evaluation printed a ranking of
+    dashes and nothing about why."""
+    from harness.outputs.derived import unfinished_note
+
+    run = RunDir(tmp_path)
+    run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.INTERRUPTED, total_steps=40, steps_done=4))
+    assert unfinished_note(tmp_path) == f"This run is interrupted at step 4 of 40: the report holds what it had by then; harness resume {tmp_path} continues it."
+    run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.FAILED, total_steps=40, steps_done=12, error="disk full: /x\nmore"))
+    assert unfinished_note(tmp_path).endswith("failed at step 12 of 40: the report holds what it had by then; run.json says why (disk full: /x).")
+    run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.COMPLETED, total_steps=40, steps_done=40))
+    assert unfinished_note(tmp_path) is None

@@ -24,7 +24,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.outputs import pool
 from harness.outputs.figures import FigureJob, curve_figures, summary_figures
 from harness.outputs.tables import base_model, load_losses
-from harness.rundir import FolderLock, RunDir, RunRecord
+from harness.rundir import FolderLock, RunDir, RunRecord, RunStatus
 
 
 def missing_score_tables(run: RunDir, record: RunRecord) -> list[str]:
@@ -177,6 +177,18 @@ def load_exported_model(path: Path):
             f"{path} cannot be loaded safely (it needs code that a model file may not run, or is damaged): "
             f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         ) from None
+
+
+def unfinished_note(run_dir: Path) -> str | None:
+    """For `harness report` of a run that did not complete: the table just printed is what it had
+    (a run stopped before its first evaluation has no scores at all), and what to do next."""
+    record = RunDir(Path(run_dir)).read_record()
+    if record.status == RunStatus.COMPLETED:
+        return None
+    where = f"at step {record.steps_done} of {record.total_steps}" if record.total_steps else f"after {record.steps_done} step(s)"
+    then = (f"run.json says why ({record.error.splitlines()[0][:200]})" if record.status == RunStatus.FAILED and record.error
+            else f"harness resume {run_dir} continues it")
+    return f"This run is {record.status} {where}: the report holds what it had by then; {then}."
 
 
 def rebuild(run_dir: Path) -> pd.DataFrame:
