@@ -362,7 +362,7 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from harness.bench.bench import run_bench, run_bench_processes
+    from harness.bench.bench import bench_text, run_bench, run_bench_processes
 
     suite = "tiny" if args.tiny else args.suite
     if args.processes < 1:
@@ -371,7 +371,7 @@ def cmd_bench(args) -> int:
         table = run_bench_processes(suite, args.out, args.processes, args.rounds, args.steps, args.gpu, args.section)
     else:
         table = run_bench(suite, args.out, args.rounds, args.steps, args.gpu, args.section)
-    print(table.to_string(index=False))
+    print(bench_text(table))
     return EXIT_OK
 
 

@@ -57,7 +57,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     accuracy = scale[scale.index.str.startswith("plan accuracy")]
     assert len(accuracy) == 2 and (accuracy["predicted_mb"] > 0).all() and (accuracy["measured_mb"] > 0).all()
     assert (day / "bench.png").exists() and (day / "bench_ratios.png").exists()
-    assert "loop" in result.stdout
+    assert "== loop ==" in result.stdout and f"bench.csv and its plots: {day}" in result.stdout
 
 
 def test_processes_are_merged_by_median_and_every_process_is_kept(tmp_path):
@@ -118,3 +118,19 @@ def test_the_fixed_section_times_each_phase_of_a_whole_command_against_the_hand_
         assert table.loc[phase, "hand_loop_s"] > 0, phase
     end_to_end = table.loc["end to end"]
     assert end_to_end["ratio"] == round(end_to_end["harness_s"] / end_to_end["hand_loop_s"], 3)
+
+
+def test_the_printed_bench_is_one_table_per_section_with_only_its_own_columns():
+    """bench.csv is one table of every section's columns; printed whole it was about 40 columns of
+    NaN a row, too wide for any terminal."""
+    from harness.bench.bench import bench_text
+
+    table = pd.DataFrame([{"section": "loop", "contender": "hand_loop", "ratio": 1.0, "trace_s": 1.58, "goal": None},
+                          {"section": "loop", "contender": "harness_k1", "ratio": 0.88694, "trace_s": 1.65, "goal": "ratio <= 1.02"},
+                          {"section": "memory", "contender": "N=1", "rss_mb": 641.6}])
+    table.attrs["folder"] = "/out/2026-11-27"
+    text = bench_text(table)
+    loop, memory, where = text.split("\n\n")
+    assert loop.splitlines()[0] == "== loop ==" and "rss_mb" not in loop and "0.8869" in loop and loop.splitlines()[2].rstrip().endswith(" -")
+    assert memory.splitlines()[0] == "== memory ==" and "trace_s" not in memory and "goal" not in memory and "641.6" in memory
+    assert where == "bench.csv and its plots: /out/2026-11-27"

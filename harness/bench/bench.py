@@ -110,7 +110,22 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
         pd.concat(tables, ignore_index=True).to_csv(folder / "bench.csv", index=False)  # keep partial results
     table = pd.concat(tables, ignore_index=True)
     _save_plots(table, folder)
+    table.attrs["folder"] = str(folder)
     return table
+
+
+def bench_text(table: pd.DataFrame) -> str:
+    """What `harness bench` prints: one small table per section with the columns it filled (bench.csv
+    holds every section in one table of about 40 columns, nearly all empty on any one row), then
+    where the files are."""
+    parts = []
+    for section, rows in table.groupby("section", sort=False):
+        rows = rows.drop(columns="section").dropna(axis=1, how="all")
+        text = rows.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
+        parts.append(f"== {section} ==\n{text}")
+    if folder := table.attrs.get("folder"):
+        parts.append(f"bench.csv and its plots: {folder}")
+    return "\n\n".join(parts)
 
 
 def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, gpu: bool) -> tuple[dict, dict]:
@@ -181,6 +196,7 @@ def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int |
     table = merge_processes(every)
     table.to_csv(folder / "bench.csv", index=False)
     _save_plots(table, folder)
+    table.attrs["folder"] = str(folder)
     return table
 
 
