@@ -298,3 +298,15 @@ def test_cce_on_a_binary_mask_is_refused_but_an_existing_run_stays_readable():
     assert validate_config(raw, accepted=True).models[0].loss == "cce+dice"
     raw["data"]["classes"] = 3
     assert validate_config(raw).models[0].loss == "cce+dice"
+
+
+def test_a_section_in_another_shape_is_told_the_shape_to_write():
+    """`models` as a mapping of names, a model as a bare name, an optimizer as its name: pydantic
+    said "Input should be a valid list" and "a valid dictionary or instance of ModelSpec"."""
+    assert problems_of({"name": "x", "models": {"unet": {"arch": "tiny_unet"}}}) == [
+        "models: a list of entries, each with its name inside: `- {name: unet, arch: tiny_unet}`, not a mapping from names"]
+    assert problems_of({"name": "x", "models": ["tiny_fcn"]}) == [
+        "models.0: an entry is a mapping with at least a name and an arch, e.g. `{name: tiny_fcn, arch: tiny_fcn}` (got 'tiny_fcn')"]
+    (problem,) = problems_of(tiny_config(train={"optimizer": "adam"}))
+    assert problem == "train.optimizer: a mapping of keys (key: value) is expected here (got 'adam'; did you mean {name: adam}?)"
+    assert not any("ModelSpec" in p or "instance of" in p for p in problems_of(tiny_config(placement={"ray": 3})))

@@ -207,6 +207,22 @@ def _loc_name(loc: tuple, raw: Any) -> str:
     return ".".join(parts) or "(top level)"
 
 
+def _shape_hint(loc: tuple, kind: str, got: Any) -> str | None:
+    """A section written in another shape than the schema's, said with the shape to write: the
+    models as a mapping of names (`models: {unet: {arch: Unet}}`, as some tools take them) or an
+    entry as a bare name, instead of pydantic's "instance of ModelSpec"."""
+    if loc == ("models",) and kind == "list_type" and isinstance(got, dict) and got:
+        name, entry = next(iter(got.items()))
+        fields = ", ".join(f"{k}: {v}" for k, v in entry.items()) if isinstance(entry, dict) else f"arch: {entry}"
+        return f"a list of entries, each with its name inside: `- {{name: {name}, {fields}}}`, not a mapping from names"
+    if kind == "model_type" and len(loc) == 2 and loc[0] == "models" and not isinstance(got, dict):
+        return f"an entry is a mapping with at least a name and an arch, e.g. `{{name: {got}, arch: {got}}}` (got {got!r})"
+    if kind == "model_type":
+        named = isinstance(got, str) and "name" in (_field_names(_schema_at(loc)) or [])  # `optimizer: adam` for `optimizer: {name: adam}`
+        return f"a mapping of keys (key: value) is expected here (got {got!r}" + (f"; did you mean {{name: {got}}}?)" if named else ")")
+    return None
+
+
 def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None = None) -> str:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
@@ -221,6 +237,8 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
         return f"{where}: unknown key{did_you_mean(str(loc[-1]), choices)}"
     if kind == "missing":
         return f"{where}: required key is missing"
+    if shape := _shape_hint(loc, kind, err.get("input")):
+        return f"{where}: {shape}"
     message = re.sub(r"^(Value error|Assertion failed), ", "", err["msg"])
     if kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") in PATTERN_RULES:
         message = PATTERN_RULES[err["ctx"]["pattern"]]
