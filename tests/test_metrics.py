@@ -26,6 +26,14 @@ def test_direction_comes_from_the_vocabulary_on_every_split():
     assert metrics.higher_is_better("val_mystery") and metrics.has_direction("test_mystery")
 
 
+def test_a_class_score_reads_as_its_metric():
+    """`test_iou_c2` was unknown to the vocabulary: no direction (compare's bold green would have
+    marked the lowest) and no label."""
+    assert metrics.higher_is_better("test_iou_c2") and metrics.higher_is_better("val_f1_c1")
+    assert metrics.label("test_iou_c2") == "test IoU class 2" and metrics.bounds("selected_val_f1_c3") == (0.0, 1.0)
+    assert format_column("val_iou_c1", 0.123456) == "0.1235"
+
+
 def test_labels_and_formats():
     assert metrics.label("test_iou") == "test IoU" and metrics.label("ms_per_step") == "ms/step"
     assert metrics.label("selected_val_iou") == "selected val IoU"

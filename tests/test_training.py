@@ -182,11 +182,18 @@ def test_jit_compile_names_the_model_xla_cannot_compile(tmp_path):
 
 @pytest.mark.slow
 def test_multiclass_task_trains_with_softmax_and_scores_per_class(tmp_path):
-    raw = tiny_config(data={"classes": 3}, models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "cce+dice"}])
+    raw = tiny_config(data={"classes": 3, "test_size": 6}, models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "cce+dice"}])
     result = run(validate_config(raw), results_dir=tmp_path)
     assert result.models["fcn"].output_shape[-1] == 3
     val = result.losses.query("split == 'val'")
     assert val["value"].notna().all()
+    # Each foreground class's scores in summary.csv (they were only in the per-image tables), the
+    # overall score their mean over the classes present: both present here.
+    row = result.summary.set_index("model").loc["fcn"]
+    for split in ("val", "test"):
+        per_class = [row[f"{split}_iou_c1"], row[f"{split}_iou_c2"]]
+        assert all(0 <= v <= 1 for v in per_class) and row[f"{split}_f1_c2"] >= 0
+        assert abs(row[f"{split}_iou"] - sum(per_class) / 2) < 1e-9
 
 
 @pytest.mark.parametrize(

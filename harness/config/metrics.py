@@ -93,18 +93,24 @@ def is_per_class(name: str) -> bool:
 
 
 def describe(name: str) -> Metric | None:
-    """The vocabulary's entry for a column (a score on any split, or a cost), None if unknown."""
+    """The vocabulary's entry for a column (a score on any split and of any class, or a cost),
+    None if unknown."""
     if name in COSTS:
         return COSTS[name]
-    return SCORES.get(metric_of(name))
+    return SCORES.get(_base_metric(metric_of(name)))
+
+
+def _base_metric(metric: str) -> str:
+    """"iou" for "iou_c2": a class's score is read as its metric is."""
+    match = _PER_CLASS.match(metric)
+    return match["metric"] if match and match["metric"] in SCORES else metric
 
 
 def bounds(name: str) -> tuple[float, float] | None:
     """The range a column's values can take: IoU and F1 (any split, any class) lie in [0, 1].
     None for losses (a member kind's own loss may go below 0) and for anything unknown."""
-    match = _PER_CLASS.match(metric_of(name))
-    known = SCORES.get(match["metric"] if match else metric_of(name))
-    return known.bounds if known else None
+    known = describe(name)
+    return known.bounds if known and name not in COSTS else None
 
 
 def difference_bounds(name: str) -> tuple[float, float] | None:
@@ -141,8 +147,8 @@ def label(name: str) -> str:
     if name in COSTS:
         return COSTS[name].label
     split, metric = split_column(name)
-    known = SCORES.get(metric)
-    text = known.label if known else metric
+    known = SCORES.get(_base_metric(metric))
+    text = (known.label + metric.removeprefix(_base_metric(metric)).replace("_c", " class ")) if known else metric
     return f"{split.replace('_', ' ')} {text}" if split else text
 
 

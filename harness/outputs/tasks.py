@@ -20,7 +20,7 @@ from harness.outputs.html_charts import report_charts
 from harness.outputs.report import render_departures_section, render_group_section, render_groups_section, render_nightly_section, render_race_section, render_report
 from harness.outputs.tables import build_member_summary, build_pairs, build_summary, load_losses, save_table, with_settings
 from harness.outputs.tuning_budget import budget_table
-from harness.outputs.uncertainty import interval_covers, ranking_statistics, test_metrics
+from harness.outputs.uncertainty import class_metrics, interval_covers, ranking_statistics, test_metrics
 from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_label, group_pairs, group_trials, model_settings
 from harness.rundir import RunDir, RunRecord, atomic_write_text
 
@@ -47,9 +47,9 @@ def write_tables(run: RunDir, config: ExperimentConfig, record: RunRecord) -> tu
     declare(record)
     losses = load_losses(run.losses_csv)
     member_summary = build_member_summary(losses, {name: m.as_dict() for name, m in record.models.items()})
-    tested = test_metrics(run.test_scores_csv, run.val_scores_csv, config.data.classes)
-    if len(tested):
-        member_summary = member_summary.merge(tested, on="model", how="left")
+    for scored in (class_metrics(run.val_scores_csv, config.data.classes), test_metrics(run.test_scores_csv, run.val_scores_csv, config.data.classes)):
+        if len(scored):
+            member_summary = member_summary.merge(scored, on="model", how="left")
     intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv)
     summary = with_settings(build_summary(member_summary, config.ranking_column(), intervals, pair_stats), config.models)
     if (covers := interval_covers(config)) is not None and len(summary):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.config.metrics import column, metric_of, split_column
+from harness.config.metrics import column, is_per_class, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.scores import segmentation_scores
@@ -125,12 +125,24 @@ def test_metrics(test_scores: Path, val_scores: Path, classes: int) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def class_metrics(val_scores: Path, classes: int) -> pd.DataFrame:
+    """Per member, each foreground class's validation IoU and F1 at its last evaluation
+    (`val_iou_c1`, ...; pooled over the images as the overall scores are): which class a model
+    gets wrong, beside the mean over classes. Empty with one class."""
+    if classes < 2:
+        return pd.DataFrame()
+    rows = [{"model": name, **{column(k, "val"): v for k, v in scores.items() if is_per_class(k)}}
+            for name, scores in _totals(last_evaluations(val_scores, classes)).items()]
+    return pd.DataFrame(rows)
+
+
 def _totals(scored: dict[str, Scored]) -> dict[str, dict[str, float]]:
-    """Each member's set-level scores (iou, f1, loss) from its per-image quantities."""
+    """Each member's set-level scores (iou, f1, loss; and each class's iou and f1 with several
+    classes) from its per-image quantities."""
     out = {}
     for name, s in scored.items():
         scores = s.scores({k: v.sum(axis=0) for k, v in s.quantities.items()}, len(s.quantities["loss"]))
-        out[name] = {k: float(v) for k, v in scores.items() if k in BOOTSTRAPPED}
+        out[name] = {k: float(v) for k, v in scores.items() if k in BOOTSTRAPPED or is_per_class(k)}
     return out
 
 
