@@ -330,7 +330,9 @@ def test_report_reads_well_at_1400_px_in_headless_chromium(repeated, tmp_path):
 def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     result, _ = repeated
     out = tmp_path / "cmp.csv"
-    done = run_main("compare", result.run_dir, result.run_dir, "--csv", out)
+    copy = tmp_path / "tiny" / "20261101-000000"  # a second run: the same one given twice is refused
+    shutil.copytree(result.run_dir, copy)
+    done = run_main("compare", result.run_dir, copy, "--csv", out)
     assert done.returncode == 0, done.stderr
     assert "unet" in done.stdout and "best of each column" in done.stdout
     table = pd.read_csv(out)

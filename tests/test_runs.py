@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 from conftest import run_main, tiny_config, trains_runs, write_yaml
@@ -146,7 +147,9 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     assert "settings that differ between these runs:" in printed
     assert "train.optimizer.name:" in printed and "= adam" in printed and "= sgd" in printed
     assert "models.unet.arch" not in printed, "what is the same is not listed"
-    same = run_main("compare", runs[0], runs[0]).stdout
+    copy = tmp_path / "copy" / "tiny" / "20261101-000000"  # the same settings in another run
+    shutil.copytree(runs[0], copy)
+    same = run_main("compare", runs[0], copy).stdout
     assert "the runs' settings are the same" in same
 
 
