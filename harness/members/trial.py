@@ -116,8 +116,9 @@ def _shape_problems(where: str, code: str, model, config: ExperimentConfig) -> l
 
 def _range_problems(where: str, code: str, model, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
     """harness's losses and scores take per-pixel probabilities (docs/members.md). A factory that
-    leaves out the activation it is given returns logits, which the losses clip: such a model
-    trains on flat gradients and scores near 0 without a word. One forward pass on an image of
+    leaves out the activation it is given returns logits: the cross-entropy terms clip them to
+    [0, 1] (no gradient beyond), Dice and the 0.5 threshold read them as probabilities they are
+    not, and such a model scored 0 without a word (a 2-epoch smoke run). One forward pass on an image of
     uniform noise (inference mode) shows it. A kind of the user's own scores its model its own way
     and is not checked; a model whose outputs happen to fall inside [0, 1] passes (no false alarm)."""
     if spec.kind not in BUILTIN_KINDS:
