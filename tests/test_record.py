@@ -53,5 +53,7 @@ def test_report_of_a_run_that_did_not_complete_says_so_and_what_to_do(tmp_path):
     assert unfinished_note(tmp_path) == f"This run is interrupted at step 4 of 40: the report holds what it had by then; harness resume {tmp_path} continues it."
     run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.FAILED, total_steps=40, steps_done=12, error="disk full: /x\nmore"))
     assert unfinished_note(tmp_path).endswith("failed at step 12 of 40: the report holds what it had by then; run.json says why (disk full: /x).")
+    run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.RUNNING, total_steps=40, steps_done=8))
+    assert unfinished_note(tmp_path).startswith("This run stopped without a word (killed; run.json still says running) at step 8 of 40")
     run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.COMPLETED, total_steps=40, steps_done=40))
     assert unfinished_note(tmp_path) is None

@@ -188,7 +188,9 @@ def unfinished_note(run_dir: Path) -> str | None:
     where = f"at step {record.steps_done} of {record.total_steps}" if record.total_steps else f"after {record.steps_done} step(s)"
     then = (f"run.json says why ({record.error.splitlines()[0][:200]})" if record.status == RunStatus.FAILED and record.error
             else f"harness resume {run_dir} continues it")
-    return f"This run is {record.status} {where}: the report holds what it had by then; {then}."
+    # Still `running` here means its process is gone: the report took the run's lock, which a live run holds.
+    state = "stopped without a word (killed; run.json still says running)" if record.status == RunStatus.RUNNING else record.status
+    return f"This run {'is ' if record.status != RunStatus.RUNNING else ''}{state} {where}: the report holds what it had by then; {then}."
 
 
 def rebuild(run_dir: Path) -> pd.DataFrame:

@@ -63,10 +63,12 @@ def _where_to_look(module: str, path: str) -> str:
     import from the current folder."""
     if module.endswith(".py"):  # a path with '/' in it is refused by the config's own check
         return f"name the module, not its file: {module.removesuffix('.py')}:{path.partition(':')[2]}, with its folder on PYTHONPATH"
-    here = Path.cwd() / module.replace(".", "/")
-    if here.with_suffix(".py").is_file() or (here / "__init__.py").is_file():
-        return (f"{here.relative_to(Path.cwd())}{'.py' if here.with_suffix('.py').is_file() else '/'} is in the current folder, "
-                f"which the harness command does not import from: run PYTHONPATH=. harness ..., or python -m harness ...")
+    here = Path(*module.split("."))
+    found = next((f for f in (here.with_suffix(".py"), here / "__init__.py") if (Path.cwd() / f).is_file()), None)
+    if found is not None:
+        shown = f"{here}/" if found.name == "__init__.py" else found
+        return (f"{shown} is in the current folder, which the harness command does not import from: "
+                f"run PYTHONPATH=. harness ..., or python -m harness ...")
     return f"is its folder on PYTHONPATH? running from {Path.cwd()}"
 
 
