@@ -40,7 +40,7 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: str | list[str
     return plan_only(config, Path(results_dir) if results_dir else None)[0]
 
 
-def resume(run_dir: str | Path, overrides: list[str] | None = None, accept_changed_data: bool = False):
+def resume(run_dir: str | Path, overrides: str | list[str] | None = None, accept_changed_data: bool = False):
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
@@ -52,7 +52,7 @@ def resume(run_dir: str | Path, overrides: list[str] | None = None, accept_chang
     pool.start(1)
     from harness.scale.launch import resume as resume_any
 
-    return resume_any(Path(run_dir), overrides, accept_changed_data)
+    return resume_any(Path(run_dir), [overrides] if isinstance(overrides, str) else overrides, accept_changed_data)
 
 
 def load_run(run_dir: str | Path):

@@ -310,3 +310,18 @@ def test_a_section_in_another_shape_is_told_the_shape_to_write():
     (problem,) = problems_of(tiny_config(train={"optimizer": "adam"}))
     assert problem == "train.optimizer: a mapping of keys (key: value) is expected here (got 'adam'; did you mean {name: adam}?)"
     assert not any("ModelSpec" in p or "instance of" in p for p in problems_of(tiny_config(placement={"ray": 3})))
+
+
+def test_the_apis_resume_takes_one_override_as_a_string(tmp_path, monkeypatch):
+    """As load_config does: a string is one override, not a list of its characters."""
+    import harness
+    from harness.outputs import pool
+    from harness.rundir import RunDir, RunRecord
+    from harness.scale import launch
+
+    RunDir(tmp_path).write_record(RunRecord(name="tiny", run_id="r1"))
+    seen = {}
+    monkeypatch.setattr(pool, "start", lambda *args: None)
+    monkeypatch.setattr(launch, "resume", lambda run_dir, overrides, accept: seen.setdefault("overrides", overrides))
+    harness.resume(tmp_path, "placement.strategy=one_device")
+    assert seen["overrides"] == ["placement.strategy=one_device"]
