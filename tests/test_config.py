@@ -325,3 +325,19 @@ def test_the_apis_resume_takes_one_override_as_a_string(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "resume", lambda run_dir, overrides, accept: seen.setdefault("overrides", overrides))
     harness.resume(tmp_path, "placement.strategy=one_device")
     assert seen["overrides"] == ["placement.strategy=one_device"]
+
+
+def test_a_key_given_twice_is_refused_with_both_lines_and_an_empty_file_is_named(tmp_path):
+    """PyYAML keeps the last of two equal keys without a word: a second `train:` pasted below the
+    first dropped every setting of the first. YAML's merge key (`<<: *defaults` with overrides) stays."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: x\ntrain:\n  epochs: 7\nmodels:\n  - {name: a, arch: tiny_fcn}\ntrain:\n  loss: dice\n")
+    with pytest.raises(ConfigError, match=r"key 'train' is given twice in one mapping, at lines 2 and 6"):
+        load_config(path)
+    path.write_text("name: x\nbase: &base {arch: tiny_fcn, loss: bce}\nmodels:\n  - {<<: *base, name: a, loss: dice}\n")
+    with pytest.raises(ConfigError, match="unknown key"):  # read fine; `base` itself is no setting
+        load_config(path)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError, match="the file is empty"):
+        load_config(empty)

@@ -68,12 +68,39 @@ def _read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from None
     try:
-        return yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
+    except _RepeatedKey as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty (an experiment is a mapping: name, data, models, train, ...)")
+    return raw
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error: PyYAML keeps
+    the last silently, so a second `train:` section (an edit pasted below the first) would drop
+    every setting of the first without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`, then keys that override it: YAML's own idiom
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _RepeatedKey(f"key {key!r} is given twice in one mapping, at lines {seen[key] + 1} and "
+                                   f"{key_node.start_mark.line + 1}; YAML would keep only the last: merge them")
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 # ---------------------------------------------------------------------------------------------
