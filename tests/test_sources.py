@@ -272,3 +272,15 @@ def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
     assert refused.returncode == 3, refused.stderr
     assert "the data changed since this run started" in refused.stderr
     assert re.search(r"data\.(train|val)_size: (\d+) -> (\d+)", refused.stderr), refused.stderr  # the split ex03 was in shrank
+
+
+def test_one_folder_for_images_and_masks_and_a_file_for_a_folder_are_named_for_what_they_are(tmp_path):
+    """Images and masks in one folder made every image its own mask, refused as a mask of colours
+    (the wrong fault); a file where a folder is due was said not to exist."""
+    images, masks = write_folder(tmp_path / "data", 4)
+    with pytest.raises(ConfigError, match=r"data.images and data.masks are the same folder .*: the masks are files of their own"):
+        scan(data_config({"source": "folder", "images": str(images), "masks": f"{images}/"}))
+    with pytest.raises(ConfigError, match=r"data.test_images and data.test_masks are the same folder"):
+        scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "test_images": str(masks), "test_masks": str(masks)}))
+    with pytest.raises(ConfigError, match=r"data.masks: '.*ex00.png' is a file, not a folder"):
+        scan(data_config({"source": "folder", "images": str(images), "masks": str(masks / "ex00.png")}))

@@ -73,8 +73,12 @@ class _Listing(list):
 
 def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
     if path is None or not (path.is_dir() if folder else path.is_file()):
-        raise ConfigError(f"data.{what}: {'folder' if folder else 'file'} {str(path)!r} does not exist")
+        kind = "folder" if folder else "file"
+        if path is not None and path.exists():
+            raise ConfigError(f"data.{what}: {str(path)!r} is a {'file' if folder else 'folder'}, not a {kind}")
+        raise ConfigError(f"data.{what}: {kind} {str(path)!r} does not exist")
     return path
+
 
 
 def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[str]]:
@@ -121,14 +125,25 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listi
 
 
 def _folder_items(spec: DataSpec) -> _Listing:
-    listing = _folder_pair(_must_exist(spec.images, "images", True), _must_exist(spec.masks, "masks", True), None if spec.val_images is None else "train")
+    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else "train")
     if spec.val_images is not None or spec.val_masks is not None:
-        val = _folder_pair(_must_exist(spec.val_images, "val_images", True), _must_exist(spec.val_masks, "val_masks", True), "val")
+        val = _folder_pair(*_existing_pair(spec, "val_"), "val")
         listing = _Listing([*listing, *val], listing.problems + val.problems)
     if spec.test_images is not None:
-        test = _folder_pair(_must_exist(spec.test_images, "test_images", True), _must_exist(spec.test_masks, "test_masks", True), "test")
+        test = _folder_pair(*_existing_pair(spec, "test_"), "test")
         listing = _Listing([*listing, *test], listing.problems + test.problems)
     return listing
+
+
+def _existing_pair(spec: DataSpec, split: str) -> tuple[Path, Path]:
+    """A split's image and mask folders (split: "", "val_" or "test_"), each there, and two: in one
+    folder every image would be its own mask, each refused as a mask of colours (the wrong fault)."""
+    images = _must_exist(getattr(spec, f"{split}images"), f"{split}images", True)
+    masks = _must_exist(getattr(spec, f"{split}masks"), f"{split}masks", True)
+    if images.resolve() == masks.resolve():
+        raise ConfigError(f"data.{split}images and data.{split}masks are the same folder ({images}): the masks are files of their own, "
+                          "matched to the images by name, in a folder of their own")
+    return images, masks
 
 
 def _csv_items(spec: DataSpec) -> _Listing:
