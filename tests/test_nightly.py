@@ -159,6 +159,14 @@ def test_recording_twice_replaces_and_pins_need_a_completed_run(tmp_path):
     assert list(history_pivot(store.table())["run_id"]) == ["a"]
 
 
+def test_history_shows_each_models_metrics_in_the_order_asked_for(tmp_path):
+    """`--metric val_iou --metric val_f1` printed val_f1 first: the columns were alphabetical."""
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5, ("unet", "val_f1"): 0.6, ("fcn", "val_iou"): 0.4, ("fcn", "val_f1"): 0.45})
+    columns = [c for c in history_pivot(store.table(), ["val_iou", "val_f1"]).columns if " " in c]
+    assert columns == ["fcn val_iou", "fcn val_f1", "unet val_iou", "unet val_f1"]
+
+
 def test_history_of_a_metric_no_run_recorded_is_refused_with_the_recorded_ones(tmp_path):
     """`history --metric val_dice` printed the table without a metric column and said nothing."""
     store = HistoryStore(tmp_path / "results" / "tiny" / "history.sqlite")

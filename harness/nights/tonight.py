@@ -241,7 +241,7 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
               for m in sorted(set(thresholds) - watched)]
     result = NightlyResult(night, run.path, changes, notes, trained)
     store.set_verdict(run_id, [(c.against, c.against_run, c.model, c.metric, c.before, c.now, c.allowed) for c in result.regressions])
-    store.set_meta("watched", sorted(thresholds))  # what `harness history` shows by default
+    store.set_meta("watched", list(thresholds))  # what `harness history` shows by default, in the config's order
     result.report = write_nightly_report(config, store, run, result, references)
     return result
 
@@ -267,7 +267,7 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
         "previous": references["previous"].run_id if references["previous"] else None,
         "baseline": references["baseline"].run_id if references["baseline"] else None,
         "regressions": len(result.regressions),
-        "watched": sorted(config.nightly_thresholds()),
+        "watched": list(config.nightly_thresholds()),
         "changes": [c.as_dict() for c in result.changes],
         "notes": result.notes,
         "trend_plots": [str(p.relative_to(run.path)) for p in plots],
@@ -338,6 +338,8 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         measured = measured[measured["metric"].isin(metrics)]
     if len(measured):
         values = measured.pivot_table(index="run_id", columns=["model", "metric"], values="value", aggfunc="first", dropna=False)
+        if metrics:  # each model's metrics in the order asked for (or watched), not alphabetical
+            values = values[sorted(values.columns, key=lambda pair: (pair[0], metrics.index(pair[1])))]
         values.columns = [f"{model} {metric}" for model, metric in values.columns]
         facts = facts.join(values)
     table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
