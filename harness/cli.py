@@ -406,7 +406,7 @@ def _night(text: str | None) -> str | None:
 
 def cmd_runs(args) -> int:
     from harness.outputs.printed import print_runs
-    from harness.outputs.runs import list_runs, where_runs_are
+    from harness.outputs.runs import list_runs, no_runs, where_runs_are
 
     results, name = where_runs_are(args.results, args.name)
     table = list_runs(results, name)
@@ -414,7 +414,7 @@ def cmd_runs(args) -> int:
         print(table.to_json(orient="records"))
         return EXIT_OK
     if table.empty:
-        print(f"no runs under {results / name if name else results}")
+        print(no_runs(results, name))
         return EXIT_OK
     print_runs(table, results)
     return EXIT_OK

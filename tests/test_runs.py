@@ -73,6 +73,17 @@ def test_no_runs_says_where_it_looked(tmp_path, monkeypatch):
     assert run_main("runs", "smoke/").stdout.strip() == "no runs under smoke"  # a path, not results/smoke/
 
 
+def test_no_runs_of_a_mistyped_experiment_names_the_experiments_that_have_runs(tmp_path):
+    from harness.outputs.runs import no_runs
+    from harness.rundir import RunDir, RunRecord
+
+    for name in ("smoke", "quickstart"):
+        RunDir(tmp_path / name / "20261127-000000").write_record(RunRecord(name=name, run_id="20261127-000000"))
+    (tmp_path / "notes").mkdir()  # a folder without runs is no experiment to suggest
+    assert no_runs(tmp_path, "smok") == f"no runs under {tmp_path / 'smok'}; did you mean 'smoke'? (experiments with runs there: quickstart, smoke)"
+    assert no_runs(tmp_path, None) == f"no runs under {tmp_path}"
+
+
 def test_compare_and_history_print_json_for_scripts(results):
     runs = sorted((results / "tiny").iterdir())
     compared = json.loads(run_main("compare", *runs, "--json").stdout)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.config.metrics import on_split, split_column
 from harness.config.schema import NAME_PATTERN
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 from harness.rundir import RunDir, RunStatus, holder_of, runs_in
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
@@ -28,6 +28,16 @@ def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
     if runs_in(folder):
         return folder.parent, folder.name
     return folder, None
+
+
+def no_runs(results: Path, name: str | None) -> str:
+    """What `harness runs` says when it lists nothing: where it looked, and for a name that is no
+    experiment's, the experiments that have runs there (`smok`: did you mean 'smoke'?)."""
+    where = f"no runs under {results / name if name else results}"
+    if not name or not results.is_dir():
+        return where
+    experiments = sorted(p.name for p in results.iterdir() if p.is_dir() and runs_in(p))
+    return where + (did_you_mean(name, experiments).replace("choose one of", "experiments with runs there:") if experiments else "")
 
 
 def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
