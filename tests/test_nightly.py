@@ -237,6 +237,10 @@ def test_a_missing_history_names_each_place_it_looked_once(tmp_path):
     by_path = run_main("history", tmp_path / "nowhere", "--results", tmp_path / "results")  # absolute: one place
     assert by_path.returncode == 2
     assert f"looked for {tmp_path / 'nowhere' / 'history.sqlite'}; " in by_path.stderr
+    (tmp_path / "results" / "tinny").mkdir(parents=True)  # an experiment with a history, named close to it
+    (tmp_path / "results" / "tinny" / "history.sqlite").touch()
+    close = run_main("history", "tiny", "--results", tmp_path / "results")
+    assert "; did you mean 'tinny'? (experiments with a history there: tinny); `harness nightly CONFIG` creates one" in close.stderr
 
 
 # ---------------------------------------------------------------------------------------------

@@ -381,7 +381,10 @@ def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> Hi
         if (folder / "history.sqlite").is_file():
             return HistoryStore.beside(folder)
     looked = " and ".join(str(folder / "history.sqlite") for folder in folders)
-    raise ConfigError(f"no history for {str(name_or_dir)!r}: looked for {looked}; `harness nightly CONFIG` creates it")
+    results = Path(results_dir or "results")
+    kept = sorted(p.name for p in results.iterdir() if (p / "history.sqlite").is_file()) if results.is_dir() else []
+    hint = did_you_mean(str(name_or_dir), kept).replace("choose one of", "experiments with a history there:") if kept else ""
+    raise ConfigError(f"no history for {str(name_or_dir)!r}: looked for {looked}{hint}; `harness nightly CONFIG` creates one")
 
 
 def history_table(store: HistoryStore, metrics: list[str] | None = None) -> pd.DataFrame:
