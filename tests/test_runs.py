@@ -325,3 +325,24 @@ def test_compare_says_whose_image_noise_one_seed_intervals_cover():
                             {"run": "r1", "model": "unet", "compared_on": FINISHED, "repeats": 3, "interval_covers": seeds_and_images("val")}])
     note = comparison_note(running)
     assert "one training seed" not in note and "Not finished, compared on each member's last evaluation so far (per member, no intervals): r0" in note
+
+
+def test_a_summary_of_many_columns_is_compared_without_pandas_warnings(tmp_path):
+    """A summary.csv of 121 columns (3 classes, repeats: each class's scores with their spread)
+    made `harness compare` print pandas' PerformanceWarning at each column it added: the reader
+    makes one block per column."""
+    import warnings
+
+    import pandas as pd
+
+    from harness.outputs.compare import compare_runs
+    from harness.rundir import RunDir, RunRecord
+
+    run = tmp_path / "tiny" / "20261127-000000"
+    RunDir(run).write_record(RunRecord(name="tiny", run_id=run.name))
+    wide = {"model": ["a", "b"], "status": ["ok", "ok"], **{f"val_iou_c{i}_x{j}": [0.5, 0.6] for i in range(30) for j in range(4)}}
+    pd.DataFrame(wide).to_csv(run / "summary.csv", index=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = compare_runs([run])
+    assert list(table["model"]) == ["a", "b"]

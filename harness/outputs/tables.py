@@ -63,7 +63,9 @@ def load_summary(path: Path) -> pd.DataFrame:
     for column in INTEGER_COLUMNS:
         if column in summary:
             summary[column] = pd.to_numeric(summary[column], errors="coerce").round().astype("Int64")
-    return summary
+    # pandas' reader makes one block per column: a summary of 100 columns or more (repeats, classes'
+    # own scores) made `compare` print pandas' PerformanceWarning at every column it added. A copy is one block per dtype.
+    return summary.copy()
 
 
 def load_losses(path: Path, growing: bool = False) -> pd.DataFrame:
