@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config.schema import ExperimentConfig
-from harness.config.loading import load_config
+from harness.config.loading import as_overrides, load_config
 from harness.errors import ConfigError
 from harness.outputs import pool
 
@@ -52,7 +52,7 @@ def resume(run_dir: str | Path, overrides: str | list[str] | None = None, accept
     pool.start(1)
     from harness.scale.launch import resume as resume_any
 
-    return resume_any(Path(run_dir), [overrides] if isinstance(overrides, str) else overrides, accept_changed_data)
+    return resume_any(Path(run_dir), as_overrides(overrides), accept_changed_data)
 
 
 def load_run(run_dir: str | Path):

@@ -83,10 +83,11 @@ def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | Non
     return close[0] if close else None
 
 
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """The tail of an "unknown X" message: the closest choice, if one is close, and the choices."""
+def did_you_mean(word: str, choices: Iterable[str], listing: str = "choose one of") -> str:
+    """The tail of an "unknown X" message: the closest choice, if one is close, and the choices
+    (after `listing`: "experiments with runs there:" where they are not choices of a setting)."""
     choices = [str(c) for c in choices]
-    listed = f"choose one of {', '.join(choices)}" if choices else "there is nothing to choose from"
+    listed = f"{listing} {', '.join(choices)}" if choices else "there is nothing to choose from"
     close = closest(word, choices)
     return f"; did you mean {close!r}? ({listed})" if close else f"; {listed}"
 

@@ -32,7 +32,7 @@ def load_config(path: str | Path | Mapping[str, Any], overrides: str | list[str]
     else:
         raise ConfigError(f"a config is a YAML file's path or a dict of its keys, not a {type(path).__name__}")
     problems: list[str] = []
-    for override in [overrides] if isinstance(overrides, str) else overrides or []:
+    for override in as_overrides(overrides):
         try:
             apply_override(raw, override)
         except ConfigError as exc:
@@ -56,6 +56,12 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
     except ValidationError as exc:
         problems = [line for err in exc.errors() for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
+
+
+def as_overrides(overrides: str | list[str] | None) -> list[str]:
+    """`key.path=value` overrides as a list: the API takes one as a plain string too (iterated, a
+    string would be applied character by character)."""
+    return [overrides] if isinstance(overrides, str) else list(overrides or [])
 
 
 def _read_yaml(path: Path) -> Any:

@@ -80,7 +80,6 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
     return path
 
 
-
 def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[str]]:
     found: dict[str, list[Path]] = defaultdict(list)
     broken = []

@@ -383,7 +383,7 @@ def find_history(name_or_dir: str | Path, results_dir: Path | None = None) -> Hi
     looked = " and ".join(str(folder / "history.sqlite") for folder in folders)
     results = Path(results_dir or "results")
     kept = sorted(p.name for p in results.iterdir() if (p / "history.sqlite").is_file()) if results.is_dir() else []
-    hint = did_you_mean(str(name_or_dir), kept).replace("choose one of", "experiments with a history there:") if kept else ""
+    hint = did_you_mean(str(name_or_dir), kept, "experiments with a history there:") if kept else ""
     raise ConfigError(f"no history for {str(name_or_dir)!r}: looked for {looked}{hint}; `harness nightly CONFIG` creates one")
 
 

@@ -37,7 +37,7 @@ def no_runs(results: Path, name: str | None) -> str:
     if not name or not results.is_dir():
         return where
     experiments = sorted(p.name for p in results.iterdir() if p.is_dir() and runs_in(p))
-    return where + (did_you_mean(name, experiments).replace("choose one of", "experiments with runs there:") if experiments else "")
+    return where + (did_you_mean(name, experiments, "experiments with runs there:") if experiments else "")
 
 
 def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:

@@ -8,6 +8,7 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from harness.config.naming import model_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -155,7 +156,5 @@ class TrainedModels(dict):
 
 
 def _repeats_hint(name: str, names: list[str]) -> str | None:
-    from harness.config.naming import model_of
-
     seeds = [n for n in names if n != name and model_of(n) == name]
     return f"{name}: trained with repeats, each seed's model is its own: {', '.join(seeds)}" if seeds else None
