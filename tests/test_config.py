@@ -111,6 +111,22 @@ def test_image_size_names_model_and_nearest_size_for_all():
     assert "nearest size that suits every model is 96x96" in text
 
 
+def test_a_backbone_with_a_least_size_is_refused_below_it_with_the_smallest_it_takes():
+    # inceptionv3 refuses sides under 75 when it is built: that was a crash reported as a bug (exit 1)
+    raw = tiny_config(models=[{"name": "inc", "arch": "Unet", "backbone": "inceptionv3"}, {"name": "r", "arch": "Unet"}], data={"image_size": 64})
+    (problem,) = problems_of(raw)
+    assert "model 'inc' (Unet with backbone inceptionv3) needs each side to be at least 75 pixels, got 64x64: 96x96" in problem
+    raw["data"]["image_size"] = 96
+    assert validate_config(raw).data.image_size == (96, 96)
+
+
+def test_a_number_where_a_folder_is_due_says_a_path_and_the_count_setting():
+    raw = tiny_config(data={"val_images": 8, "masks": 3.5})
+    problems = problems_of(raw)
+    assert "data.val_images: a path to a folder or file is expected here (got 8); a number of synthetic images is data.val_size" in problems
+    assert "data.masks: a path to a folder or file is expected here (got 3.5)" in problems
+
+
 def test_pspnet_downsample_factor_changes_the_rule():
     assert catalog.input_multiple("PSPNet", {"downsample_factor": 4}) == 24
     raw = tiny_config(models=[{"name": "p", "arch": "PSPNet", "options": {"downsample_factor": 4}}], data={"image_size": 48})

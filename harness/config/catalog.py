@@ -29,6 +29,10 @@ SM_BACKBONES = (
     "efficientnetb4", "efficientnetb5", "efficientnetb6", "efficientnetb7",
 )  # fmt: skip
 
+# Backbones that refuse a smaller input whatever its multiple (their own `min_size`); the others
+# take any side that is a multiple of 32.
+SM_MIN_SIDE = {"inceptionv3": 75}
+
 # name -> (input multiple, options it takes, what it is)
 BUILTINS: dict[str, tuple[int, frozenset[str], str]] = {
     "tiny_fcn": (1, frozenset({"width", "batchnorm"}), "three 3x3 convolutions, no downsampling (batchnorm: false leaves out BatchNormalization)"),
@@ -82,6 +86,13 @@ def input_multiple(arch: str, options: dict[str, Any], factory_multiple: int = 1
     return factory_multiple
 
 
+def min_side(arch: str, backbone: str | None) -> int:
+    """The smallest side this network builds with (1: no rule beyond its multiple)."""
+    if arch not in SM_ARCHS:
+        return 1
+    return SM_MIN_SIDE.get(backbone or SM_DEFAULT_BACKBONE, 1)
+
+
 def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int]) -> list[str]:
     """Name each model (name -> (arch, multiple)) that cannot take `size`, and the nearest size
     every model can take."""
@@ -104,7 +115,7 @@ def describe() -> list[tuple[str, str, str]]:
     rows = []
     for arch in SM_ARCHS:
         rule = "sides multiple of 6 x downsample_factor (48)" if arch == "PSPNet" else "sides multiple of 32"
-        rows.append((arch, "segmentation-models", f"{rule}; backbone default {SM_DEFAULT_BACKBONE}"))
+        rows.append((arch, "segmentation-models", f"{rule} (inceptionv3: 96 or more); backbone default {SM_DEFAULT_BACKBONE}"))
     for name, (multiple, _, summary) in BUILTINS.items():
         rows.append((name, "built-in", f"{summary}; sides multiple of {multiple}"))
     rows.append(("package.module:function", "your factory", "called as f(input_shape, classes, activation, **options)"))

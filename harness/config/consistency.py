@@ -7,6 +7,9 @@ refuse."""
 
 from __future__ import annotations
 
+import math
+
+from harness.config.catalog import SM_DEFAULT_BACKBONE, input_multiple, min_side
 from harness.config.losses import parse_loss
 from harness.config.metrics import SPLIT_WORDS, split_column
 
@@ -54,7 +57,8 @@ def loss_problems(config) -> list[str]:
 
 
 def sized_problems(config) -> list[str]:
-    """Durations beyond the run: a race rung at or after its end, a warm-up as long as the run."""
+    """Durations beyond the run (a race rung at or after its end, a warm-up as long as the run) and
+    images too small for a backbone."""
     problems = []
     total, per_epoch = config.total_steps, config.data.steps_per_epoch
     race = config.train.race
@@ -72,6 +76,21 @@ def sized_problems(config) -> list[str]:
             problems.append(
                 f"models.{model.name}.optimizer.schedule: a warm-up of {warmup} steps is as long as the run ({total} steps): "
                 "the learning rate would never reach its peak. Shorten the warm-up or train longer"
+            )
+    return problems + _too_small(config)
+
+
+def _too_small(config) -> list[str]:
+    """A backbone with a minimum input side (inceptionv3: 75) refused at the config, not at its build."""
+    size = config.data.image_size
+    problems = []
+    for model in config.models:
+        least, multiple = min_side(model.arch, model.backbone), input_multiple(model.arch, model.options)
+        if min(size) < least:
+            smallest = math.ceil(least / multiple) * multiple
+            problems.append(
+                f"data.image_size: model {model.name!r} ({model.arch} with backbone {model.backbone or SM_DEFAULT_BACKBONE}) "
+                f"needs each side to be at least {least} pixels, got {size[0]}x{size[1]}: {smallest}x{smallest} is the smallest it builds with"
             )
     return problems
 

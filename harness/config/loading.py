@@ -250,6 +250,10 @@ def _shape_hint(loc: tuple, kind: str, got: Any) -> str | None:
         return f"a list of entries, each with its name inside: `- {{name: {name}, {fields}}}`, not a mapping from names"
     if kind == "model_type" and len(loc) == 2 and loc[0] == "models" and not isinstance(got, dict):
         return f"an entry is a mapping with at least a name and an arch, e.g. `{{name: {got}, arch: {got}}}` (got {got!r})"
+    if kind == "path_type":  # pydantic: "Input is not a valid path for <class 'pathlib.Path'>"
+        sized = {"images": "train_size", "val_images": "val_size", "test_images": "test_size"}.get(str(loc[-1]))
+        count = f"; a number of synthetic images is data.{sized}" if sized and isinstance(got, int) else ""
+        return f"a path to a folder or file is expected here (got {got!r}){count}"
     if kind == "model_type":
         named = isinstance(got, str) and "name" in (_field_names(_schema_at(loc)) or [])  # `optimizer: adam` for `optimizer: {name: adam}`
         return f"a mapping of keys (key: value) is expected here (got {got!r}" + (f"; did you mean {{name: {got}}}?)" if named else ")")

@@ -144,8 +144,8 @@ def export_models(done: FinishedRun) -> None:
     for member in done.members:
         for key, model in member.exported_models().items():
             folder = done.run.path / "models" / member.name
-            if "keras" in formats:
-                export_model(model, folder / f"{key}.keras")
+            if "keras" in formats and (note := export_model(model, folder / f"{key}.keras")):
+                done.warnings.append(f"models/{member.name}/{key}.keras: {note}")
             if "saved_model" in formats:
                 export_saved_model(model, folder / f"{key}_saved_model")
 

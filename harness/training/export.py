@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.config.metrics import column, higher_is_better
 from harness.outputs.columns import is_finite
 from harness.rundir import atomic_write_text
+from harness.training.portable import portable_model
 
 
 def export_saved_model(model, folder: Path) -> None:
@@ -41,8 +42,11 @@ def _quiet():
     return contextlib.redirect_stdout(io.StringIO())
 
 
-def export_model(model, path: Path) -> None:
-    """Save to a temporary name beside `path`, then rename: a kill never leaves half a model."""
+def export_model(model, path: Path) -> str | None:
+    """Save to a temporary name beside `path`, then rename: a kill never leaves half a model. The
+    model is saved in layers plain tf_keras loads safely (`portable_model`); returns None, or a
+    note saying how the file must be loaded when that could not be done."""
+    model, note = portable_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}-partial.keras")
     # "keras_v3", not "keras": tf_keras reads "keras" through a per-thread flag that its own first
@@ -50,6 +54,7 @@ def export_model(model, path: Path) -> None:
     # thread (an API call from a worker thread) then wrote HDF5 under the .keras name.
     model.save(str(tmp), save_format="keras_v3")
     os.replace(tmp, path)
+    return note
 
 
 class BestTracker:
