@@ -127,6 +127,35 @@ def test_a_watched_metric_the_earlier_run_did_not_have_is_noted_not_passed_over(
     assert not any(c.metric == "test_iou" for c in compare(now, before, {"unet": "ok"}, {"unet": "ok"}, thresholds, "previous", "a"))
 
 
+def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_path):
+    """ms_per_step doubled because the earlier night ran on a faster machine: no regression, and
+    the change says why; a score on the same pair of nights is still judged."""
+    from harness.nights.tonight import other_machine
+    from harness.rundir import RunDir, RunRecord
+
+    thresholds = {"ms_per_step": ThresholdSpec(rel=0.25), "val_iou": ThresholdSpec(abs=0.02)}
+    before = {("unet", "ms_per_step"): 10.0, ("unet", "val_iou"): 0.50}
+    now = {("unet", "ms_per_step"): 20.0, ("unet", "val_iou"): 0.40}
+    ok = {"unet": "ok"}
+    judged = {c.metric: c for c in compare(now, before, ok, ok, thresholds, "previous", "a")}
+    assert judged["ms_per_step"].regressed and judged["val_iou"].regressed
+    across = {c.metric: c for c in compare(now, before, ok, ok, thresholds, "previous", "a", other_machine="that run's machine (gpu-box) is not tonight's")}
+    assert not across["ms_per_step"].regressed and across["ms_per_step"].note.startswith("not judged: that run's machine")
+    assert across["val_iou"].regressed
+
+    machines = {"here": {"host": "vm", "cpu": "Xeon", "cpus": 2, "gpus": []}, "there": {"host": "gpu-box", "cpu": "EPYC", "cpus": 64, "gpus": ["A100"]}}
+    runs = {}
+    for name, machine in (*machines.items(), ("older", None), ("same", machines["here"])):
+        runs[name] = RunDir(tmp_path / name)
+        runs[name].path.mkdir()
+        runs[name].write_record(RunRecord(name="x", run_id=name, hardware=machine))
+    said = other_machine(runs["here"], str(runs["there"].path))
+    assert said == "that run's machine (gpu-box: EPYC x64, A100) is not tonight's (vm: Xeon x2, no GPU)"
+    assert other_machine(runs["here"], str(runs["same"].path)) is None
+    assert other_machine(runs["here"], str(runs["older"].path)) is None  # run.json from before `hardware`: not known to differ
+    assert other_machine(runs["here"], str(tmp_path / "gone")) is None
+
+
 def test_threshold_needs_exactly_one_kind():
     with pytest.raises(ValueError):
         ThresholdSpec()

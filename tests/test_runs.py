@@ -304,6 +304,23 @@ def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_cra
     assert blocker.read_text() == "mine"
 
 
+def test_compare_marks_no_best_timing_between_runs_on_different_machines():
+    """ms_per_step of a run on a 2-core VM against one on a GPU box measures the machines: no bold
+    best for timings there, and the note names both machines; params and scores are unaffected."""
+    import pandas as pd
+
+    from harness.outputs.compare import best_index, comparison_note
+
+    rows = [{"run": "r0", "model": "a", "ms_per_step": 900.0, "params": 10, "val_iou": 0.5, "repeats": 3, "machine": "vm: Xeon x2, no GPU"},
+            {"run": "r1", "model": "a", "ms_per_step": 30.0, "params": 20, "val_iou": 0.6, "repeats": 3, "machine": "gpu-box: EPYC x64, A100"}]
+    across = pd.DataFrame(rows)
+    assert best_index(across, "ms_per_step") is None
+    assert best_index(across, "params") == 0 and best_index(across, "val_iou") == 1
+    assert "different machines (r0 on vm: Xeon x2, no GPU; r1 on gpu-box: EPYC x64, A100)" in comparison_note(across)
+    one_machine = across.assign(machine=["vm: Xeon x2, no GPU", ""])  # "": a run recorded before run.json said its machine
+    assert best_index(one_machine, "ms_per_step") == 1 and "different machines" not in comparison_note(one_machine)
+
+
 def test_compare_says_whose_image_noise_one_seed_intervals_cover():
     """A one-seed run ranked on a test split has intervals of test-image noise, not validation's."""
     import pandas as pd

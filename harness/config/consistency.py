@@ -1,7 +1,7 @@
 """Settings that are each valid but do not go together, found before anything is built or
 written: a config error must leave no run directory. Two kinds: combinations (known as the config
-is read) and durations that need the data's size (known at once for synthetic data, after the
-scan for real data, still before the run directory is made). And warnings of the same kind
+is read) and what needs the data's size, durations and a backbone's least side (known at once for
+synthetic data, after the scan for real data, still before the run directory is made). And warnings of the same kind
 (`comparison_warnings`): too few images, or two seeds, to rank on, which a run says but does not
 refuse."""
 

@@ -27,6 +27,7 @@ class Metric:
     label: str
     format: str  # a format spec for one value: ".4f", ".1f", ".2f"; "count" for 15.0 k / 8.8 M
     bounds: tuple[float, float] | None = None  # the values it can take, where the metric itself fixes them
+    timed: bool = False  # measured on the run's machine (times, throughput, memory): compared across machines it measures them
 
 
 # Scores measured on images: each is a validation column, a test column and a per-image score.
@@ -40,13 +41,13 @@ SCORES = {
 COSTS = {
     "params": Metric("params", False, "params", "count"),
     "flops_per_example": Metric("flops_per_example", False, "FLOPs", "count"),
-    "ms_per_step": Metric("ms_per_step", False, "ms/step", ".1f"),
-    "images_per_s": Metric("images_per_s", True, "images/s", ".1f"),
-    "input_wait_share": Metric("input_wait_share", False, "input wait", ".2f"),
-    "latency_ms": Metric("latency_ms", False, "latency ms", ".2f"),
-    "latency_p90_ms": Metric("latency_p90_ms", False, "latency p90 ms", ".2f"),
-    "serve_images_per_s": Metric("serve_images_per_s", True, "serve img/s", ".1f"),
-    "serve_peak_mb": Metric("serve_peak_mb", False, "serve peak MB", ".1f"),
+    "ms_per_step": Metric("ms_per_step", False, "ms/step", ".1f", timed=True),
+    "images_per_s": Metric("images_per_s", True, "images/s", ".1f", timed=True),
+    "input_wait_share": Metric("input_wait_share", False, "input wait", ".2f", timed=True),
+    "latency_ms": Metric("latency_ms", False, "latency ms", ".2f", timed=True),
+    "latency_p90_ms": Metric("latency_p90_ms", False, "latency p90 ms", ".2f", timed=True),
+    "serve_images_per_s": Metric("serve_images_per_s", True, "serve img/s", ".1f", timed=True),
+    "serve_peak_mb": Metric("serve_peak_mb", False, "serve peak MB", ".1f", timed=True),
     "model_mb": Metric("model_mb", False, "file MB", ".2f"),
     "best_val_loss": Metric("best_val_loss", False, "best val loss", ".4f"),
     "final_train_loss": Metric("final_train_loss", False, "train loss", ".4f"),
@@ -111,6 +112,15 @@ def bounds(name: str) -> tuple[float, float] | None:
     None for losses (a member kind's own loss may go below 0) and for anything unknown."""
     known = describe(name)
     return known.bounds if known and name not in COSTS else None
+
+
+def is_timed(name: str) -> bool:
+    """A cost measured on the machine the run ran on (ms_per_step, latency_ms, ...), not a
+    property of the model (params, FLOPs, file size) or a score."""
+    return name in COSTS and COSTS[name].timed
+
+
+TIMED = tuple(name for name, metric in COSTS.items() if metric.timed)
 
 
 def difference_bounds(name: str) -> tuple[float, float] | None:

@@ -172,6 +172,11 @@ def device_names() -> list[str]:
     return _names()
 
 
+def gpu_names() -> list[str]:
+    """The physical GPUs' model names ("NVIDIA A100-SXM4-40GB"), for run.json's `hardware`."""
+    return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name) for gpu in tf.config.list_physical_devices("GPU")]
+
+
 def _normalise(name: str) -> str:
     name = name.lower().replace("/job:localhost/replica:0/task:0", "")
     return name.replace("/device:", "/").strip("/")

@@ -64,12 +64,15 @@ def compare(
     against_run: str,
     resampled: bool = False,
     paired: Mapping[tuple[str, str], Paired] | None = None,
+    other_machine: str | None = None,
 ) -> list[Change]:
     """Every watched (model, metric) present in both runs, plus every model that stopped training
     fine. Models only in one of the two runs are reported as a note, not a regression.
     `resampled`: tonight's seeds each trained on a bootstrap of the training set (said in notes).
     `paired`: (model, metric) -> the change's interval from both runs on the same images, which a
-    `beyond_noise` threshold judges by where it can (else by tonight's interval alone)."""
+    `beyond_noise` threshold judges by where it can (else by tonight's interval alone).
+    `other_machine`: the earlier run ran on other hardware (said how): a timed cost (ms_per_step,
+    latency_ms, ...) is shown but not judged, as its change would measure the machines."""
     changes: list[Change] = []
     models = sorted(set(now_status) | {m for m, _ in now})
     for model in models:
@@ -89,7 +92,10 @@ def compare(
             pair = (paired or {}).get((model, metric)) if threshold.beyond_noise else None
             change = _change(against, against_run, model, metric, before[(model, metric)], now.get((model, metric), math.nan), threshold, interval, covers,
                              noise_by_tonight=pair is None)
-            changes.append(change if pair is None else _judged_paired(change, pair, threshold))
+            change = change if pair is None else _judged_paired(change, pair, threshold)
+            if other_machine and metrics.is_timed(metric):
+                change = replace(change, regressed=False, note=f"not judged: {other_machine}")
+            changes.append(change)
     return changes
 
 

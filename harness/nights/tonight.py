@@ -34,6 +34,7 @@ from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.derived import write_report_page
 from harness.rundir import FolderLock
+from harness.rundir.hardware import describe as describe_machine, differs
 
 NIGHTLY_JSON = "nightly.json"
 NIGHTLY_MD = "nightly.md"
@@ -231,7 +232,8 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         before, before_status = store.metrics_of(reference.run_id), store.model_status_of(reference.run_id)
         paired, unpaired = paired_changes(reference.run_dir, reference.run_id, run.path, thresholds)
         notes += [f"{against}: {n}" for n in unpaired]
-        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired)
+        machine = other_machine(run, reference.run_dir)
+        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired, machine)
         added = models_added_or_removed(now_status, before_status) + metrics_added(now, before, thresholds)
         notes += [f"{against} ({reference.run_id}): {n}" for n in added]
         if reference.fingerprint != store.get(run_id).fingerprint:
@@ -244,6 +246,19 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
     store.set_meta("watched", list(thresholds))  # what `harness history` shows by default, in the config's order
     result.report = write_nightly_report(config, store, run, result, references)
     return result
+
+
+def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:
+    """How the earlier run's machine differs from tonight's, or None (the same, or not known: its
+    folder is gone or its run.json predates `hardware`)."""
+    try:
+        now = run.read_record().hardware
+        then = rd.RunDir(Path(earlier_dir)).read_record().hardware if earlier_dir else None
+    except (OSError, ValueError, HarnessError):
+        return None
+    if not differs(now, then):
+        return None
+    return f"that run's machine ({describe_machine(then)}) is not tonight's ({describe_machine(now)})"
 
 
 def likely_column(name: str, columns: set[str]) -> str:

@@ -9,17 +9,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
+from harness.rundir.hardware import describe as describe_machine
 from rich.markup import escape
 
-from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better
+from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
-           "test_loss", "test_iou", "test_f1", "repeats", "interval_covers"]
+           "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
 FINISHED = "summary.csv"
 
 
@@ -71,11 +72,25 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
         frame.insert(0, "run", run.label)
         frame.insert(1, "name", run.experiment)  # the keys `runs` and `history` name a run by
         frame.insert(2, "run_id", run.run_id)
+        frame["machine"] = _machine_of(run)
         frames.append(frame)
     if problems:
         raise ConfigError("cannot compare:", problems)
     table = pd.concat(frames, ignore_index=True)
     return table[[c for c in COLUMNS if c in table.columns]]
+
+
+def _machine_of(run: RunDir) -> str:
+    """Where the run's timings were measured ("" when run.json does not say: an older run)."""
+    try:
+        machine = run.read_record().hardware
+    except (OSError, ValueError, HarnessError):
+        return ""
+    return describe_machine(machine) if machine else ""
+
+
+def machines_differ(table: pd.DataFrame) -> bool:
+    return "machine" in table and table["machine"].replace("", np.nan).dropna().nunique() > 1
 
 
 def _so_far(run: RunDir) -> pd.DataFrame:
@@ -90,8 +105,8 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
     values = pd.to_numeric(table[column], errors="coerce")
     if values.notna().sum() < 2:
         return None
-    if not has_direction(column):
-        return None
+    if not has_direction(column) or (is_timed(column) and machines_differ(table)):
+        return None  # no best of timings taken on different machines
     return int(values.idxmax() if higher_is_better(column) else values.idxmin())
 
 
@@ -135,6 +150,11 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
     if one_seed.any():
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
+    if machines_differ(table):
+        machines = "; ".join(f"{run} on {machine}" for run, machine in table[["run", "machine"]].drop_duplicates().itertuples(index=False) if machine)
+        note += (f" The runs ran on different machines ({machines}): their timings (ms/step, and in summary.csv latency "
+                 "and serving throughput) measure the machines as much as the models, so no best is marked among them; "
+                 "compare timings within one run, or between runs on one machine.")
     unfinished = sorted(set(table.loc[~finished_run, "run"]))
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"

@@ -94,7 +94,7 @@ class MemberRecord:
         return None if self.status == MemberStatus.OK else self.changed_at_step
 
 
-OPTIONAL = ("error", "interrupted_by", "race", "rebuilds", "groups")
+OPTIONAL = ("hardware", "error", "interrupted_by", "race", "rebuilds", "groups")
 
 
 @dataclass
@@ -109,6 +109,7 @@ class RunRecord:
     ended: str | None = None
     versions: dict[str, str] = field(default_factory=dict)
     devices: Any = None  # the devices a run saw (a group driver: its slots and engine)
+    hardware: dict[str, Any] | None = None  # the machine its timings come from (rundir.hardware); None before it was recorded
     placement: Any = None
     config_fingerprint: str | None = None
     data: dict[str, Any] = field(default_factory=dict)

@@ -9,10 +9,10 @@ import uuid
 from typing import Any
 
 from harness.config.schema import ExperimentConfig
-from harness.core.placement import device_names
+from harness.core.placement import device_names, gpu_names
 from harness.data.resolve import data_facts
 from harness.errors import HarnessError
-from harness.rundir import MemberRecord, RunDir, RunRecord, RunStatus, utc_now, versions
+from harness.rundir import MemberRecord, RunDir, RunRecord, RunStatus, this_machine, utc_now, versions
 from harness.training.failures import translate
 
 
@@ -26,7 +26,7 @@ class RunBook:
     def open(cls, config: ExperimentConfig, run: RunDir, placement, scan, resuming: bool) -> "RunBook":
         """The record a run starts with: a resumed run's own, now `running` again on this machine's
         devices; or a fresh one."""
-        facts = {"devices": device_names(), "placement": placement.plan, "data": data_facts(config.data, scan)}
+        facts = {"devices": device_names(), "hardware": this_machine(gpu_names()), "placement": placement.plan, "data": data_facts(config.data, scan)}
         if resuming:
             record = run.read_record()
             previous = record.status
