@@ -259,6 +259,7 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     parent = client.get_run(record["parent_run_id"])
     assert parent.info.status == "FINISHED" and parent.data.params["train.repeats"] == "2"
     assert parent.data.tags["harness.status"] == "completed"  # the run's, beside each member's own
+    assert parent.data.tags["harness.machine"].endswith(f"x{os.cpu_count()}, no GPU")  # whose timings these are
     assert len(record["runs"]) == 6
     child = client.get_run(record["runs"]["fcn@1"])
     assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"] and child.data.tags["harness.status"] == "ok"

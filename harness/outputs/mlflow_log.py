@@ -29,6 +29,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings, is_finite
 from harness.outputs.tables import SETTINGS, failed, grid_columns, load_losses, load_summary
+from harness.rundir.hardware import describe as describe_machine
 from harness.rundir.record import RunRecord
 
 BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
@@ -72,6 +73,8 @@ def open_runs(client, config: ExperimentConfig, info: RunRecord, run_path: Path)
     experiment = client.get_experiment_by_name(name)
     experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
     tags = {"harness.run_dir": str(run_path), "harness.run_id": info.run_id, "harness.fingerprint": info.config_fingerprint}
+    if info.hardware:  # whose timings these are: MLflow's charts line up runs from any machine
+        tags["harness.machine"] = describe_machine(info.hardware)
     parent_id = client.create_run(experiment_id, run_name=info.run_id, tags=tags).info.run_id
     children = {
         m.name: client.create_run(experiment_id, run_name=m.name, tags={**tags, "mlflow.parentRunId": parent_id, "harness.model": m.name}).info.run_id
