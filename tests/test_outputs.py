@@ -441,8 +441,10 @@ def test_the_reports_run_facts_are_labelled_lines_not_json():
     from harness.outputs.report import _facts
 
     text = _facts({"steps_done": 8, "deterministic": True, "timing": {"first_call_s": 3.9, "fused_ms_per_step": 22.448},
-                   "placement": {"strategy": "one_device", "models": {"fcn": ["/cpu:0"]}}, "resumes": []})
+                   "placement": {"strategy": "one_device", "models": {"fcn": ["/cpu:0"]}}, "resumes": [],
+                   "hardware": {"host": "vm", "cpu": "Xeon", "cpus": 2, "gpus": []}})
     assert "steps done</td><td>8<" in text and "deterministic</td><td>yes<" in text
+    assert "machine (whose timings these are)</td><td>host: vm<br>cpu: Xeon<br>cpus: 2<br>gpus: none<" in text
     assert "first call s: 3.9<br>fused ms per step: 22.448" in text and "models: fcn /cpu:0" in text
     assert "{" not in text and "[" not in text and "resumes" not in text  # no JSON; empty facts left out
 

@@ -322,7 +322,8 @@ FACT_LABELS = {
     "started": "started", "ended": "ended", "total_steps": "steps planned", "steps_done": "steps done",
     "deterministic": "deterministic", "config_fingerprint": "config fingerprint", "trace_count": "traces of the fused step",
     "eval_trace_count": "traces of the eval function",
-    "timing": "timing", "versions": "versions", "devices": "devices", "placement": "placement", "resumes": "resumes",
+    "timing": "timing", "versions": "versions", "devices": "devices", "hardware": "machine (whose timings these are)", "placement": "placement",
+    "resumes": "resumes",
 }
 
 
@@ -356,7 +357,7 @@ def _plain(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, list):
-        return ", ".join(_plain(v) for v in value)
+        return ", ".join(_plain(v) for v in value) or "none"
     if isinstance(value, dict):
         return ", ".join(f"{_label(k)} {_plain(v)}" for k, v in value.items())
     return str(value)
