@@ -87,3 +87,21 @@ def test_serving_timing_stops_early_for_slow_models_but_never_below_its_least_ca
     stopped = len(_timed_calls(slow, None, most=50, least=3, seconds=0.2))
     assert 3 <= stopped <= 7  # the first call past 0.2 s (sooner when a sleep overshoots)
     assert slow.calls == 2 * WARMUP_CALLS + 10 + stopped
+
+
+def test_a_saved_model_alone_is_sized_and_named_when_asked_for_as_a_keras_model(tmp_path):
+    """`output.export_formats: [saved_model]`: model_mb was left empty and load_run said the run
+    exported nothing."""
+    from harness.training.records import ExportedModels
+    from harness.training.serve import exported_mb
+
+    member = tmp_path / "models" / "unet"
+    assert exported_mb(member) is None
+    (member / "model_saved_model" / "variables").mkdir(parents=True)
+    (member / "model_saved_model" / "saved_model.pb").write_bytes(b"x" * 2**19)
+    (member / "model_saved_model" / "variables" / "variables.data-00000-of-00001").write_bytes(b"x" * 2**20)
+    assert exported_mb(member) == 1.5
+    with pytest.raises(KeyError, match=r"unet: exported only as a SavedModel \(output.export_formats\): load it with tf.saved_model.load\("):
+        ExportedModels(tmp_path)["unet"]
+    (member / "model.keras").write_bytes(b"x" * 2**21)
+    assert exported_mb(member) == 2.0  # the .keras file, when there is one

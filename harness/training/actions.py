@@ -28,7 +28,7 @@ from harness.training.probe import held_in_memory, probe_input_wait_share, probe
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
 from harness.training.run_book import RunBook
-from harness.training.serve import file_mb, measure_serving
+from harness.training.serve import exported_mb, measure_serving
 
 
 @dataclass
@@ -164,7 +164,7 @@ def probe_serving(done: FinishedRun) -> None:
         record = done.records[member.name]
         for key, value in measured[network].items():
             setattr(record, key, value)
-        record.model_mb = file_mb(done.run.path / "models" / member.name / "model.keras")
+        record.model_mb = exported_mb(done.run.path / "models" / member.name)
     done.book.write()
 
 

@@ -118,7 +118,7 @@ class ExportedModels(Mapping):
     """models/<name>/model.keras of a run, each loaded (Keras safe mode) the first time it is asked for."""
 
     def __init__(self, run_dir: Path):
-        folder = Path(run_dir) / "models"
+        self._folder = folder = Path(run_dir) / "models"
         self._paths = {p.parent.name: p for p in sorted(folder.glob("*/model.keras"))} if folder.is_dir() else {}
         self._loaded: dict[str, Any] = {}
 
@@ -135,6 +135,9 @@ class ExportedModels(Mapping):
         return name in self._paths  # without loading it
 
     def _not_here(self, name: str) -> str:
+        saved = self._folder / name / "model_saved_model"
+        if saved.is_dir():  # output.export_formats: [saved_model]
+            return f"{name}: exported only as a SavedModel (output.export_formats): load it with tf.saved_model.load({str(saved)!r})"
         held = ", ".join(self._paths) or "none (output.export: false, or the files were removed)"
         return _repeats_hint(name, list(self._paths)) or f"{name}: no models/{name}/model.keras in this run; its exported models: {held}"
 

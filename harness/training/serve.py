@@ -58,8 +58,13 @@ def _timed_calls(infer, images, most: int, least: int, seconds: float) -> list[f
     return times
 
 
-def file_mb(path: Path) -> float | None:
-    return round(path.stat().st_size / 2**20, 3) if path.is_file() else None
+def exported_mb(folder: Path) -> float | None:
+    """The size of a member's exported model: model.keras, or with `export_formats: [saved_model]`
+    alone the SavedModel folder's files; None when nothing was exported."""
+    if (keras_file := folder / "model.keras").is_file():
+        return round(keras_file.stat().st_size / 2**20, 3)
+    saved = [f for f in (folder / "model_saved_model").rglob("*") if f.is_file()]
+    return round(sum(f.stat().st_size for f in saved) / 2**20, 3) if saved else None
 
 
 class PeakMemory:
