@@ -178,6 +178,18 @@ def test_auto_image_size_suits_every_model_and_disk_cache_is_reused(tmp_path):
         np.testing.assert_array_equal(labels, in_memory.labels[i])
 
 
+def test_auto_image_size_is_raised_to_the_least_a_backbone_builds_with(tmp_path):
+    # inceptionv3 needs sides of 75 or more: 64x64 images rounded down to 64 were refused after the scan
+    images, masks = write_folder(tmp_path, 6, size=(64, 64))
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "image_size": "auto", "val_fraction": 0.3}
+    config = data_config(raw, models=[{"name": "inc", "arch": "Unet", "backbone": "inceptionv3"}, {"name": "r", "arch": "Unet"}])
+    resolved, result = resolve_data(config, 32)
+    assert resolved.data.image_size == (96, 96)
+    assert result.facts["image_size_reason"] == "auto: median source size 64x64 rounded down to a multiple of 32, and raised to 96: the least side every model builds with"
+    plain, _ = resolve_data(data_config(raw, models=[{"name": "r", "arch": "Unet"}]), 32)
+    assert plain.data.image_size == (64, 64)
+
+
 def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):
     images, masks = write_folder(tmp_path, 12, size=(16, 16))
     augment = {"flip_left_right": True, "flip_up_down": True, "rotate90": True, "crop_scale": [0.5, 1.0], "brightness": 0.05}

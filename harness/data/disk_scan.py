@@ -26,10 +26,10 @@ from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
 
 
-def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path) -> Scan:
+def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path, least: int = 1) -> Scan:
     began = time.perf_counter()
     problems = list(getattr(items, "problems", []))
-    size, size_reason = _target_size(items, spec, multiple)
+    size, size_reason = _target_size(items, spec, multiple, least)
     floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
     shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
     settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1])

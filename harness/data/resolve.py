@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.config.catalog import min_side
 from harness.config.schema import DataSpec, ExperimentConfig
 from harness.data.disk_scan import scan_to_disk
 from harness.data.fingerprint import fingerprints
@@ -19,11 +20,13 @@ from harness.errors import ConfigError, DataError
 
 def resolve_data(config: ExperimentConfig, multiple: int = 1, cache_dir: Path | None = None) -> tuple[ExperimentConfig, Scan | None]:
     """The config with the sizes the scan found, and the scan (None for synthetic data).
-    `multiple`: each side of the input must be a multiple of it (for `image_size: auto`)."""
+    `multiple`: each side of the input must be a multiple of it, and none below its models' least
+    side (for `image_size: auto`)."""
     spec = config.data
     if spec.source == "synthetic":
         return config, None
-    scan = load_scan(spec, multiple, cache_dir)
+    least = max(min_side(m.arch, m.backbone) for m in config.models)
+    scan = load_scan(spec, multiple, cache_dir, least)
     data = spec.model_copy(update={"image_size": scan.image_size, "train_size": scan.train_size, "val_size": scan.val_size, "test_size": scan.test_size})
     if data.batch_size > data.train_size:
         raise DataError(f"data.batch_size {data.batch_size} is larger than the {data.train_size} training examples found")
@@ -32,14 +35,14 @@ def resolve_data(config: ExperimentConfig, multiple: int = 1, cache_dir: Path | 
     return config.model_copy(update={"data": data}), scan
 
 
-def load_scan(spec: DataSpec, multiple: int, cache_dir: Path | None = None) -> Scan:
+def load_scan(spec: DataSpec, multiple: int, cache_dir: Path | None = None, least: int = 1) -> Scan:
     """The scan of a real source: held in memory, or with `data.cache: disk` written to (and read
     from) the on-disk store under `cache_dir`, reusing every shard whose files did not change."""
     items = list_items(spec)
     if spec.cache == "disk" and cache_dir is not None:
-        scan = scan_to_disk(items, spec, multiple, cache_dir)
+        scan = scan_to_disk(items, spec, multiple, cache_dir, least)
     else:
-        scan = scan_items(items, spec, multiple)
+        scan = scan_items(items, spec, multiple, least)
     scan.fingerprints = fingerprints(items)
     return scan
 

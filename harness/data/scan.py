@@ -53,10 +53,10 @@ class Scan:
 # The scan
 
 
-def scan_items(items: list[Item], spec: DataSpec, multiple: int) -> Scan:
+def scan_items(items: list[Item], spec: DataSpec, multiple: int, least: int = 1) -> Scan:
     began = time.perf_counter()
     problems = list(getattr(items, "problems", []))
-    size, size_reason = _target_size(items, spec, multiple)
+    size, size_reason = _target_size(items, spec, multiple, least)
     workers = min(32, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda item: _load_item(item, spec, size), items))
@@ -150,15 +150,21 @@ def _unit_hash(key: str) -> float:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
-def _target_size(items, spec: DataSpec, multiple: int) -> tuple[tuple[int, int], str]:
+def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[tuple[int, int], str]:
+    """`image_size: auto`: the median source size rounded down to `multiple`, but no side under
+    `least` (a backbone's smallest input, rounded up to `multiple`)."""
     if spec.image_size != "auto":
         return tuple(spec.image_size), "data.image_size"
     sizes = [s for s in (_native_size(item.image) for item in items) if s is not None]
     if not sizes:
         raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
     median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
-    size = tuple(max(multiple, side // multiple * multiple) for side in median)
-    return size, f"auto: median source size {median[0]}x{median[1]} rounded down to a multiple of {multiple} (suits every model)"
+    smallest = max(multiple, -(-least // multiple) * multiple)
+    size = tuple(max(smallest, side // multiple * multiple) for side in median)
+    reason = f"auto: median source size {median[0]}x{median[1]} rounded down to a multiple of {multiple}"
+    if smallest > multiple and min(median) < smallest:
+        return size, f"{reason}, and raised to {smallest}: the least side every model builds with"
+    return size, f"{reason} (suits every model)"
 
 
 def _native_size(source: Any) -> tuple[int, int] | None:
