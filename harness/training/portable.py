@@ -35,7 +35,7 @@ def portable_model(model):
     if model not in _REBUILT:  # the value must not hold the model itself, or the key never dies
         _REBUILT[model] = _rebuild_checked(model) if _needs_rebuild(model) else (None, None)
     rebuilt, note = _REBUILT[model]
-    return rebuilt or model, note
+    return (model if rebuilt is None else rebuilt), note
 
 
 def _needs_rebuild(model) -> bool:
