@@ -3,6 +3,9 @@ on speed, only that every figure was measured."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 import pandas as pd
@@ -14,6 +17,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
     table = pd.read_csv(day / "bench.csv")
+    assert json.loads((day / "machine.json").read_text())["cpus"] == os.cpu_count()  # whose milliseconds these are
     sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input", "statistics", "stream", "scale"]
     assert list(dict.fromkeys(table["section"])) == sections
     statistics = table[table["section"] == "statistics"]
@@ -67,6 +71,7 @@ def test_processes_are_merged_by_median_and_every_process_is_kept(tmp_path):
     (day,) = tmp_path.iterdir()
     every = pd.read_csv(day / "bench_processes.csv")
     assert sorted(every["process"].unique()) == [1, 2] and len(every) == 2 * 1  # one checkpoint row each
+    assert json.loads((day / "machine.json").read_text())["cpus"] == os.cpu_count()
     merged = pd.read_csv(day / "bench.csv").set_index("contender")
     for name, rows in every.groupby("contender"):
         assert merged.loc[name, "save_ms"] == rows["save_ms"].median()
@@ -133,4 +138,4 @@ def test_the_printed_bench_is_one_table_per_section_with_only_its_own_columns():
     loop, memory, where = text.split("\n\n")
     assert loop.splitlines()[0] == "== loop ==" and "rss_mb" not in loop and "0.8869" in loop and loop.splitlines()[2].rstrip().endswith(" -")
     assert memory.splitlines()[0] == "== memory ==" and "trace_s" not in memory and "goal" not in memory and "641.6" in memory
-    assert where == "bench.csv and its plots: /out/2026-11-27"
+    assert where == "bench.csv and its plots: /out/2026-11-27 (machine.json: where they were measured)"

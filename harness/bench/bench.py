@@ -97,6 +97,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     # The bench builds many loops on purpose; TensorFlow would warn about "retracing" each time.
     tf.get_logger().setLevel("ERROR")
     folder = _dated_folder(out_dir)
+    _write_machine(folder)
     work, on_request = _sections(suite, folder, rounds, steps, gpu)
     chosen = sections or list(work)
     work.update(on_request)
@@ -114,6 +115,16 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     return table
 
 
+def _write_machine(folder: Path) -> None:
+    """machine.json beside bench.csv: the ratios hold across machines, the milliseconds do not."""
+    import json
+
+    from harness.core.placement import gpu_names
+    from harness.rundir import atomic_write_text, this_machine, versions
+
+    atomic_write_text(folder / "machine.json", json.dumps({**this_machine(gpu_names()), "versions": versions()}, indent=1) + "\n")
+
+
 def bench_text(table: pd.DataFrame) -> str:
     """What `harness bench` prints: one small table per section with the columns it filled (bench.csv
     holds every section in one table of about 40 columns, nearly all empty on any one row), then
@@ -124,7 +135,7 @@ def bench_text(table: pd.DataFrame) -> str:
         text = rows.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
         parts.append(f"== {section} ==\n{text}")
     if folder := table.attrs.get("folder"):
-        parts.append(f"bench.csv and its plots: {folder}")
+        parts.append(f"bench.csv and its plots: {folder} (machine.json: where they were measured)")
     return "\n\n".join(parts)
 
 
@@ -190,6 +201,8 @@ def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int |
             raise HarnessError(f"bench process {i + 1} failed (exit {done.returncode}): {done.stderr[-800:]}")
         (child_csv,) = child_out.glob("*/bench.csv")
         tables.append(pd.read_csv(child_csv).assign(process=i + 1))
+        if i == 0:
+            shutil.copy(child_csv.parent / "machine.json", folder / "machine.json")
         shutil.rmtree(child_out)
     every = pd.concat(tables, ignore_index=True)
     every.to_csv(folder / "bench_processes.csv", index=False)
