@@ -118,6 +118,8 @@ def test_a_backbone_with_a_least_size_is_refused_below_it_with_the_smallest_it_t
     assert "model 'inc' (Unet with backbone inceptionv3) needs each side to be at least 75 pixels, got 64x64: 96x96" in problem
     raw["data"]["image_size"] = 96
     assert validate_config(raw).data.image_size == (96, 96)
+    pspnet = tiny_config(models=[{"name": "inc", "arch": "PSPNet", "backbone": "inceptionv3"}], data={"image_size": 64})
+    assert "the nearest size that suits every model is 96x96" in "\n".join(problems_of(pspnet))  # it said 48x48, then refused that
 
 
 def test_a_number_where_a_folder_is_due_says_a_path_and_the_count_setting():

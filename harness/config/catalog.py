@@ -93,9 +93,9 @@ def min_side(arch: str, backbone: str | None) -> int:
     return SM_MIN_SIDE.get(backbone or SM_DEFAULT_BACKBONE, 1)
 
 
-def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int]) -> list[str]:
+def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int], least: int = 1) -> list[str]:
     """Name each model (name -> (arch, multiple)) that cannot take `size`, and the nearest size
-    every model can take."""
+    every model can take (no side under `least`, the models' largest `min_side`)."""
     common = math.lcm(*(m for _, m in multiples.values()))
     problems = [
         f"data.image_size: model {name!r} ({arch}) needs each side to be a multiple of {m}, got {size[0]}x{size[1]}"
@@ -103,7 +103,8 @@ def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int
         if any(side % m for side in size)
     ]
     if problems:
-        nearest = tuple(max(common, round(side / common) * common) for side in size)
+        smallest = max(common, math.ceil(least / common) * common)
+        nearest = tuple(max(smallest, round(side / common) * common) for side in size)
         problems.append(
             f"data.image_size: the nearest size that suits every model is {nearest[0]}x{nearest[1]} (sides multiple of {common})"
         )

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
 from harness.config.consistency import combination_problems, loss_problems, sized_problems
-from harness.config.catalog import check_input_size, check_spec, input_multiple
+from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
@@ -345,7 +345,8 @@ class ExperimentConfig(Strict):
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> "ExperimentConfig":
         multiples = {name: (arch, input_multiple(arch, options)) for name, arch, options in self.networks()}
-        size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size)
+        least = max(min_side(m.arch, m.backbone) for m in self.models)
+        size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size, least)
         if size_problems:
             raise ValueError("\n".join(size_problems))
         # Defaults are filled into each model so config.yaml says exactly what each one used.
