@@ -116,7 +116,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
 
 
 def _write_machine(folder: Path) -> None:
-    """machine.json beside bench.csv: the ratios hold across machines, the milliseconds do not."""
+    """machine.json beside bench.csv: the milliseconds are this machine's, and the ratios need not hold on another."""
     import json
 
     from harness.core.placement import gpu_names

@@ -120,9 +120,6 @@ def is_timed(name: str) -> bool:
     return name in COSTS and COSTS[name].timed
 
 
-TIMED = tuple(name for name, metric in COSTS.items() if metric.timed)
-
-
 def difference_bounds(name: str) -> tuple[float, float] | None:
     """The range of one model's value minus another's: [-1, 1] for IoU and F1."""
     if (range_ := bounds(name)) is None:
