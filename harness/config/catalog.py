@@ -93,6 +93,11 @@ def min_side(arch: str, backbone: str | None) -> int:
     return SM_MIN_SIDE.get(backbone or SM_DEFAULT_BACKBONE, 1)
 
 
+def smallest_side(multiple: int, least: int = 1) -> int:
+    """The smallest side that is a multiple of `multiple` and at least `least`."""
+    return max(multiple, math.ceil(least / multiple) * multiple)
+
+
 def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int], least: int = 1) -> list[str]:
     """Name each model (name -> (arch, multiple)) that cannot take `size`, and the nearest size
     every model can take (no side under `least`, the models' largest `min_side`)."""
@@ -103,8 +108,7 @@ def check_input_size(multiples: dict[str, tuple[str, int]], size: tuple[int, int
         if any(side % m for side in size)
     ]
     if problems:
-        smallest = max(common, math.ceil(least / common) * common)
-        nearest = tuple(max(smallest, round(side / common) * common) for side in size)
+        nearest = tuple(max(smallest_side(common, least), round(side / common) * common) for side in size)
         problems.append(
             f"data.image_size: the nearest size that suits every model is {nearest[0]}x{nearest[1]} (sides multiple of {common})"
         )

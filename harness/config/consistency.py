@@ -7,9 +7,7 @@ refuse."""
 
 from __future__ import annotations
 
-import math
-
-from harness.config.catalog import SM_DEFAULT_BACKBONE, input_multiple, min_side
+from harness.config.catalog import SM_DEFAULT_BACKBONE, input_multiple, min_side, smallest_side
 from harness.config.losses import parse_loss
 from harness.config.metrics import SPLIT_WORDS, split_column
 
@@ -85,9 +83,9 @@ def _too_small(config) -> list[str]:
     size = config.data.image_size
     problems = []
     for model in config.models:
-        least, multiple = min_side(model.arch, model.backbone), input_multiple(model.arch, model.options)
+        least = min_side(model.arch, model.backbone)
         if min(size) < least:
-            smallest = math.ceil(least / multiple) * multiple
+            smallest = smallest_side(input_multiple(model.arch, model.options), least)
             problems.append(
                 f"data.image_size: model {model.name!r} ({model.arch} with backbone {model.backbone or SM_DEFAULT_BACKBONE}) "
                 f"needs each side to be at least {least} pixels, got {size[0]}x{size[1]}: {smallest}x{smallest} is the smallest it builds with"

@@ -345,8 +345,7 @@ class ExperimentConfig(Strict):
     @model_validator(mode="after")
     def _resolve(self, info: ValidationInfo) -> "ExperimentConfig":
         multiples = {name: (arch, input_multiple(arch, options)) for name, arch, options in self.networks()}
-        least = max(min_side(m.arch, m.backbone) for m in self.models)
-        size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size, least)
+        size_problems = [] if self.data.image_size == "auto" else check_input_size(multiples, self.data.image_size, self.least_side())
         if size_problems:
             raise ValueError("\n".join(size_problems))
         # Defaults are filled into each model so config.yaml says exactly what each one used.
@@ -442,6 +441,11 @@ class ExperimentConfig(Strict):
         if self.output.val_compare_loss is not None:
             return self.output.val_compare_loss and self.compare_loss() is not None
         return any(self.scored_on_compare_loss(m) for m in self.models)
+
+    def least_side(self) -> int:
+        """The smallest side every model builds with (inceptionv3: 75; else 1), beside each
+        network's multiple (`networks`)."""
+        return max(min_side(m.arch, m.backbone) for m in self.models)
 
     def networks(self) -> list[tuple[str, str, dict]]:
         """(name, arch, options) of every network the models build, discriminators included."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.config.catalog import min_side
 from harness.config.schema import DataSpec, ExperimentConfig
 from harness.data.disk_scan import scan_to_disk
 from harness.data.fingerprint import fingerprints
@@ -25,8 +24,7 @@ def resolve_data(config: ExperimentConfig, multiple: int = 1, cache_dir: Path | 
     spec = config.data
     if spec.source == "synthetic":
         return config, None
-    least = max(min_side(m.arch, m.backbone) for m in config.models)
-    scan = load_scan(spec, multiple, cache_dir, least)
+    scan = load_scan(spec, multiple, cache_dir, config.least_side())
     data = spec.model_copy(update={"image_size": scan.image_size, "train_size": scan.train_size, "val_size": scan.val_size, "test_size": scan.test_size})
     if data.batch_size > data.train_size:
         raise DataError(f"data.batch_size {data.batch_size} is larger than the {data.train_size} training examples found")

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.config.catalog import smallest_side
 from harness.config.schema import DataSpec
 from harness.errors import DataError
 
@@ -159,7 +160,7 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     if not sizes:
         raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
     median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
-    smallest = max(multiple, -(-least // multiple) * multiple)
+    smallest = smallest_side(multiple, least)
     size = tuple(max(smallest, side // multiple * multiple) for side in median)
     reason = f"auto: median source size {median[0]}x{median[1]} rounded down to a multiple of {multiple}"
     if smallest > multiple and min(median) < smallest:

@@ -90,8 +90,7 @@ def check_code(config: ExperimentConfig) -> None:
         raise ConfigError("a validation score the run watches is not reported by every model:", watched)
     if not problems and config.data.image_size != "auto":
         multiples = {name: (arch, zoo.code_input_multiple(arch, options)) for name, arch, options in config.networks()}
-        least = max(catalog.min_side(m.arch, m.backbone) for m in config.models)
-        problems += catalog.check_input_size(multiples, config.data.image_size, least)
+        problems += catalog.check_input_size(multiples, config.data.image_size, config.least_side())
     if problems:
         raise ConfigError("the code this config names cannot be used:", problems)
 

@@ -251,11 +251,8 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
 def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:
     """How the earlier run's machine differs from tonight's, or None (the same, or not known: its
     folder is gone or its run.json predates `hardware`)."""
-    try:
-        now = run.read_record().hardware
-        then = rd.RunDir(Path(earlier_dir)).read_record().hardware if earlier_dir else None
-    except (OSError, ValueError, HarnessError):
-        return None
+    now = run.recorded_machine()
+    then = rd.RunDir(Path(earlier_dir)).recorded_machine() if earlier_dir else None
     if not differs(now, then):
         return None
     return f"that run's machine ({describe_machine(then)}) is not tonight's ({describe_machine(now)})"

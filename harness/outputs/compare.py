@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
 from harness.rundir.hardware import describe as describe_machine
 from rich.markup import escape
@@ -82,10 +82,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
 
 def _machine_of(run: RunDir) -> str:
     """Where the run's timings were measured ("" when run.json does not say: an older run)."""
-    try:
-        machine = run.read_record().hardware
-    except (OSError, ValueError, HarnessError):
-        return ""
+    machine = run.recorded_machine()
     return describe_machine(machine) if machine else ""
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.schema import ExperimentConfig
-from harness.errors import ConfigError, ResourceError
+from harness.errors import ConfigError, HarnessError, ResourceError
 from harness.rundir.files import atomic_write_text, is_disk_full, make_folder
 from harness.rundir.record import RunRecord
 from harness.config.loading import apply_override, validate_config
@@ -142,6 +142,14 @@ class RunDir:
             return RunRecord.from_dict(info)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{self.run_json} is not a run record harness can read: {exc}") from None
+
+    def recorded_machine(self) -> dict[str, Any] | None:
+        """run.json's `hardware`, or None: not recorded (a run from before it), or run.json
+        missing or unreadable (a reader comparing machines then treats them as not known to differ)."""
+        try:
+            return self.read_record().hardware
+        except (OSError, ValueError, HarnessError):
+            return None
 
     def write_record(self, record: RunRecord) -> None:
         self.write_run_info(record.to_dict())
