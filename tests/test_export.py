@@ -95,3 +95,29 @@ def test_a_lambda_rebuilt_into_other_values_is_exported_as_it_was_with_a_note(tm
     model = keras.Model(inputs, keras.layers.Lambda(counts_its_calls)(inputs), name="stateful")
     note = export_model(model, tmp_path / "model.keras")
     assert note and "computed other values" in note
+
+
+def test_a_save_stopped_by_a_full_disk_leaves_the_old_file_and_no_partial(tmp_path):
+    # A full disk stopped best.keras half-written: the partial stayed beside it, taking the space
+    # the user then freed for `harness resume`.
+    import errno
+
+    import pytest
+
+    keras = import_keras()
+    model = keras.Sequential([keras.layers.Dense(2, input_shape=(3,))])
+    path = tmp_path / "unet" / "best.keras"
+    export_model(model, path)
+    before = path.read_bytes()
+
+    def half_then_full(target, **_):
+        with open(target, "wb") as handle:
+            handle.write(b"half a model")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    model.save = half_then_full
+    with pytest.raises(OSError) as raised:
+        export_model(model, path)
+    assert raised.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in path.parent.iterdir()) == ["best.keras"]
+    assert path.read_bytes() == before

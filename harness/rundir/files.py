@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +31,31 @@ def atomic_write_text(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def replaced_whole(final: Path, partial: Path):
+    """Write `partial` (a file or a folder beside `final`) in the with-block, then rename it to
+    `final`: a reader sees the old one or the new one, never half. On any failure the partial is
+    removed before the error goes on: a full disk must not keep what it could not finish taking
+    the space the user frees for `harness resume`."""
+    remove_path(partial)
+    try:
+        yield partial
+        if partial.is_dir():
+            remove_path(final)  # a folder cannot be renamed over a folder that holds files
+        os.replace(partial, final)
+    except BaseException:
+        remove_path(partial)
+        raise
+
+
+def remove_path(path: Path) -> None:
+    """Remove a file or a folder and what it holds; nothing there is not an error."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def current_umask() -> int:

@@ -27,16 +27,14 @@ checkpoint one that does not restore, like a damaged file of its own.
 from __future__ import annotations
 
 import math
-import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection
 
 from harness.core.backend import import_tf
 from harness.errors import ConfigError
-from harness.rundir import atomic_write_text
+from harness.rundir import atomic_write_text, remove_path, replaced_whole
 
 tf = import_tf()
 
@@ -135,11 +133,8 @@ def _write_left(checkpoint: RunCheckpoint, directory: Path, i: int) -> None:
     already is another timeline's (the run resumed from before this member left): no checkpoint
     the run restores can need it."""
     final = directory / LEFT / f"member-{i}"
-    partial = final.with_name(f".member-{i}-partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    checkpoint.member_objects(i).write(str(partial / "ckpt"))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(partial, final)
+    with replaced_whole(final, final.with_name(f".member-{i}-partial")) as partial:
+        checkpoint.member_objects(i).write(str(partial / "ckpt"))
 
 
 def keep_newest(directory: Path, own_steps: list[int], keep: int) -> tuple[list[int], list[int]]:
@@ -200,7 +195,7 @@ def remove_leftovers(directory: Path) -> list[str]:
         return removed
     for item in directory.iterdir():
         if "_temp" in item.name or item.name.endswith(".tmp") or item.name.startswith(".checkpoint."):
-            shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink(missing_ok=True)
+            remove_path(item)
             removed.append(item.name)
     return removed
 

@@ -10,28 +10,21 @@ models/<name>/model_saved_model/   with `output.export_formats: [keras, saved_mo
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.metrics import column, higher_is_better
 from harness.outputs.columns import is_finite
-from harness.rundir import atomic_write_text
+from harness.rundir import atomic_write_text, replaced_whole
 from harness.training.portable import portable_model
 
 
 def export_saved_model(model, folder: Path) -> None:
     """A SavedModel (inference: `tf.saved_model.load(folder).serve(images)`), written to a
     temporary folder beside `folder`, then renamed: a kill never leaves half of one."""
-    import shutil
-
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(f".{folder.name}-partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with _quiet():
+    with replaced_whole(folder, folder.with_name(f".{folder.name}-partial")) as tmp, _quiet():
         model.export(str(tmp))
-    shutil.rmtree(folder, ignore_errors=True)
-    os.replace(tmp, folder)
 
 
 def _quiet():
@@ -48,12 +41,11 @@ def export_model(model, path: Path) -> str | None:
     note saying how the file must be loaded when that could not be done."""
     model, note = portable_model(model)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}-partial.keras")
     # "keras_v3", not "keras": tf_keras reads "keras" through a per-thread flag that its own first
     # save or load in a thread other than the main one leaves off, and every later save in that
     # thread (an API call from a worker thread) then wrote HDF5 under the .keras name.
-    model.save(str(tmp), save_format="keras_v3")
-    os.replace(tmp, path)
+    with replaced_whole(path, path.with_name(f".{path.stem}-partial.keras")) as tmp:
+        model.save(str(tmp), save_format="keras_v3")
     return note
 
 
