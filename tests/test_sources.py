@@ -296,3 +296,35 @@ def test_one_folder_for_images_and_masks_and_a_file_for_a_folder_are_named_for_w
         scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "test_images": str(masks), "test_masks": str(masks)}))
     with pytest.raises(ConfigError, match=r"data.masks: '.*ex00.png' is a file, not a folder"):
         scan(data_config({"source": "folder", "images": str(images), "masks": str(masks / "ex00.png")}))
+
+
+def test_an_arrays_brightness_is_decided_over_the_whole_array_not_image_by_image(tmp_path):
+    # Decided per image, a dark picture of a 0..255 float array (all values at most 1) was read as
+    # 0..1, 255 times too bright beside the others; a 12-bit array's pictures were each stretched to
+    # their own brightest pixel; standardised images passed with values below 0.
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (10, 16, 16, 3)).astype(np.float32)
+    y = (rng.uniform(0, 1, (10, 16, 16)) > 0.5).astype(np.uint8)
+
+    def scanned(images, name):
+        np.savez(tmp_path / f"{name}.npz", images=images[:8], masks=y[:8], val_images=images[8:], val_masks=y[8:])
+        return scan(data_config({"source": "arrays", "arrays": str(tmp_path / f"{name}.npz")}))
+
+    bright = x * 255
+    bright[3] = x[3] / 2  # a dark picture: every value at most 0.5 of 255
+    np.testing.assert_allclose(scanned(bright, "dark").images[3], x[3] / 2 / 255, rtol=1e-6)
+    twelve_bit = np.round(x * 4095).astype(np.uint16)
+    twelve_bit[5] //= 16  # a dim picture of the same 12-bit scale
+    result = scanned(twelve_bit, "bits")
+    np.testing.assert_allclose(result.images[5].astype(float), np.floor(twelve_bit[5] / 4095 * 255), atol=1)
+    overshoot = x.copy()
+    overshoot[2, 0, 0, 0] = 1.03  # what a bicubic resize leaves
+    with pytest.raises(DataError) as error:
+        scanned(overshoot, "over")
+    assert len(error.value.problems) == 1 and error.value.problems[0].startswith("over.npz[2]: image values range 0..1.03, outside 0..1")
+    with pytest.raises(DataError) as error:
+        scanned((x - 0.5) / 0.29, "z")
+    assert len(error.value.problems) == 10 and "standardised images" in error.value.problems[0]
+    dim_validation = x * 255
+    dim_validation[8:] = x[8:] / 2  # validation arrays of dim pictures, of the training arrays' scale
+    np.testing.assert_allclose(scanned(dim_validation, "dimval").images[8:], x[8:] / 2 / 255, rtol=1e-6)

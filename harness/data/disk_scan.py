@@ -50,7 +50,7 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
     first = {"train": 0, "val": len(bounds["train"]), "test": len(bounds["train"]) + len(bounds["val"])}
     counts = {name: sum(s.count for s in shards[first[name] : first[name] + len(bounds[name])]) for name in SPLITS}
     if problems and spec.on_bad_data == "fail":
-        raise bad_data_error(spec, problems, len(items))
+        raise bad_data_error(spec, problems, items)
     check_split_counts(spec, counts)
     sizes = used_sizes(spec, counts)
     train_size, val_size = sizes["train"], sizes["val"]
@@ -78,8 +78,9 @@ def _named_digests(shards, used: int) -> list[tuple[str, str]]:
 
 def _stamp(item: Item) -> bytes:
     """What decides an item's record: its name and, per part, a file's path, size and modification
-    time, or the bytes of an in-memory part."""
-    digest = hashlib.sha256(item.name.encode())
+    time, or the bytes of an in-memory part; for an array's image, also the array's full brightness
+    (sources.array_top), which another image of the array can move."""
+    digest = hashlib.sha256(item.name.encode() + (b"" if item.image_top is None else f"\0{item.image_top}".encode()))
     for part in (item.image, item.mask):
         if isinstance(part, Path):
             stat = part.stat()

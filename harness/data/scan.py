@@ -69,13 +69,14 @@ def scan_items(items: list[Item], spec: DataSpec, multiple: int, least: int = 1)
             kept.append((item, *result[:2]))
             notes.update(result[2])
     if problems and spec.on_bad_data == "fail":
-        raise bad_data_error(spec, problems, len(items))
+        raise bad_data_error(spec, problems, items)
     if not kept:
         raise DataError(f"data.source {spec.source}: no usable examples", problems)
     return _assemble(kept, spec, size, size_reason, problems, notes, len(items), time.perf_counter() - began)
 
 
-def bad_data_error(spec: DataSpec, problems: list[str], listed: int) -> DataError:
+def bad_data_error(spec: DataSpec, problems: list[str], items: list[Item]) -> DataError:
+    listed = len(items) + len(getattr(items, "problems", []))  # what the listing refused counts among the listed
     return DataError(
         f"data.source {spec.source}: {len(problems)} bad item(s) of {listed} (fix them, or set "
         "data.on_bad_data: skip to leave them out):",
@@ -187,7 +188,7 @@ def _open(source: Any):
 def _load_item(item: Item, spec: DataSpec, size: tuple[int, int]):
     """(image, labels, notes) fitted to `size`, or the reason the item is bad."""
     try:
-        image = _read_image(item.image, spec.channels)
+        image = _read_image(item.image, spec.channels, item.image_top)
         try:
             mask, notes = _read_labels(item.mask, spec, item.mask_is_jpeg)
         except BadItem as exc:
@@ -215,33 +216,44 @@ def _decode(source: Any):
 _MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 
 
-def _read_image(source: Any, channels: int) -> np.ndarray:
+def _read_image(source: Any, channels: int, top: float | None = None) -> np.ndarray:
     if isinstance(source, np.ndarray):
-        array = np.asarray(source)
-        if array.ndim == 2:
-            array = array[..., None]
-        if array.ndim != 3:
-            raise BadItem(f"image array of shape {array.shape}: expected [H, W] or [H, W, C]")
-        if array.shape[-1] == 1 and channels > 1:
-            array = np.repeat(array, channels, axis=-1)
-        if array.shape[-1] != channels:
-            raise BadItem(f"image has {array.shape[-1]} channels, data.channels is {channels}")
-        if array.dtype.kind == "f":
-            if not np.isfinite(array).all():
-                raise BadItem(f"image has {int((~np.isfinite(array)).sum())} NaN/Inf values")
-            scale = 255.0 if array.max(initial=0) > 1.0 + 1e-6 else 1.0
-            return (array / scale).astype(np.float32)
-        low, high = int(array.min(initial=0)), int(array.max(initial=0))
-        if low < 0:
-            raise BadItem(
-                f"image values range {low}..{high}: integer images must not be negative (they would wrap "
-                "around as 8-bit); scale them to 0..255, or to floats in 0..1"
-            )
-        return array.astype(np.uint8) if high <= 255 else (array / high * 255).astype(np.uint8)
+        return _array_image(np.asarray(source), channels, top or (1.0 if source.dtype.kind == "f" else 255.0))
     image = _decode(source)
     if image.mode in ("I;16", "I", "F"):
         raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")
     return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels)
+
+
+def _array_image(array: np.ndarray, channels: int, top: float) -> np.ndarray:
+    """One image of an arrays source, as float32 in 0..1 or uint8; `top` is the array's full
+    brightness (sources.array_top)."""
+    if array.ndim == 2:
+        array = array[..., None]
+    if array.ndim != 3:
+        raise BadItem(f"image array of shape {array.shape}: expected [H, W] or [H, W, C]")
+    if array.shape[-1] == 1 and channels > 1:
+        array = np.repeat(array, channels, axis=-1)
+    if array.shape[-1] != channels:
+        raise BadItem(f"image has {array.shape[-1]} channels, data.channels is {channels}")
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all():
+            raise BadItem(f"image has {int((~np.isfinite(array)).sum())} NaN/Inf values")
+        low, high = float(array.min(initial=0)), float(array.max(initial=0))
+        if low < -1e-6 or high > top * (1 + 1e-6):
+            raise BadItem(
+                f"image values range {low:.4g}..{high:.4g}, outside 0..{top:g}: float images are read as 0..1, or as "
+                "0..255 when the array's largest value is 2 or more; clip them to that range, or rescale them "
+                "(standardised images: (x - x.min()) / (x.max() - x.min()))"
+            )
+        return (array / top).astype(np.float32)
+    low, high = int(array.min(initial=0)), int(array.max(initial=0))
+    if low < 0:
+        raise BadItem(
+            f"image values range {low}..{high}: integer images must not be negative (they would wrap "
+            "around as 8-bit); scale them to 0..255, or to floats in 0..1"
+        )
+    return array.astype(np.uint8) if top <= 255 else (array / top * 255).astype(np.uint8)
 
 
 def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray, list[str]]:

@@ -33,6 +33,7 @@ class Item:
     split: str | None = None  # "train", "val", "test" or None (decided by val_fraction and test_fraction)
     mask_is_jpeg: bool = False
     mask_name: str | None = None  # named in the message when the mask is what is wrong
+    image_top: float | None = None  # an array's image: the value read as full brightness (array_top)
 
 
 class BadItem(Exception):
@@ -207,12 +208,40 @@ def _array_items(spec: DataSpec) -> _Listing:
                 raise DataError(f"data.{what} {path}: cannot be read as .npy: {exc}") from None
         parts = [(None, loaded[0], loaded[1], spec.images.name)]
     items, problems = [], []
+    tops = {}  # one full brightness for all the image arrays of a kind (float, integer) in the source
+    for _, images, _, _ in parts:
+        kind = _kind(images)
+        tops[kind] = max(tops.get(kind, 0.0), array_top(images))
     for split, images, masks, label in parts:
         if len(images) != len(masks):
             problems.append(f"{label}: {len(images)} images but {len(masks)} masks")
             continue
-        items += [Item(f"{label}[{i}]", images[i], masks[i], split) for i in range(len(images))]
+        items += [Item(f"{label}[{i}]", images[i], masks[i], split, image_top=tops[_kind(images)]) for i in range(len(images))]
     return _Listing(items, problems)
+
+
+def array_top(images) -> float:
+    """The value an array's images are read as full brightness at, decided over the whole array
+    (and over all the arrays of a source: `_array_items`):
+    float images are 0..1 (1) or, when the array's largest finite value is 2 or more, 0..255 (255);
+    integer images are 0..255, or 0..their largest value when that is above 255 (12- or 16-bit
+    data). Decided image by image, a dark picture of a 0..255 array was read as 0..1, a picture a
+    resize left at 1.02 as 0..255 (nearly black), and each 16-bit picture was stretched to its own
+    brightest pixel."""
+    largest = -np.inf
+    for start in range(0, len(images), 64):  # a memory-mapped array is read a slice at a time
+        chunk = np.asarray(images[start : start + 64])
+        if chunk.dtype.kind == "f":
+            chunk = chunk[np.isfinite(chunk)]  # NaN/Inf are each image's own problem (scan)
+        if chunk.size:
+            largest = max(largest, float(chunk.max()))
+    if _kind(images) == "f":
+        return 255.0 if largest >= 2.0 else 1.0
+    return max(255.0, largest)
+
+
+def _kind(images) -> str:
+    return "f" if np.asarray(images[:0]).dtype.kind == "f" else "i"
 
 
 def _first(arrays: dict, *names: str) -> str | None:
