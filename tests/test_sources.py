@@ -328,3 +328,36 @@ def test_an_arrays_brightness_is_decided_over_the_whole_array_not_image_by_image
     dim_validation = x * 255
     dim_validation[8:] = x[8:] / 2  # validation arrays of dim pictures, of the training arrays' scale
     np.testing.assert_allclose(scanned(dim_validation, "dimval").images[8:], x[8:] / 2 / 255, rtol=1e-6)
+
+
+def test_label_map_folds_a_trimap_into_classes_and_is_part_of_the_cache_key(tmp_path):
+    # oxford_iiit_pet's masks are trimaps (1 pet, 2 background, 3 border): refused as labels
+    # outside 0..1 with nothing in the config to say what they are.
+    images, masks = tmp_path / "d" / "images", tmp_path / "d" / "masks"
+    images.mkdir(parents=True)
+    masks.mkdir(parents=True)
+    truth = {}
+    for i in range(10):
+        image, mask = picture(i, (16, 16))
+        trimap = np.where(mask == 1, 1, 2).astype(np.uint8)
+        trimap[0, :] = 3  # a border row
+        Image.fromarray(image).save(images / f"ex{i:02d}.png")
+        Image.fromarray(trimap).save(masks / f"ex{i:02d}.png")
+        truth[f"ex{i:02d}"] = np.where(trimap == 2, 0, 1)
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    with pytest.raises(DataError) as error:
+        scan(data_config(raw))
+    assert "labels outside 0..1 (2, 3)" in error.value.problems[0] and "data.label_map" in error.value.problems[0]
+    mapped = {**raw, "label_map": {1: 1, 2: 0, 3: 1}}
+    result = scan(data_config(mapped))
+    assert sorted(np.unique(result.labels).tolist()) == [0, 1]
+    assert sorted(int(m.sum()) for m in result.labels) == sorted(int(t.sum()) for t in truth.values())
+    cache = tmp_path / "cache"
+    on_disk = scan(data_config({**mapped, "cache": "disk"}), cache)
+    assert on_disk.facts["label_counts"] == result.facts["label_counts"]
+    with pytest.raises(DataError):  # the shards of the mapped masks are not reused without the map
+        scan(data_config({**raw, "cache": "disk"}), cache)
+    with pytest.raises(ConfigError, match=r"label_map: \{3: 2\} maps to classes outside 0..1"):
+        data_config({**raw, "label_map": {1: 1, 2: 0, 3: 2}})
+    with pytest.raises(ConfigError, match="label_map"):
+        data_config({"source": "synthetic", "label_map": {255: 0}})

@@ -65,7 +65,7 @@ READ_ONLY_BY = {
     "images": ("folder", "arrays"), "masks": ("folder", "arrays"),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
     "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",),
-    **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "fit", "cache")},
+    **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "fit", "cache")},
 }
 INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
 Side = Annotated[int, Field(ge=8, le=4096)]
@@ -96,6 +96,10 @@ class DataSpec(Strict):
     test_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.0
     on_bad_data: Literal["fail", "skip"] = "fail"  # skip: leave bad files out, and count them
     palette: list[tuple[int, int, int]] | None = None  # RGB masks: the colour of class 0, 1, ...
+    # A mask value -> the class it is (values not named stay as they are): a void border (255 in
+    # Pascal VOC) folded into a class, or oxford_iiit_pet's trimap {1: pet, 2: background, 3: border}
+    # as {1: 1, 2: 0, 3: 1}. Applied after `palette` and before the check that ids are below `classes`.
+    label_map: dict[Annotated[int, Field(ge=0, le=65535)], Annotated[int, Field(ge=0, le=255)]] | None = None
     fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
     cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
     augment: AugmentSpec = AugmentSpec()
@@ -142,6 +146,9 @@ class DataSpec(Strict):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
             problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
+        beyond = {value: klass for value, klass in (self.label_map or {}).items() if klass >= max(self.classes, 2)}
+        if beyond:
+            problems.append(f"label_map: {beyond} maps to classes outside 0..{max(self.classes, 2) - 1} (data.classes is {self.classes})")
         if problems:
             raise ValueError("; ".join(problems))
         if self.resolved and self.batch_size > self.train_size:

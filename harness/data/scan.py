@@ -281,6 +281,8 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
             if array.ndim == 3:
                 array = array[..., 0]
     array = array.astype(np.int64)
+    if spec.label_map:
+        array = _mapped(array, spec.label_map)
     values = np.unique(array)
     if spec.classes == 1 and values.max(initial=0) == 255 and set(values.tolist()) <= {0, 255}:
         array = array // 255
@@ -293,8 +295,20 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
         shown = ", ".join(map(str, stray[:8].tolist())) + (" ..." if len(stray) > 8 else "")
         if is_jpeg:
             raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG")
-        raise BadItem(f"{count} mask pixels with labels outside 0..{limit - 1} ({shown}); data.classes is {spec.classes}")
+        mapped = " after data.label_map" if spec.label_map else ""
+        raise BadItem(
+            f"{count} mask pixels with labels outside 0..{limit - 1}{mapped} ({shown}); data.classes is {spec.classes} "
+            "(data.label_map folds a mask's values into classes: {255: 0} for a void border)"
+        )
     return array.astype(np.uint8), notes
+
+
+def _mapped(array: np.ndarray, label_map: dict[int, int]) -> np.ndarray:
+    """data.label_map applied: each value it names becomes its class, the others stay."""
+    mapped = array.copy()
+    for value, klass in label_map.items():
+        mapped[array == value] = klass
+    return mapped
 
 
 def _rgb_labels(rgb: np.ndarray, palette) -> np.ndarray:
