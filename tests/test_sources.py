@@ -361,3 +361,23 @@ def test_label_map_folds_a_trimap_into_classes_and_is_part_of_the_cache_key(tmp_
         data_config({**raw, "label_map": {1: 1, 2: 0, 3: 2}})
     with pytest.raises(ConfigError, match="label_map"):
         data_config({"source": "synthetic", "label_map": {255: 0}})
+
+
+def test_an_exif_orientation_is_named_not_applied(tmp_path):
+    # A phone's photo is stored unturned with a tag saying "turn me"; a mask drawn in a tool that
+    # obeys the tag is turned against it. The size mismatch said only "image is 24x16 but its mask
+    # is 16x24", and a square photo went through without a word.
+    images, masks = write_folder(tmp_path / "d", 10, size=(16, 16))
+    for stem, size in (("ex00", (24, 16)), ("ex01", (16, 16))):
+        exif = Image.Exif()
+        exif[0x0112] = 6  # rotate 90 degrees to display
+        Image.new("RGB", size).save(images / f"{stem}.jpg", exif=exif)
+        (images / f"{stem}.png").unlink()
+    Image.fromarray(np.zeros((24, 16), np.uint8)).save(masks / "ex00.png")
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    with pytest.raises(DataError) as error:
+        scan(data_config(raw))
+    (problem,) = error.value.problems
+    assert problem.startswith(f"{images / 'ex00.jpg'}: image is 24x16 but its mask is 16x24; the image has an EXIF orientation tag")
+    result = scan(data_config({**raw, "on_bad_data": "skip"}))
+    assert any(note.startswith("1 item(s): the image has an EXIF orientation tag") for note in result.facts["notes"])

@@ -188,14 +188,15 @@ def _open(source: Any):
 def _load_item(item: Item, spec: DataSpec, size: tuple[int, int]):
     """(image, labels, notes) fitted to `size`, or the reason the item is bad."""
     try:
-        image = _read_image(item.image, spec.channels, item.image_top)
+        image, turned = _read_image(item.image, spec.channels, item.image_top)
         try:
             mask, notes = _read_labels(item.mask, spec, item.mask_is_jpeg)
         except BadItem as exc:
             raise BadItem(f"mask {item.mask_name}: {exc}" if item.mask_name else f"mask: {exc}") from None
         if image.shape[:2] != mask.shape[:2]:
-            raise BadItem(f"image is {image.shape[1]}x{image.shape[0]} but its mask is {mask.shape[1]}x{mask.shape[0]}")
-        return _fit(image, size, spec.fit, nearest=False), _fit(mask, size, spec.fit, nearest=True), notes
+            sideways = turned and image.shape[:2] == mask.shape[1::-1]
+            raise BadItem(f"image is {image.shape[1]}x{image.shape[0]} but its mask is {mask.shape[1]}x{mask.shape[0]}" + (f"; {EXIF_NOTE}" if sideways else ""))
+        return _fit(image, size, spec.fit, nearest=False), _fit(mask, size, spec.fit, nearest=True), notes + ([EXIF_NOTE] if turned else [])
     except BadItem as exc:
         return str(exc)
     except Exception as exc:  # any decoder failure names the file
@@ -216,13 +217,25 @@ def _decode(source: Any):
 _MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 
 
-def _read_image(source: Any, channels: int, top: float | None = None) -> np.ndarray:
+# A camera's EXIF orientation tag says how a viewer should turn the picture; its pixels are stored
+# unturned, and harness reads them so, as TensorFlow's and Keras's decoders do. A mask drawn in a
+# tool that turns the picture first (most annotation tools) is then turned against its image.
+EXIF_NOTE = (
+    "the image has an EXIF orientation tag (a camera's rotation), which harness does not apply: its pixels are read "
+    "as stored; if the masks were drawn on the turned picture, turn the images' pixels first (PIL.ImageOps.exif_transpose) and save them"
+)
+_EXIF_ORIENTATION = 0x0112
+
+
+def _read_image(source: Any, channels: int, top: float | None = None) -> tuple[np.ndarray, bool]:
+    """The image's pixels, and whether an EXIF orientation tag would have a viewer turn them."""
     if isinstance(source, np.ndarray):
-        return _array_image(np.asarray(source), channels, top or (1.0 if source.dtype.kind == "f" else 255.0))
+        return _array_image(np.asarray(source), channels, top or (1.0 if source.dtype.kind == "f" else 255.0)), False
     image = _decode(source)
     if image.mode in ("I;16", "I", "F"):
         raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")
-    return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels)
+    turned = image.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
+    return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels), turned
 
 
 def _array_image(array: np.ndarray, channels: int, top: float) -> np.ndarray:
