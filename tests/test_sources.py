@@ -381,3 +381,22 @@ def test_an_exif_orientation_is_named_not_applied(tmp_path):
     assert problem.startswith(f"{images / 'ex00.jpg'}: image is 24x16 but its mask is 16x24; the image has an EXIF orientation tag")
     result = scan(data_config({**raw, "on_bad_data": "skip"}))
     assert any(note.startswith("1 item(s): the image has an EXIF orientation tag") for note in result.facts["notes"])
+
+
+def test_a_manifests_columns_are_read_whatever_their_case_and_unmarked_rows_beside_val_ones_are_noted(tmp_path):
+    # "Image,Mask,Split" was refused as missing image and mask; "image,mask,Split" trained with
+    # the split column ignored; rows without a split beside rows marked val lost a fifth of them
+    # to validation without a word.
+    write_folder(tmp_path / "d", 10)
+    rows = [f"images/ex{i:02d}.png,masks/ex{i:02d}.png,{'val' if i >= 8 else ''}" for i in range(10)]
+    for header in ("Image, Mask ,Split", "image,mask,Split"):
+        (tmp_path / "d" / "pairs.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
+        result = scan(data_config({"source": "csv", "manifest": str(tmp_path / "d" / "pairs.csv"), "val_fraction": 0.3}))
+        assert result.val_size >= 2 and result.train_size + result.val_size == 10
+        assert [n for n in result.facts["notes"] if "without a split" in n] == [
+            "8 item(s): manifest rows without a split, divided by data.val_fraction (and data.test_fraction) beside the rows marked val; "
+            "mark them train to train on all of them"
+        ]
+    (tmp_path / "d" / "pairs.csv").write_text("image;mask\n" + "\n".join(r.rsplit(",", 1)[0].replace(",", ";") for r in rows) + "\n")
+    with pytest.raises(ConfigError, match="separated by commas; missing: image, mask \\(its first line: 'image;mask'\\)"):
+        scan(data_config({"source": "csv", "manifest": str(tmp_path / "d" / "pairs.csv")}))

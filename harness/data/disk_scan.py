@@ -58,7 +58,7 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
     skips = ((train_size, counts["train"] - train_size), (train_size + val_size, counts["val"] - val_size))
     keys = [shard.key for shard in shards]
     store = ExampleStore(folder, shape, shards, skips=skips, rebuild=lambda i: write_shard(folder, keys[i], shape, groups[i], decode))
-    notes, labels = Counter(), Counter()
+    notes, labels = Counter(getattr(items, "notes", {})), Counter()
     for shard in shards:
         notes.update(shard.info["notes"])
         labels.update({k: v for k, v in shard.info["label_counts"].items()})

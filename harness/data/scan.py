@@ -61,7 +61,7 @@ def scan_items(items: list[Item], spec: DataSpec, multiple: int, least: int = 1)
     workers = min(32, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda item: _load_item(item, spec, size), items))
-    kept, notes = [], Counter()
+    kept, notes = [], Counter(getattr(items, "notes", {}))
     for item, result in zip(items, results):
         if isinstance(result, str):
             problems.append(f"{item.name}: {result}")

@@ -65,11 +65,13 @@ def _where(spec: DataSpec) -> str:
 
 
 class _Listing(list):
-    """Items plus the problems found while listing (missing or duplicate pairs)."""
+    """Items plus the problems found while listing (missing or duplicate pairs), and notes for the
+    scan's facts ({what: how many items})."""
 
-    def __init__(self, items=(), problems=()):
+    def __init__(self, items=(), problems=(), notes=None):
         super().__init__(items)
         self.problems = list(problems)
+        self.notes = dict(notes or {})
 
 
 def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
@@ -156,9 +158,12 @@ def _csv_items(spec: DataSpec) -> _Listing:
         line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"data.manifest {manifest}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the manifest as UTF-8") from None
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    missing = {"image", "mask"} - set(reader.fieldnames or [])
+    found = reader.fieldnames or []
+    reader.fieldnames = [name.strip().lower() for name in found]  # "Image", " mask": the columns meant
+    missing = {"image", "mask"} - set(reader.fieldnames)
     if missing:
-        raise ConfigError(f"data.manifest {manifest}: needs the columns image and mask (and optionally split); missing: {', '.join(sorted(missing))}")
+        raise ConfigError(f"data.manifest {manifest}: needs the columns image and mask (and optionally split), separated by commas; "
+                          f"missing: {', '.join(sorted(missing))} (its first line: {','.join(found)!r})")
     rows = list(reader)
     items, problems, seen = [], [], Counter(r["image"] for r in rows)
     for line, row in enumerate(rows, start=2):
@@ -179,7 +184,17 @@ def _csv_items(spec: DataSpec) -> _Listing:
             problems.append(f"{where}: file does not exist: {', '.join(absent)}")
             continue
         items.append(Item(str(image), image, mask, split, mask.suffix.lower() in JPEG, str(mask)))
-    return _Listing(items, problems)
+    return _Listing(items, problems, _unmarked_note(items))
+
+
+def _unmarked_note(items: list[Item]) -> dict[str, int]:
+    """Rows without a split beside rows marked val: they are divided by data.val_fraction like any
+    file without a given split, which a manifest that marks its validation rows may not mean."""
+    unmarked = sum(item.split is None for item in items)
+    if not unmarked or not any(item.split == "val" for item in items):
+        return {}
+    return {"manifest rows without a split, divided by data.val_fraction (and data.test_fraction) beside the rows "
+            "marked val; mark them train to train on all of them": unmarked}
 
 
 def _array_items(spec: DataSpec) -> _Listing:
