@@ -400,3 +400,14 @@ def test_a_manifests_columns_are_read_whatever_their_case_and_unmarked_rows_besi
     (tmp_path / "d" / "pairs.csv").write_text("image;mask\n" + "\n".join(r.rsplit(",", 1)[0].replace(",", ";") for r in rows) + "\n")
     with pytest.raises(ConfigError, match="separated by commas; missing: image, mask \\(its first line: 'image;mask'\\)"):
         scan(data_config({"source": "csv", "manifest": str(tmp_path / "d" / "pairs.csv")}))
+
+
+def test_hidden_files_in_a_folder_are_not_examples(tmp_path):
+    # macOS leaves "._ex02.png" (its metadata) beside each file it copies to another drive format:
+    # each was refused as an image without a mask, or a mask that does not decode.
+    images, masks = write_folder(tmp_path / "d", 10)
+    (masks / "._ex02.png").write_bytes(b"\0\5\26\7\0\2\0\0Mac OS X")
+    (images / "._ex02.png").write_bytes(b"\0\5\26\7\0\2\0\0Mac OS X")
+    (images / ".hidden.png").write_bytes(b"\0")
+    result = scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
+    assert result.facts["listed"] == 10 and result.facts["skipped"] == 0

@@ -87,7 +87,9 @@ def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[s
     found: dict[str, list[Path]] = defaultdict(list)
     broken = []
     for path in sorted(folder.iterdir()):
-        if path.suffix.lower() not in IMAGE_EXTENSIONS:
+        # Hidden files are not examples: macOS writes "._name.png" beside each file it copies to a
+        # drive of another format (its metadata, not an image), and a shell's `*` leaves them out too.
+        if path.suffix.lower() not in IMAGE_EXTENSIONS or path.name.startswith("."):
             continue
         if path.is_symlink() and not path.is_file():
             broken.append(f"{path}: a broken symbolic link ({_why_broken(path)})")
