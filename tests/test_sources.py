@@ -411,3 +411,27 @@ def test_hidden_files_in_a_folder_are_not_examples(tmp_path):
     (images / ".hidden.png").write_bytes(b"\0")
     result = scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
     assert result.facts["listed"] == 10 and result.facts["skipped"] == 0
+
+
+def test_data_larger_than_the_available_memory_is_refused_before_decoding(tmp_path, monkeypatch):
+    # 20,000 phone photos at image_size auto (their median, 4032x3024) held in memory: the kernel
+    # killed the scan with no word. Refused now before anything is decoded, with the way out.
+    from harness.data import scan as scanning
+    from harness.errors import ResourceError
+
+    images, masks = write_folder(tmp_path / "d", 10, size=(16, 16))
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    per_example = 16 * 16 * 4  # RGB, then one byte a label
+    decoded = []
+    monkeypatch.setattr(scanning, "_load_item", lambda *a: decoded.append(a) or "not decoded")
+    monkeypatch.setattr(scanning, "memory_bytes", lambda: (2**30, 2 * 10 * per_example - 1))
+    with pytest.raises(ResourceError, match=r"10 examples at 16x16 \(data.image_size\) take about 0.0 GiB held in memory \(2 copies of 0.00 MiB each\).*set data.cache: disk"):
+        scan(data_config(raw))
+    assert decoded == []
+    monkeypatch.undo()
+    monkeypatch.setattr(scanning, "memory_bytes", lambda: (2**30, 3 * 10 * per_example))
+    held = scan(data_config(raw)).facts["memory"]
+    assert held == {"bytes": 2 * 10 * per_example, "available_bytes": 3 * 10 * per_example}
+    assert "leaving little for the models: data.cache: disk" in scanning.memory_warning(held)
+    assert scanning.memory_warning({"bytes": 10, "available_bytes": 30}) is None
+    assert scanning.memory_warning({"bytes": 10, "available_bytes": None}) is None

@@ -21,7 +21,7 @@ import numpy as np
 
 from harness.config.schema import DataSpec
 from harness.data.duplicates import across_splits
-from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, scan_facts, split_of, used_sizes
+from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, listed_count, scan_facts, split_of, used_sizes
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
 
@@ -64,7 +64,7 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
         labels.update({k: v for k, v in shard.info["label_counts"].items()})
     seconds = time.perf_counter() - began
     label_counts = dict(sorted(labels.items(), key=lambda kv: int(kv[0])))  # over every cached example
-    facts = scan_facts(spec, len(items), sum(sizes.values()), problems, notes, size, size_reason, seconds, label_counts)
+    facts = scan_facts(spec, listed_count(items), sum(sizes.values()), problems, notes, size, size_reason, seconds, label_counts)
     facts["duplicates"] = across_splits({name: _named_digests(shards[first[name] : first[name] + len(bounds[name])], sizes[name]) for name in SPLITS})
     facts["cache"] = {"folder": str(folder), "shards": len(shards), "decoded": decoded, "reused": len(items) - decoded, "bytes": store.disk_bytes,
                       "pruned_files": pruned_files, "freed_bytes": freed_bytes}

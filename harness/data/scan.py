@@ -28,7 +28,8 @@ import numpy as np
 
 from harness.config.catalog import smallest_side
 from harness.config.schema import DataSpec
-from harness.errors import DataError
+from harness.core.host import memory_bytes
+from harness.errors import DataError, ResourceError
 
 from harness.data.duplicates import across_splits, image_digest
 from harness.data.sources import BadItem, Item
@@ -58,6 +59,7 @@ def scan_items(items: list[Item], spec: DataSpec, multiple: int, least: int = 1)
     began = time.perf_counter()
     problems = list(getattr(items, "problems", []))
     size, size_reason = _target_size(items, spec, multiple, least)
+    held = held_in_memory(items, spec, size, size_reason)
     workers = min(32, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(lambda item: _load_item(item, spec, size), items))
@@ -68,17 +70,58 @@ def scan_items(items: list[Item], spec: DataSpec, multiple: int, least: int = 1)
         else:
             kept.append((item, *result[:2]))
             notes.update(result[2])
+    del results  # `kept` holds the decoded arrays alone: _stacked lets each go as it copies it
     if problems and spec.on_bad_data == "fail":
         raise bad_data_error(spec, problems, items)
     if not kept:
         raise DataError(f"data.source {spec.source}: no usable examples", problems)
-    return _assemble(kept, spec, size, size_reason, problems, notes, len(items), time.perf_counter() - began)
+    scan = _assemble(kept, spec, size, size_reason, problems, notes, listed_count(items), time.perf_counter() - began)
+    scan.facts["memory"] = held
+    return scan
+
+
+# The in-memory scan holds each decoded example, then one array of them all, and the input
+# pipeline copies that array into TensorFlow's own: about twice the decoded size (measured: 1,000
+# examples at 256x256 RGB, 250 MB decoded, raised the scanning process's resident memory by 523 MB
+# beyond the memory-mapped source's pages; then the array and TensorFlow's copy, 500 MB).
+HELD_COPIES = 2
+
+
+def memory_warning(held: dict[str, Any] | None) -> str | None:
+    """Said before training when the held data take more than half of the available memory: the
+    models, their optimizers and TensorFlow need the rest."""
+    if not held or not held.get("available_bytes") or held["bytes"] <= held["available_bytes"] / 2:
+        return None
+    return (f"the data held in memory take about {held['bytes'] / 2**30:.1f} GiB of the {held['available_bytes'] / 2**30:.1f} GiB "
+            "available, leaving little for the models: data.cache: disk streams them from disk")
+
+
+def held_in_memory(items: list[Item], spec: DataSpec, size: tuple[int, int], size_reason: str) -> dict[str, Any]:
+    """What holding the decoded examples in memory will take, refused (exit 4) before decoding when
+    it exceeds the memory the kernel says is available: the scan would otherwise be killed by the
+    kernel, or swap, with no word. {"bytes": ..., "available_bytes": ...} for the facts."""
+    floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
+    per_example = size[0] * size[1] * (spec.channels * (4 if floats else 1) + 1)  # the image, then one byte a label
+    needed = HELD_COPIES * per_example * len(items)
+    memory = memory_bytes()
+    available = memory[1] if memory else None
+    if available is not None and needed > available:
+        raise ResourceError(
+            f"data: {len(items)} examples at {size[0]}x{size[1]} ({size_reason}) take about {needed / 2**30:.1f} GiB held in "
+            f"memory ({HELD_COPIES} copies of {per_example / 2**20:.2f} MiB each), more than the {available / 2**30:.1f} GiB this "
+            "machine has available: set data.cache: disk to stream them from disk, or a smaller data.image_size"
+        )
+    return {"bytes": needed, "available_bytes": available}
+
+
+def listed_count(items: list[Item]) -> int:
+    """The examples a source listed: the items, and the pairs its listing already refused."""
+    return len(items) + len(getattr(items, "problems", []))
 
 
 def bad_data_error(spec: DataSpec, problems: list[str], items: list[Item]) -> DataError:
-    listed = len(items) + len(getattr(items, "problems", []))  # what the listing refused counts among the listed
     return DataError(
-        f"data.source {spec.source}: {len(problems)} bad item(s) of {listed} (fix them, or set "
+        f"data.source {spec.source}: {len(problems)} bad item(s) of {listed_count(items)} (fix them, or set "
         "data.on_bad_data: skip to leave them out):",
         problems,
     )
@@ -88,18 +131,33 @@ def _assemble(kept, spec: DataSpec, size, size_reason: str, problems: list[str],
     splits = np.array([split_of(item, spec.val_fraction, spec.test_fraction) for item, _, _ in kept])
     counts = {name: int((splits == name).sum()) for name in SPLITS}
     check_split_counts(spec, counts)
-    order = np.concatenate([np.flatnonzero(splits == name) for name in SPLITS])
-    float_images = any(image.dtype != np.uint8 for _, image, _ in kept)
-    images = np.stack([kept[i][1].astype(np.float32) / (255.0 if kept[i][1].dtype == np.uint8 else 1.0) if float_images else kept[i][1] for i in order])
-    labels = np.stack([kept[i][2] for i in order])
     sizes = used_sizes(spec, counts)
-    n_train, n_val = counts["train"], counts["val"]
-    keep = np.r_[0 : sizes["train"], n_train : n_train + sizes["val"], n_train + n_val : n_train + n_val + sizes["test"]]
-    label_counts = {str(k): int(v) for k, v in zip(*np.unique(labels[keep], return_counts=True))}
-    facts = scan_facts(spec, listed, len(keep), problems, notes, size, size_reason, seconds, label_counts)
-    starts = {"train": 0, "val": n_train, "test": n_train + n_val}
-    facts["duplicates"] = across_splits({name: [(kept[order[i]][0].name, image_digest(images[i])) for i in range(starts[name], starts[name] + sizes[name])] for name in SPLITS})
-    return Scan(images[keep], labels[keep], sizes["train"], sizes["val"], size, facts, test_size=sizes["test"])
+    # The used examples of each split, in split order: the first `sizes[name]` a size cap keeps.
+    chosen = np.concatenate([np.flatnonzero(splits == name)[: sizes[name]] for name in SPLITS])
+    names = [kept[i][0].name for i in chosen]
+    images, labels = _stacked(kept, chosen)
+    label_counts = {str(k): int(v) for k, v in zip(*np.unique(labels, return_counts=True))}
+    facts = scan_facts(spec, listed, len(chosen), problems, notes, size, size_reason, seconds, label_counts)
+    starts = {"train": 0, "val": sizes["train"], "test": sizes["train"] + sizes["val"]}
+    facts["duplicates"] = across_splits({name: [(names[i], image_digest(images[i])) for i in range(starts[name], starts[name] + sizes[name])] for name in SPLITS})
+    return Scan(images, labels, sizes["train"], sizes["val"], size, facts, test_size=sizes["test"])
+
+
+def _stacked(kept: list, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The chosen examples' images and labels as two arrays, each example's own arrays let go as it
+    is copied: the scan's memory peaks at about one decoded dataset, not three (the decoded list,
+    a stack of it, and a second copy cut to the used examples). Images are float32 in 0..1 when any
+    is a float (an arrays source), else uint8."""
+    float_images = any(image.dtype != np.uint8 for _, image, _ in kept)
+    first_image, first_labels = kept[chosen[0]][1], kept[chosen[0]][2]
+    images = np.empty((len(chosen), *first_image.shape), np.float32 if float_images else np.uint8)
+    labels = np.empty((len(chosen), *first_labels.shape), first_labels.dtype)
+    for row, i in enumerate(chosen):
+        _, image, label = kept[i]
+        images[row] = image.astype(np.float32) / 255.0 if float_images and image.dtype == np.uint8 else image
+        labels[row] = label
+        kept[i] = None  # this example's decoded arrays are in the stack now
+    return images, labels
 
 
 def check_split_counts(spec: DataSpec, counts: dict[str, int]) -> None:

@@ -9,6 +9,7 @@ import platform
 from dataclasses import dataclass
 
 from harness.core.backend import stderr_silenced
+from harness.core.host import memory_bytes
 
 
 @dataclass(frozen=True)
@@ -65,12 +66,11 @@ def devices(tf) -> list[Finding]:
 
 
 def _host_memory() -> str:
-    try:
-        fields = dict(line.split(":", 1) for line in open("/proc/meminfo", encoding="utf-8"))
-        total, available = (int(fields[k].split()[0]) / 1024**2 for k in ("MemTotal", "MemAvailable"))
-        return f"{total:.1f} GiB, {available:.1f} GiB available"
-    except (OSError, KeyError, ValueError):
+    memory = memory_bytes()
+    if memory is None:
         return "unknown (no /proc/meminfo)"
+    total, available = (b / 1024**3 for b in memory)
+    return f"{total:.1f} GiB, {available:.1f} GiB available"
 
 
 def _absent(tf, device: str) -> str | None:

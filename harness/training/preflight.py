@@ -20,6 +20,7 @@ from harness.config.consistency import comparison_warnings, sized_problems
 from harness.config.schema import ExperimentConfig
 from harness.data.duplicates import duplicates_warning
 from harness.data.resolve import resolve_data
+from harness.data.scan import memory_warning
 from harness.errors import ConfigError
 
 
@@ -89,6 +90,8 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None, multi
         )
         for note in facts["notes"]:
             print(f"harness: data: {note}", file=sys.stderr)
+        if crowded := memory_warning(facts.get("memory")):
+            print(f"harness: warning: {crowded}", file=sys.stderr)
     if scan is not None and say and (copies := duplicates_warning(scan.facts.get("duplicates"), resolved.data)):
         print(f"harness: warning: {copies}", file=sys.stderr)
     for weak in comparison_warnings(resolved) if say else []:  # said now, while stopping costs nothing; again at the end
