@@ -89,7 +89,7 @@ def compare(run_dirs: list[str | Path]):
     finished is compared on each member's last evaluation; `compared_on` says so). Tests nothing."""
     from harness.outputs.compare import compare_runs
 
-    return compare_runs([Path(d) for d in run_dirs])
+    return compare_runs(_run_list(run_dirs, "compare"))
 
 
 def compare_pairs(run_dirs: list[str | Path], chosen: bool = False, metric: str | None = None):
@@ -100,4 +100,13 @@ def compare_pairs(run_dirs: list[str | Path], chosen: bool = False, metric: str 
     runs did not score the same images, or seed differently."""
     from harness.outputs.cross_run import cross_run_pairs
 
-    return cross_run_pairs([Path(d) for d in run_dirs], metric, chosen=chosen)
+    return cross_run_pairs(_run_list(run_dirs, "compare_pairs"), metric, chosen=chosen)
+
+
+def _run_list(run_dirs, call: str) -> list[Path]:
+    """Run directories as a list: one given as a plain string or path is one run (a string was read
+    character by character: "compare: / is given twice"); none at all is named, not a pandas error."""
+    runs = [Path(run_dirs)] if isinstance(run_dirs, (str, Path)) else [Path(d) for d in run_dirs]
+    if not runs:
+        raise ConfigError(f"harness.{call}: no run directories given")
+    return runs

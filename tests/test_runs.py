@@ -363,3 +363,17 @@ def test_a_summary_of_many_columns_is_compared_without_pandas_warnings(tmp_path)
         warnings.simplefilter("error")
         table = compare_runs([run])
     assert list(table["model"]) == ["a", "b"]
+
+
+def test_the_apis_compare_takes_one_run_as_a_string_and_names_an_empty_list(results):
+    # A notebook's harness.compare("results/smoke/2026...") was read character by character
+    # ("compare: / is given twice"), and harness.compare([]) raised pandas' "No objects to concatenate".
+    import harness
+    from harness.errors import ConfigError
+
+    run = next(p for p in (results / "tiny").iterdir() if (p / "run.json").exists())
+    assert harness.compare(str(run)).equals(harness.compare([run]))
+    with pytest.raises(ConfigError, match="harness.compare: no run directories given"):
+        harness.compare([])
+    with pytest.raises(ConfigError, match="compare --pairs compares models of different runs"):
+        harness.compare_pairs(run)
