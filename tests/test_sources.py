@@ -435,3 +435,22 @@ def test_data_larger_than_the_available_memory_is_refused_before_decoding(tmp_pa
     assert "leaving little for the models: data.cache: disk" in scanning.memory_warning(held)
     assert scanning.memory_warning({"bytes": 10, "available_bytes": 30}) is None
     assert scanning.memory_warning({"bytes": 10, "available_bytes": None}) is None
+
+
+def test_webp_images_are_read_and_a_partner_in_another_format_or_folder_is_named(tmp_path):
+    # A .webp image was passed over, and its mask then refused as "no image with the stem 'ex06'",
+    # as was one whose image was a .gif, or sat in a folder below.
+    images, masks = write_folder(tmp_path / "d", 10)
+    Image.open(images / "ex06.png").save(images / "ex06.webp", lossless=True)
+    (images / "ex06.png").unlink()
+    Image.open(images / "ex07.png").save(images / "ex07.gif")
+    (images / "ex07.png").unlink()
+    (images / "sub").mkdir()
+    (images / "ex08.png").rename(images / "sub" / "ex08.png")
+    with pytest.raises(DataError) as error:
+        scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
+    assert error.value.problems == [
+        f"{masks / 'ex07.png'}: no image with the stem 'ex07' in {images} (ex07.gif is there, a format harness does not read: "
+        ".png, .jpg, .jpeg, .bmp, .tif, .tiff, .webp)",
+        f"{masks / 'ex08.png'}: no image with the stem 'ex08' in {images} (sub/ex08.png is in a folder below it; the folders below are not read)",
+    ]

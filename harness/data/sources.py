@@ -10,6 +10,7 @@ import json
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from harness.config.schema import DataSpec
 from harness.errors import ConfigError, DataError
 
 
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 JPEG = (".jpg", ".jpeg")
 
 
@@ -104,6 +105,18 @@ def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[s
     return {stem: paths[0] for stem, paths in found.items() if len(paths) == 1}, problems, doubled
 
 
+def _unread(folder: Path, stem: str) -> str:
+    """A file of that stem the listing passed over, named: the missing partner is often there in a
+    format harness does not read (a .gif), or in a folder below (folders are not searched)."""
+    passed = sorted(p.name for p in folder.glob(f"{glob_escape(stem)}.*") if p.suffix.lower() not in IMAGE_EXTENSIONS)
+    below = sorted(str(p.relative_to(folder)) for p in folder.glob(f"*/{glob_escape(stem)}.*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+    if passed:
+        return f" ({passed[0]} is there, a format harness does not read: {', '.join(IMAGE_EXTENSIONS)})"
+    if below:
+        return f" ({below[0]} is in a folder below it; the folders below are not read)"
+    return ""
+
+
 def _why_broken(link: Path) -> str:
     try:
         link.resolve(strict=True)
@@ -119,8 +132,8 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listi
     masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask")
     problems += mask_problems
     doubled |= mask_doubled  # already named: not also a missing pair
-    problems += [f"{images[s]}: no mask with the stem {s!r} in {masks_dir}" for s in sorted(set(images) - set(masks) - doubled)]
-    problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}" for s in sorted(set(masks) - set(images) - doubled)]
+    problems += [f"{images[s]}: no mask with the stem {s!r} in {masks_dir}{_unread(masks_dir, s)}" for s in sorted(set(images) - set(masks) - doubled)]
+    problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}{_unread(images_dir, s)}" for s in sorted(set(masks) - set(images) - doubled)]
     items = [
         Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
         for s in sorted((set(images) & set(masks)) - doubled)
