@@ -6,7 +6,7 @@ fundus against the black surround, and printed text (page and text: stored inver
 on black, so that objects are always the bright side). Each mask is derived, not hand drawn:
 Gaussian smoothing (sigma 1.5), Otsu's threshold per picture, holes filled, specks smaller than
 30 pixels removed. The photographs are cut into overlapping
-tiles, and the tiles are written in the four formats a folder source reads (PNG, JPEG, BMP,
+tiles, and the tiles are written in four of the formats a folder source reads (PNG, JPEG, BMP,
 TIFF); masks are PNG, 0/255, so the scan's 0/255 mapping is exercised too.
 """
 
