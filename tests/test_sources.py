@@ -454,3 +454,14 @@ def test_webp_images_are_read_and_a_partner_in_another_format_or_folder_is_named
         ".png, .jpg, .jpeg, .bmp, .tif, .tiff, .webp)",
         f"{masks / 'ex08.png'}: no image with the stem 'ex08' in {images} (sub/ex08.png is in a folder below it; the folders below are not read)",
     ]
+
+
+def test_a_missing_relative_folder_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    # experiments/real_images.yaml run from another folder: "folder 'data/skimage/images' does not
+    # exist", with nothing to say that relative paths are read from the current folder.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=rf"folder 'data/images' does not exist \(a relative path is read from the current folder, {re.escape(str(tmp_path))}\)"):
+        scan(data_config({"source": "folder", "images": "data/images", "masks": "data/masks"}))
+    with pytest.raises(ConfigError) as absolute:
+        scan(data_config({"source": "folder", "images": str(tmp_path / "x"), "masks": str(tmp_path / "y")}))
+    assert str(absolute.value).endswith("does not exist")

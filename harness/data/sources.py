@@ -80,7 +80,8 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
         kind = "folder" if folder else "file"
         if path is not None and path.exists():
             raise ConfigError(f"data.{what}: {str(path)!r} is a {'file' if folder else 'folder'}, not a {kind}")
-        raise ConfigError(f"data.{what}: {kind} {str(path)!r} does not exist")
+        relative = "" if path is None or path.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
+        raise ConfigError(f"data.{what}: {kind} {str(path)!r} does not exist{relative}")
     return path
 
 
