@@ -465,3 +465,22 @@ def test_a_missing_relative_folder_says_where_it_was_looked_for(tmp_path, monkey
     with pytest.raises(ConfigError) as absolute:
         scan(data_config({"source": "folder", "images": str(tmp_path / "x"), "masks": str(tmp_path / "y")}))
     assert str(absolute.value).endswith("does not exist")
+
+
+def test_test_fraction_beside_a_validation_folder_takes_its_share_of_the_training_files(tmp_path):
+    # With data.val_images given, every file of the main folder was marked train: test_fraction
+    # found nothing to take ("no test examples (data.test_fraction 0.2 of 38 files ...)"), and an
+    # explicit val_fraction was ignored without a word.
+    images, masks = write_folder(tmp_path / "train", 30)
+    val_images, val_masks = write_folder(tmp_path / "val", 8)
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_images": str(val_images), "val_masks": str(val_masks)}
+    result = scan(data_config({**raw, "test_fraction": 0.2}))
+    assert result.val_size == 8 and result.test_size > 0 and result.train_size + result.test_size == 30
+    assert (result.train_size, result.val_size) == (scan(data_config(raw)).train_size - result.test_size, 8)
+    with pytest.raises(ConfigError, match="val_fraction: the validation split is data.val_images, so val_fraction would not be read"):
+        data_config({**raw, "val_fraction": 0.3})
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 1, (20, 16, 16, 3)).astype(np.float32), (rng.uniform(0, 1, (20, 16, 16)) > 0.5).astype(np.uint8)
+    np.savez(tmp_path / "d.npz", images=x[:16], masks=y[:16], val_images=x[16:], val_masks=y[16:])
+    arrays = scan(data_config({"source": "arrays", "arrays": str(tmp_path / "d.npz"), "test_fraction": 0.25}))
+    assert arrays.val_size == 4 and arrays.test_size > 0 and arrays.train_size + arrays.test_size == 16

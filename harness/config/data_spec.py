@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from harness.config.recipes import Strict
+from harness.config.recipes import ACCEPTED, Strict
 
 
 class AugmentSpec(Strict):
@@ -142,6 +142,11 @@ class DataSpec(Strict):
             object.__setattr__(self, "val_size", self.val_size or 64)
             object.__setattr__(self, "test_size", self.test_size or 0)
         problems += self.unread_settings(self.source, READ_ONLY_BY, info, INSTEAD.get(self.source), called="source")
+        if self.val_fraction != type(self).model_fields["val_fraction"].default and not (info.context or {}).get(ACCEPTED):
+            given = "data.val_images" if self.source == "folder" and self.val_images is not None else (
+                f"data.tfds.val_split ({self.tfds.val_split})" if self.source == "tfds" and self.tfds is not None and self.tfds.val_split else None)
+            if given:
+                problems.append(f"val_fraction: the validation split is {given}, so val_fraction would not be read; leave it out")
         if (self.test_images is None) != (self.test_masks is None):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):

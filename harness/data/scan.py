@@ -32,7 +32,7 @@ from harness.core.host import memory_bytes
 from harness.errors import DataError, ResourceError
 
 from harness.data.duplicates import across_splits, image_digest
-from harness.data.sources import BadItem, Item
+from harness.data.sources import REST, BadItem, Item
 
 
 @dataclass
@@ -198,12 +198,12 @@ def split_of(item: Item, val_fraction: float, test_fraction: float = 0.0) -> str
     """An item's split: the one its source gave, else by hashes of its stem: test first (its own
     hash, so adding a test share leaves train and val as they were among the rest), then val.
     Adding files never moves another file between splits."""
-    if item.split is not None:
+    if item.split not in (None, REST):
         return item.split
     key = Path(item.name).stem if "[" not in item.name else item.name
     if test_fraction and _unit_hash("test:" + key) < test_fraction:
         return "test"
-    return "val" if _unit_hash(key) < val_fraction else "train"
+    return "val" if item.split is None and _unit_hash(key) < val_fraction else "train"
 
 
 def _unit_hash(key: str) -> float:

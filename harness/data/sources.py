@@ -20,6 +20,7 @@ from harness.config.schema import DataSpec
 from harness.errors import ConfigError, DataError
 
 
+REST = "rest"
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
 JPEG = (".jpg", ".jpeg")
 
@@ -31,7 +32,9 @@ class Item:
     name: str  # how the user recognises it: "images/cat.png", "train[17]"
     image: Any
     mask: Any
-    split: str | None = None  # "train", "val", "test" or None (decided by val_fraction and test_fraction)
+    # "train", "val", "test"; None: decided by val_fraction and test_fraction; REST: not validation
+    # (a source with a validation split of its own), so train, or test by test_fraction
+    split: str | None = None
     mask_is_jpeg: bool = False
     mask_name: str | None = None  # named in the message when the mask is what is wrong
     image_top: float | None = None  # an array's image: the value read as full brightness (array_top)
@@ -143,7 +146,7 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listi
 
 
 def _folder_items(spec: DataSpec) -> _Listing:
-    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else "train")
+    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST)
     if spec.val_images is not None or spec.val_masks is not None:
         val = _folder_pair(*_existing_pair(spec, "val_"), "val")
         listing = _Listing([*listing, *val], listing.problems + val.problems)
@@ -224,7 +227,7 @@ def _array_items(spec: DataSpec) -> _Listing:
         names = {"images": _first(arrays, "images", "x", "image"), "masks": _first(arrays, "masks", "y", "mask")}
         if names["images"] is None or names["masks"] is None:
             raise DataError(f"data.arrays {path}: needs arrays named images and masks (or x and y); it has {', '.join(arrays) or 'none'}")
-        parts = [("train" if "val_images" in arrays else None, arrays[names["images"]], arrays[names["masks"]], path.name)]
+        parts = [(REST if "val_images" in arrays else None, arrays[names["images"]], arrays[names["masks"]], path.name)]
         if "val_images" in arrays and "val_masks" in arrays:
             parts.append(("val", arrays["val_images"], arrays["val_masks"], f"{path.name}:val"))
         if "test_images" in arrays and "test_masks" in arrays:
@@ -289,7 +292,7 @@ def _tfds_items(spec: DataSpec) -> _Listing:
     folder = _tfds_folder(tfds.data_dir, tfds.name)
     info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
     dataset = info.get("name") or tfds.name.split("/")[0]
-    splits = [(tfds.train_split, "train" if tfds.val_split else None)] + ([(tfds.val_split, "val")] if tfds.val_split else [])
+    splits = [(tfds.train_split, REST if tfds.val_split else None)] + ([(tfds.val_split, "val")] if tfds.val_split else [])
     splits += [(tfds.test_split, "test")] if tfds.test_split else []
     items, problems = [], []
     features = {k: tf.io.FixedLenFeature([], tf.string) for k in (tfds.image_key, tfds.mask_key)}
