@@ -484,3 +484,17 @@ def test_test_fraction_beside_a_validation_folder_takes_its_share_of_the_trainin
     np.savez(tmp_path / "d.npz", images=x[:16], masks=y[:16], val_images=x[16:], val_masks=y[16:])
     arrays = scan(data_config({"source": "arrays", "arrays": str(tmp_path / "d.npz"), "test_fraction": 0.25}))
     assert arrays.val_size == 4 and arrays.test_size > 0 and arrays.train_size + arrays.test_size == 16
+
+
+def test_a_binary_mask_with_grey_edges_is_told_how_to_threshold_it(tmp_path):
+    # A 0/255 mask resized with interpolation has grey edges: it was told to use data.label_map
+    # ("{255: 0} for a void border"), which is not what its many stray values need.
+    images, masks = write_folder(tmp_path / "d", 10)
+    grey = np.asarray(Image.open(masks / "ex03.png")).copy()
+    grey[0, :5] = [1, 64, 128, 200, 254]
+    Image.fromarray(grey).save(masks / "ex03.png")
+    with pytest.raises(DataError) as error:
+        scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
+    (problem,) = error.value.problems
+    assert "labels outside 0..1 (64, 128, 200, 254, 255)" in problem and "grey levels between 0 and 255" in problem
+    assert "threshold them (values of 128 or more as 1)" in problem and "label_map" not in problem

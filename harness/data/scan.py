@@ -367,10 +367,12 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
         if is_jpeg:
             raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG")
         mapped = " after data.label_map" if spec.label_map else ""
-        raise BadItem(
-            f"{count} mask pixels with labels outside 0..{limit - 1}{mapped} ({shown}); data.classes is {spec.classes} "
-            "(data.label_map folds a mask's values into classes: {255: 0} for a void border)"
-        )
+        if spec.classes == 1 and values.max() == 255 and len(stray) > 2:
+            way = ("grey levels between 0 and 255: edges smoothed when the mask was drawn or resized; save binary masks "
+                   "with nearest-neighbour resizing, or threshold them (values of 128 or more as 1)")
+        else:
+            way = "data.label_map folds a mask's values into classes: {255: 0} for a void border"
+        raise BadItem(f"{count} mask pixels with labels outside 0..{limit - 1}{mapped} ({shown}); data.classes is {spec.classes} ({way})")
     return array.astype(np.uint8), notes
 
 
