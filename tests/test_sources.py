@@ -498,3 +498,18 @@ def test_a_binary_mask_with_grey_edges_is_told_how_to_threshold_it(tmp_path):
     (problem,) = error.value.problems
     assert "labels outside 0..1 (64, 128, 200, 254, 255)" in problem and "grey levels between 0 and 255" in problem
     assert "threshold them (values of 128 or more as 1)" in problem and "label_map" not in problem
+
+
+def test_a_tfds_version_still_being_written_is_passed_over_and_a_broken_info_file_named(tmp_path):
+    # TFDS writes a version into "1.0.1.incomplete<random>" and renames it when done: sorted as the
+    # newest version, it was read half-written; a dataset_info.json that is not JSON was a bug's
+    # traceback (exit 1).
+    root = write_tfds(tmp_path / "tfds")
+    stopped = root / "shapes_seg" / "1.0.1.incompleteQ6X2"
+    stopped.mkdir()
+    (stopped / "dataset_info.json").write_text('{"name": "shapes_seg", "version": "1.0.1"}')
+    config = data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root)}})
+    assert (scan(config).train_size, scan(config).val_size) == (6, 2)
+    (root / "shapes_seg" / "1.0.0" / "dataset_info.json").write_text('{"name": "shapes_seg", "vers')
+    with pytest.raises(DataError, match=r"1.0.0/dataset_info.json cannot be read: .*prepare the dataset again"):
+        scan(config)

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from glob import escape as glob_escape
@@ -290,7 +291,10 @@ def _tfds_items(spec: DataSpec) -> _Listing:
     tf = import_tf()
     tfds = spec.tfds
     folder = _tfds_folder(tfds.data_dir, tfds.name)
-    info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+    try:
+        info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"data.tfds: {folder / 'dataset_info.json'} cannot be read: {exc}; prepare the dataset again") from None
     dataset = info.get("name") or tfds.name.split("/")[0]
     splits = [(tfds.train_split, REST if tfds.val_split else None)] + ([(tfds.val_split, "val")] if tfds.val_split else [])
     splits += [(tfds.test_split, "test")] if tfds.test_split else []
@@ -317,6 +321,9 @@ def _tfds_folder(data_dir: Path, name: str) -> Path:
     """data_dir/name[/config]/version: the given version, or the newest one on disk."""
     root = _must_exist(data_dir, "tfds.data_dir", True) / name
     candidates = sorted(root.glob("dataset_info.json")) + sorted(root.glob("*/dataset_info.json")) + sorted(root.glob("*/*/dataset_info.json"))
+    # A version folder is named by its version alone: "4.0.0.incomplete6Q1NXF" is one TFDS is still
+    # writing (or was stopped writing), and sorted as the newest it would be read half-written.
+    candidates = [p for p in candidates if p.parent == root or re.fullmatch(r"\d+(\.\d+)*", p.parent.name)]
     if not candidates:
         raise ConfigError(f"data.tfds: no prepared dataset {name!r} under {data_dir} (looked for {root}/[config/]version/dataset_info.json); harness never downloads")
     return max(candidates, key=lambda p: _version_key(p.parent.name)).parent
