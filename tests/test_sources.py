@@ -513,3 +513,17 @@ def test_a_tfds_version_still_being_written_is_passed_over_and_a_broken_info_fil
     (root / "shapes_seg" / "1.0.0" / "dataset_info.json").write_text('{"name": "shapes_seg", "vers')
     with pytest.raises(DataError, match=r"1.0.0/dataset_info.json cannot be read: .*prepare the dataset again"):
         scan(config)
+
+
+def test_a_truncated_tfds_shard_is_bad_data_naming_it_and_what_it_held_before_stays(tmp_path):
+    # A shard cut short (a copy that stopped) raised TensorFlow's DataLossError out of the scan:
+    # "internal error", exit 1.
+    root = write_tfds(tmp_path / "tfds")
+    (shard,) = (root / "shapes_seg" / "1.0.0").glob("*-train.tfrecord*")
+    shard.write_bytes(shard.read_bytes()[:-50])
+    config = data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root)}})
+    with pytest.raises(DataError) as error:
+        scan(config)
+    assert error.value.problems == [f"{shard}: cannot be read past its first 5 record(s) (DataLossError: the file is truncated or corrupt); prepare the dataset again"]
+    kept = scan(data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root)}, "on_bad_data": "skip"}))
+    assert (kept.train_size, kept.val_size) == (5, 2)

@@ -305,8 +305,8 @@ def _tfds_items(spec: DataSpec) -> _Listing:
         if not shards:
             known = sorted({p.name.split("-")[1].split(".")[0] for p in folder.glob(f"{dataset}-*.tfrecord*")})
             raise ConfigError(f"data.tfds: no split {split_name!r} in {folder} (splits on disk: {', '.join(known) or 'none'})")
-        for i, record in enumerate(tf.data.TFRecordDataset([str(s) for s in shards])):
-            name = f"{dataset}/{split_name}[{i}]"
+        for count, record in enumerate(record for shard in shards for record in _records(tf, shard, problems)):
+            name = f"{dataset}/{split_name}[{count}]"
             try:
                 example = tf.io.parse_single_example(record, features)
             except tf.errors.InvalidArgumentError as exc:
@@ -315,6 +315,22 @@ def _tfds_items(spec: DataSpec) -> _Listing:
             mask = example[tfds.mask_key].numpy()
             items.append(Item(name, example[tfds.image_key].numpy(), mask, split, mask[:3] == b"\xff\xd8\xff"))
     return _Listing(items, problems)
+
+
+def _records(tf, shard: Path, problems: list[str]):
+    """A TFRecord shard's records; one truncated or corrupt is named in `problems` and the records
+    before the damage are kept (it stopped the scan as an internal error)."""
+    records, read = iter(tf.data.TFRecordDataset(str(shard))), 0
+    while True:
+        try:
+            yield next(records)
+        except StopIteration:
+            return
+        except tf.errors.OpError as exc:
+            problems.append(f"{shard}: cannot be read past its first {read} record(s) ({type(exc).__name__}: the file is "
+                            "truncated or corrupt); prepare the dataset again")
+            return
+        read += 1
 
 
 def _tfds_folder(data_dir: Path, name: str) -> Path:
