@@ -527,3 +527,17 @@ def test_a_truncated_tfds_shard_is_bad_data_naming_it_and_what_it_held_before_st
     assert error.value.problems == [f"{shard}: cannot be read past its first 5 record(s) (DataLossError: the file is truncated or corrupt); prepare the dataset again"]
     kept = scan(data_config({"source": "tfds", "tfds": {"name": "shapes_seg", "data_dir": str(root)}, "on_bad_data": "skip"}))
     assert (kept.train_size, kept.val_size) == (5, 2)
+
+
+def test_a_cut_or_damaged_npz_is_bad_data_naming_it(tmp_path):
+    # An .npz cut short (a copy that stopped) raised zipfile.BadZipFile out of the scan: exit 1.
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", images=rng.uniform(0, 1, (10, 16, 16, 3)), masks=np.zeros((10, 16, 16), np.uint8))
+    whole = (tmp_path / "d.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(whole[: len(whole) // 2])
+    damaged = bytearray(whole)
+    damaged[len(whole) // 3 : len(whole) // 3 + 64] = bytes(64)
+    (tmp_path / "damaged.npz").write_bytes(bytes(damaged))
+    for name, why in (("cut", "File is not a zip file"), ("damaged", "Bad CRC-32 for file 'images.npy'")):
+        with pytest.raises(DataError, match=rf"data.arrays .*{name}.npz: cannot be read as .npz: {why}"):
+            scan(data_config({"source": "arrays", "arrays": str(tmp_path / f"{name}.npz")}))

@@ -9,6 +9,8 @@ import io
 import json
 import os
 import re
+import zipfile
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from glob import escape as glob_escape
@@ -223,7 +225,7 @@ def _array_items(spec: DataSpec) -> _Listing:
         try:
             with np.load(path, allow_pickle=False) as archive:
                 arrays = {k: archive[k] for k in archive.files}
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as exc:  # a cut or damaged archive
             raise DataError(f"data.arrays {path}: cannot be read as .npz: {exc}") from None
         names = {"images": _first(arrays, "images", "x", "image"), "masks": _first(arrays, "masks", "y", "mask")}
         if names["images"] is None or names["masks"] is None:
