@@ -439,19 +439,18 @@ def test_data_larger_than_the_available_memory_is_refused_before_decoding(tmp_pa
 
 def test_webp_images_are_read_and_a_partner_in_another_format_or_folder_is_named(tmp_path):
     # A .webp image was passed over, and its mask then refused as "no image with the stem 'ex06'",
-    # as was one whose image was a .gif, or sat in a folder below.
+    # as was one whose image was in a format harness does not read, or sat in a folder below.
     images, masks = write_folder(tmp_path / "d", 10)
     Image.open(images / "ex06.png").save(images / "ex06.webp", lossless=True)
     (images / "ex06.png").unlink()
-    Image.open(images / "ex07.png").save(images / "ex07.gif")
-    (images / "ex07.png").unlink()
+    (images / "ex07.png").rename(images / "ex07.heic")  # a phone's format harness does not read
     (images / "sub").mkdir()
     (images / "ex08.png").rename(images / "sub" / "ex08.png")
     with pytest.raises(DataError) as error:
         scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
     assert error.value.problems == [
-        f"{masks / 'ex07.png'}: no image with the stem 'ex07' in {images} (ex07.gif is there, a format harness does not read: "
-        ".png, .jpg, .jpeg, .bmp, .tif, .tiff, .webp)",
+        f"{masks / 'ex07.png'}: no image with the stem 'ex07' in {images} (ex07.heic is there, a format harness does not read: "
+        ".png, .jpg, .jpeg, .bmp, .tif, .tiff, .webp, .gif)",
         f"{masks / 'ex08.png'}: no image with the stem 'ex08' in {images} (sub/ex08.png is in a folder below it; the folders below are not read)",
     ]
 
@@ -541,3 +540,21 @@ def test_a_cut_or_damaged_npz_is_bad_data_naming_it(tmp_path):
     for name, why in (("cut", "File is not a zip file"), ("damaged", "Bad CRC-32 for file 'images.npy'")):
         with pytest.raises(DataError, match=rf"data.arrays .*{name}.npz: cannot be read as .npz: {why}"):
             scan(data_config({"source": "arrays", "arrays": str(tmp_path / f"{name}.npz")}))
+
+
+def test_masks_named_by_their_images_stem_and_a_suffix(tmp_path):
+    # Carvana's masks are "<stem>_mask.gif": every image was "no mask with the stem", every mask "no
+    # image with the stem", and GIF was not read at all.
+    images, masks = write_folder(tmp_path / "d", 10)
+    for mask in sorted(masks.glob("*.png")):
+        Image.fromarray(np.asarray(Image.open(mask)) // 255).convert("P").save(masks / f"{mask.stem}_mask.gif")
+        mask.unlink()
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    with pytest.raises(ConfigError, match="no mask has an image's stem; 10 of 10 masks are named by an image's stem followed by '_mask': set data.mask_suffix: '_mask'"):
+        scan(data_config(raw))
+    result = scan(data_config({**raw, "mask_suffix": "_mask"}))
+    assert result.train_size + result.val_size == 10 and sorted(np.unique(result.labels).tolist()) == [0, 1]
+    (masks / "ex03_mask.gif").unlink()
+    with pytest.raises(DataError) as error:
+        scan(data_config({**raw, "mask_suffix": "_mask"}))
+    assert error.value.problems == [f"{images / 'ex03.png'}: no mask with the stem 'ex03_mask' in {masks}"]

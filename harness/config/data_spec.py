@@ -62,7 +62,7 @@ REAL_SOURCES = ("folder", "csv", "arrays", "tfds")
 # test split at all, and its ranking on the validation images it chose with.
 READ_ONLY_BY = {
     "max_shapes": ("synthetic",),
-    "images": ("folder", "arrays"), "masks": ("folder", "arrays"),
+    "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
     "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",),
     **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "fit", "cache")},
@@ -81,6 +81,9 @@ class DataSpec(Strict):
     seed: Annotated[int, Field(ge=0, lt=2**31)] = 0
     images: Path | None = None
     masks: Path | None = None
+    # folder source: a mask's name is its image's stem followed by this ("_mask": ex01_mask.png
+    # is the mask of ex01.jpg); by default the same stem
+    mask_suffix: str = ""
     val_images: Path | None = None  # folder source: a separate validation folder pair
     val_masks: Path | None = None
     test_images: Path | None = None  # folder source: a separate test folder pair

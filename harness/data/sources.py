@@ -24,7 +24,7 @@ from harness.errors import ConfigError, DataError
 
 
 REST = "rest"
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp")
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp", ".gif")
 JPEG = (".jpg", ".jpeg")
 
 
@@ -91,7 +91,9 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
     return path
 
 
-def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[str]]:
+def _by_stem(folder: Path, what: str, suffix: str = "") -> tuple[dict[str, Path], list[str], set[str]]:
+    """Each file by the stem it is matched on: its own, less `suffix` (data.mask_suffix) when it
+    ends with it."""
     found: dict[str, list[Path]] = defaultdict(list)
     broken = []
     for path in sorted(folder.iterdir()):
@@ -102,7 +104,7 @@ def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[s
         if path.is_symlink() and not path.is_file():
             broken.append(f"{path}: a broken symbolic link ({_why_broken(path)})")
         elif path.is_file():
-            found[path.stem].append(path)
+            found[path.stem.removesuffix(suffix) if suffix else path.stem].append(path)
     problems = broken + [
         f"{folder / stem}.*: {len(paths)} {what} files share the stem {stem!r} ({', '.join(p.name for p in paths)}); keep one"
         for stem, paths in found.items()
@@ -110,6 +112,18 @@ def _by_stem(folder: Path, what: str) -> tuple[dict[str, Path], list[str], set[s
     ]
     doubled = {stem for stem, paths in found.items() if len(paths) > 1}
     return {stem: paths[0] for stem, paths in found.items() if len(paths) == 1}, problems, doubled
+
+
+def _named_with_suffix(images: dict[str, Path], masks: dict[str, Path]) -> str | None:
+    """When the masks are named by their image's stem and a suffix ("ex01_mask.png" for
+    "ex01.jpg", as many datasets name them), the setting that says so."""
+    suffixes = Counter(m[len(s):] for m in masks for s in (m[:i] for i in range(len(m) - 1, 0, -1)) if s in images)
+    if not suffixes:
+        return None
+    suffix, count = suffixes.most_common(1)[0]
+    if count < len(masks) / 2:
+        return None
+    return f"{count} of {len(masks)} masks are named by an image's stem followed by {suffix!r}: set data.mask_suffix: {suffix!r}"
 
 
 def _unread(folder: Path, stem: str) -> str:
@@ -134,12 +148,14 @@ def _why_broken(link: Path) -> str:
     return "it cannot be read"
 
 
-def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listing:
+def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suffix: str = "") -> _Listing:
     images, problems, doubled = _by_stem(images_dir, "image")
-    masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask")
+    masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask", mask_suffix)
+    if images and masks and not set(images) & set(masks) and (named := _named_with_suffix(images, masks)):
+        raise ConfigError(f"data.masks {masks_dir}: no mask has an image's stem; {named}")
     problems += mask_problems
     doubled |= mask_doubled  # already named: not also a missing pair
-    problems += [f"{images[s]}: no mask with the stem {s!r} in {masks_dir}{_unread(masks_dir, s)}" for s in sorted(set(images) - set(masks) - doubled)]
+    problems += [f"{images[s]}: no mask with the stem {s + mask_suffix!r} in {masks_dir}{_unread(masks_dir, s + mask_suffix)}" for s in sorted(set(images) - set(masks) - doubled)]
     problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}{_unread(images_dir, s)}" for s in sorted(set(masks) - set(images) - doubled)]
     items = [
         Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
@@ -149,12 +165,12 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None) -> _Listi
 
 
 def _folder_items(spec: DataSpec) -> _Listing:
-    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST)
+    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST, spec.mask_suffix)
     if spec.val_images is not None or spec.val_masks is not None:
-        val = _folder_pair(*_existing_pair(spec, "val_"), "val")
+        val = _folder_pair(*_existing_pair(spec, "val_"), "val", spec.mask_suffix)
         listing = _Listing([*listing, *val], listing.problems + val.problems)
     if spec.test_images is not None:
-        test = _folder_pair(*_existing_pair(spec, "test_"), "test")
+        test = _folder_pair(*_existing_pair(spec, "test_"), "test", spec.mask_suffix)
         listing = _Listing([*listing, *test], listing.problems + test.problems)
     return listing
 
