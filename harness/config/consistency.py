@@ -29,6 +29,13 @@ def combination_problems(config) -> list[str]:
             "own, an autoencoder's reconstruction), so their val_loss values are not comparable and a rung would cut by "
             "the loss, not the model. Race by val_iou or val_f1"
         )
+    unable = [m.name for m in config.models if m.kind not in ("supervised", "autoencoder")]
+    if config.data.ignore_label is not None and unable:
+        problems.append(
+            f"data.ignore_label with {', '.join(unable)}: a GAN and a kind of your own train on the masks as they are "
+            "(a GAN's generator's L1 and its discriminator's input), with no way to leave a pixel out. Use the supervised "
+            "kind, or fold the ignored value into a class with data.label_map"
+        )
     if placement.grouping == "single":
         splitting = [k for k in ("max_members_per_group", "memory_budget_mb", "parallel_groups") if getattr(placement, k) is not None]
         if splitting:

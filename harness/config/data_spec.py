@@ -55,6 +55,10 @@ class TfdsSpec(Strict):
 
 
 SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
+# How a pixel of `data.ignore_label` is stored once scanned (labels are uint8 class ids): a value no
+# class takes. The pipeline encodes it as no class (binary: -1; one-hot: all zeros), and the losses
+# and counts leave such pixels out.
+IGNORED_LABEL = 255
 SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
 REAL_SOURCES = ("folder", "csv", "arrays", "tfds")
 # Settings only some sources read. Given (anything but its default) under another source, one
@@ -65,7 +69,7 @@ READ_ONLY_BY = {
     "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
     "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",),
-    **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "fit", "cache")},
+    **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "ignore_label", "fit", "cache")},
 }
 INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
 Side = Annotated[int, Field(ge=8, le=4096)]
@@ -103,6 +107,9 @@ class DataSpec(Strict):
     # Pascal VOC) folded into a class, or oxford_iiit_pet's trimap {1: pet, 2: background, 3: border}
     # as {1: 1, 2: 0, 3: 1}. Applied after `palette` and before the check that ids are below `classes`.
     label_map: dict[Annotated[int, Field(ge=0, le=65535)], Annotated[int, Field(ge=0, le=255)]] | None = None
+    # A mask value marking pixels that are no class (VOC's and Cityscapes' 255: a void border, an
+    # unlabelled region): left out of the loss and of every score. Applied after `label_map`.
+    ignore_label: Annotated[int, Field(ge=0, le=65535)] | None = None
     fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
     cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
     augment: AugmentSpec = AugmentSpec()
@@ -154,7 +161,12 @@ class DataSpec(Strict):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
             problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
-        beyond = {value: klass for value, klass in (self.label_map or {}).items() if klass >= max(self.classes, 2)}
+        if self.ignore_label is not None and self.ignore_label < max(self.classes, 2):
+            problems.append(f"ignore_label: {self.ignore_label} is a class id (data.classes is {self.classes}: ids 0..{max(self.classes, 2) - 1}); "
+                            "name a value no class has, such as 255")
+        if self.ignore_label is not None and self.classes >= IGNORED_LABEL:
+            problems.append(f"ignore_label with data.classes {self.classes}: at most {IGNORED_LABEL - 1} classes leave a value for ignored pixels")
+        beyond = {value: klass for value, klass in (self.label_map or {}).items() if klass >= max(self.classes, 2) and klass != self.ignore_label}
         if beyond:
             problems.append(f"label_map: {beyond} maps to classes outside 0..{max(self.classes, 2) - 1} (data.classes is {self.classes})")
         if problems:

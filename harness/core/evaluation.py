@@ -11,6 +11,7 @@ resample of the images, the resample's scores. One function, so the three always
 from __future__ import annotations
 
 from harness.core.backend import import_tf
+from harness.core.losses import labelled_pixels
 from harness.core.member_step import graph_method, on_device
 
 tf = import_tf()
@@ -83,7 +84,12 @@ def segmentation_counts(per_example_loss, probabilities, masks, classes: int) ->
 
 
 def _hard_labels(probabilities, masks, classes: int):
+    """Predicted and true pixels per class, each pixel ignored by `data.ignore_label` (no class in
+    its target: data/pipeline.py) counted in neither. Without such pixels the labelled-pixel factor
+    is 1 everywhere and the counts are what they always were, to the bit."""
+    masks = tf.cast(masks, tf.float32)
+    labelled = labelled_pixels(tf, masks)
     if classes == 1:
-        return tf.cast(probabilities > 0.5, tf.float32), masks
-    predicted = tf.one_hot(tf.argmax(probabilities, axis=-1), classes, dtype=tf.float32)
+        return tf.cast(probabilities > 0.5, tf.float32) * labelled, tf.nn.relu(masks)
+    predicted = tf.one_hot(tf.argmax(probabilities, axis=-1), classes, dtype=tf.float32) * labelled
     return predicted[..., 1:], masks[..., 1:]

@@ -14,8 +14,11 @@ from harness.core.backend import import_tf
 _EPS = 1e-7
 
 
-def make_loss(text: str) -> Callable:
-    """Return f(y_true, y_pred) -> per-example loss of shape [batch]."""
+def make_loss(text: str, ignore: bool = False) -> Callable:
+    """Return f(y_true, y_pred) -> per-example loss of shape [batch]. With `ignore`
+    (`data.ignore_label`), pixels whose target is no class (-1 in one channel, all zeros one-hot:
+    data/pipeline.py) are left out: each term is taken over an image's other pixels. Without it the
+    terms are computed as they always were (a mean over every pixel), to the bit."""
     tf = import_tf()
     functions = {"bce": _bce, "cce": _cce, "dice": _dice, "focal": _focal}
     terms = [(w, functions[name]) for w, name in parse_loss(text)]
@@ -23,9 +26,13 @@ def make_loss(text: str) -> Callable:
     def loss(y_true, y_pred):
         y_true = tf.cast(y_true, tf.float32)
         y_pred = tf.cast(y_pred, tf.float32)
+        valid = None
+        if ignore:
+            valid = labelled_pixels(tf, y_true)
+            y_true = tf.nn.relu(y_true)  # an ignored pixel's -1 (one channel) as 0; weighed out by `valid`
         total = None
         for weight, fn in terms:
-            value = fn(tf, y_true, y_pred)
+            value = fn(tf, y_true, y_pred, valid)
             value = value if weight == 1.0 else weight * value
             total = value if total is None else total + value
         return total
@@ -33,25 +40,46 @@ def make_loss(text: str) -> Callable:
     return loss
 
 
-def _bce(tf, y, p):
+def labelled_pixels(tf, y_true):
+    """[B, H, W, 1]: 1 where a pixel's target is a class, 0 where it is ignored (-1 in one channel;
+    no class one-hot). Data without ignored pixels gives ones."""
+    if y_true.shape[-1] == 1:
+        return tf.cast(y_true >= 0.0, tf.float32)
+    return tf.reduce_sum(y_true, axis=-1, keepdims=True)
+
+
+def _pixel_mean(tf, per_pixel, valid, axes):
+    """The mean of `per_pixel` over an image's pixels, or with `valid` over its labelled ones (an
+    image with none gives 0)."""
+    if valid is None:
+        return tf.reduce_mean(per_pixel, axis=axes)
+    if len(per_pixel.shape) == 3:  # [B, H, W]: summed over classes already
+        valid = valid[..., 0]
+    weights = valid * tf.ones_like(per_pixel)
+    return tf.reduce_sum(per_pixel * weights, axis=axes) / tf.maximum(tf.reduce_sum(weights, axis=axes), 1.0)
+
+
+def _bce(tf, y, p, valid=None):
     p = tf.clip_by_value(p, _EPS, 1.0 - _EPS)
     per_pixel = -(y * tf.math.log(p) + (1.0 - y) * tf.math.log(1.0 - p))
-    return tf.reduce_mean(per_pixel, axis=[1, 2, 3])
+    return _pixel_mean(tf, per_pixel, valid, [1, 2, 3])
 
 
-def _cce(tf, y, p):
+def _cce(tf, y, p, valid=None):
     p = tf.clip_by_value(p, _EPS, 1.0)
-    return tf.reduce_mean(-tf.reduce_sum(y * tf.math.log(p), axis=-1), axis=[1, 2])
+    return _pixel_mean(tf, -tf.reduce_sum(y * tf.math.log(p), axis=-1), valid, [1, 2])
 
 
-def _dice(tf, y, p, smooth=1.0):
+def _dice(tf, y, p, valid=None, smooth=1.0):
+    if valid is not None:
+        y, p = y * valid, p * valid
     intersection = tf.reduce_sum(y * p, axis=[1, 2, 3])
     total = tf.reduce_sum(y, axis=[1, 2, 3]) + tf.reduce_sum(p, axis=[1, 2, 3])
     return 1.0 - (2.0 * intersection + smooth) / (total + smooth)
 
 
-def _focal(tf, y, p, gamma=2.0, alpha=0.25):
+def _focal(tf, y, p, valid=None, gamma=2.0, alpha=0.25):
     p = tf.clip_by_value(p, _EPS, 1.0 - _EPS)
     positive = -alpha * tf.pow(1.0 - p, gamma) * y * tf.math.log(p)
     negative = -(1.0 - alpha) * tf.pow(p, gamma) * (1.0 - y) * tf.math.log(1.0 - p)
-    return tf.reduce_mean(positive + negative, axis=[1, 2, 3])
+    return _pixel_mean(tf, positive + negative, valid, [1, 2, 3])

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from harness.core.backend import import_tf
 from harness.data.augment import make_augment_fn
+from harness.config.data_spec import IGNORED_LABEL
 from harness.config.schema import DataSpec
 
 tf = import_tf()
@@ -54,9 +55,9 @@ def build_datasets(spec: DataSpec, seeds: tuple[int, ...], start_step: int, tota
     elif scan is None:
         raise RuntimeError(f"data.source {spec.source}: build_datasets needs the scan from harness.data.resolve.resolve_data")
     elif scan.store is not None:
-        make_example = make_store_example_fn(scan.store, spec.classes)
+        make_example = make_store_example_fn(scan.store, spec.classes, spec.ignore_label is not None)
     else:
-        make_example = make_array_example_fn(scan, spec.classes)
+        make_example = make_array_example_fn(scan, spec.classes, spec.ignore_label is not None)
     augment = make_augment_fn(spec.augment, spec.image_size)
     streams = tuple(make_train_dataset(make_example, spec, seed, start_step, total_steps, augment) for seed in seeds)
     return Datasets(
@@ -111,7 +112,7 @@ def bootstrap_sample(n: int, seed: int):
     return tf.random.stateless_uniform([n], seed=tf.constant([seed + BOOTSTRAP_STREAM, 0], tf.int64), minval=0, maxval=n, dtype=tf.int64)
 
 
-def make_array_example_fn(scan, classes: int):
+def make_array_example_fn(scan, classes: int, ignore: bool = False):
     """f(index) for scanned real data: train examples first, then validation ones. The arrays sit
     in CPU variables, which the input functions capture by reference, not as graph constants."""
     if scan.variables is None:  # once per scan: the run, the probes and the samples share them
@@ -126,12 +127,12 @@ def make_array_example_fn(scan, classes: int):
     def make_example(index):
         image = tf.cast(tf.gather(images, index), tf.float32) / scale
         label = tf.cast(tf.gather(labels, index), tf.int32)
-        return image, _encode_mask(label, classes)
+        return image, _encode_mask(label, classes, ignore)
 
     return make_example
 
 
-def make_store_example_fn(store, classes: int):
+def make_store_example_fn(store, classes: int, ignore: bool = False):
     """f(index) for `data.cache: disk`: one positional read from the on-disk store per example (in
     tf.data's parallel map), then the same ops as the in-memory path: the same values, bit for bit."""
     shape = store.shape
@@ -142,7 +143,7 @@ def make_store_example_fn(store, classes: int):
         image, label = tf.numpy_function(store.read, [index], [dtype, tf.uint8], stateful=False)
         image = tf.ensure_shape(image, shape.image)
         label = tf.ensure_shape(label, shape.labels)
-        return tf.cast(image, tf.float32) / scale, _encode_mask(tf.cast(label, tf.int32), classes)
+        return tf.cast(image, tf.float32) / scale, _encode_mask(tf.cast(label, tf.int32), classes, ignore)
 
     return make_example
 
@@ -211,7 +212,11 @@ def _class_of(kind, classes: int):
     return kind % (classes - 1) + 1
 
 
-def _encode_mask(label, classes: int):
+def _encode_mask(label, classes: int, ignore: bool = False):
+    """Class ids as the members' targets: one channel of 0/1, or one-hot. With `data.ignore_label`
+    (`ignore`), a pixel stored as IGNORED_LABEL is no class: -1 in one channel, all zeros one-hot
+    (tf.one_hot gives zeros for an id past its depth), which the losses and counts leave out."""
     if classes == 1:
-        return tf.cast(label > 0, tf.float32)[:, :, None]
+        target = tf.cast(label > 0, tf.float32)
+        return (tf.where(label == IGNORED_LABEL, -1.0, target) if ignore else target)[:, :, None]
     return tf.one_hot(label, classes, dtype=tf.float32)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from harness.config.catalog import smallest_side
+from harness.config.data_spec import IGNORED_LABEL
 from harness.config.schema import DataSpec
 from harness.core.host import memory_bytes
 from harness.errors import DataError, ResourceError
@@ -351,18 +352,24 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
             array = np.asarray(image)  # L, I;16, 1 (bool), LA
             if array.ndim == 3:
                 array = array[..., 0]
-    array = array.astype(np.int64)
+    return _class_ids(array.astype(np.int64), spec, is_jpeg, notes), notes
+
+
+def _class_ids(array: np.ndarray, spec: DataSpec, is_jpeg: bool, notes: list[str]) -> np.ndarray:
+    """A mask's values as class ids (uint8): `label_map` applied, a 0/255 binary mask mapped to
+    0/1, every id checked below `classes`; pixels of `ignore_label` stored as IGNORED_LABEL."""
     if spec.label_map:
         array = _mapped(array, spec.label_map)
-    values = np.unique(array)
+    ignored = array == spec.ignore_label if spec.ignore_label is not None else np.zeros(array.shape, bool)
+    values = np.unique(array[~ignored])
     if spec.classes == 1 and values.max(initial=0) == 255 and set(values.tolist()) <= {0, 255}:
-        array = array // 255
-        values = np.unique(array)
+        array = np.where(ignored, array, array // 255)
+        values = np.unique(array[~ignored])
         notes.append("binary mask stored as 0/255: mapped to 0/1")
     limit = max(spec.classes, 2)
     stray = values[(values < 0) | (values >= limit)]
     if len(stray):
-        count = int(np.isin(array, stray).sum())
+        count = int((np.isin(array, stray) & ~ignored).sum())
         shown = ", ".join(map(str, stray[:8].tolist())) + (" ..." if len(stray) > 8 else "")
         if is_jpeg:
             raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG")
@@ -371,9 +378,9 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
             way = ("grey levels between 0 and 255: edges smoothed when the mask was drawn or resized; save binary masks "
                    "with nearest-neighbour resizing, or threshold them (values of 128 or more as 1)")
         else:
-            way = "data.label_map folds a mask's values into classes: {255: 0} for a void border"
+            way = "data.label_map folds a mask's values into classes, data.ignore_label leaves one out: 255 for a void border"
         raise BadItem(f"{count} mask pixels with labels outside 0..{limit - 1}{mapped} ({shown}); data.classes is {spec.classes} ({way})")
-    return array.astype(np.uint8), notes
+    return np.where(ignored, IGNORED_LABEL, array).astype(np.uint8)
 
 
 def _mapped(array: np.ndarray, label_map: dict[int, int]) -> np.ndarray:

@@ -108,7 +108,7 @@ class Member:
             spec=spec,
             model=model,
             optimizer=make_optimizer(spec.optimizer, model, precision),
-            loss_fn=make_loss(spec.loss),
+            loss_fn=make_loss(spec.loss, ignore=data.ignore_label is not None),
             **divergence_flags(spec.name),
             device=device,
         )

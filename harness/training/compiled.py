@@ -40,9 +40,10 @@ class CompiledMembers:
     def build(self, members: list, step: int | None = None, why: str | None = None, also_note: dict | None = None) -> None:
         """Build over `members` (the first build, or a rebuild at `step` because of `why`)."""
         config = self.config
-        compare = {m.name: make_loss(config.compare_loss()) for m in members if config.scored_on_compare_loss(m.spec)}
+        ignore = config.data.ignore_label is not None
+        compare = {m.name: make_loss(config.compare_loss(), ignore) for m in members if config.scored_on_compare_loss(m.spec)}
         for m in members:  # validation scores every mask-predicting member on the common loss too
-            m.compare_loss_fn = make_loss(config.compare_loss()) if config.losses_differ() and m.spec.predicts_masks else None
+            m.compare_loss_fn = make_loss(config.compare_loss(), ignore) if config.losses_differ() and m.spec.predicts_masks else None
         self.earlier_traces += self.train_loop.tracing_count() if self.train_loop else 0
         self.active = list(members)
         self.switches = self._make_switches(members)
