@@ -477,3 +477,25 @@ def test_compare_shows_a_test_split_first_beside_the_validation_that_chose(tmp_p
     print_comparison(table, console)
     header = next(line for line in console.export_text().splitlines() if "model" in line)
     assert header.index("test_iou") < header.index("val_iou")  # ranked on test: its column first
+
+
+def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():
+    # The panels' loop reused the name `title`: the figure's title was the last model's name
+    # ("deconv"), never "validation samples: the 8 best of 40 models by val_iou ...".
+    import numpy as np
+
+    from harness.outputs.plots import _mask_view, plot_samples
+
+    images = np.zeros((2, 8, 8, 3))
+    masks = np.zeros((2, 8, 8, 1))
+    masks[0, 0, :] = -1.0  # a row of data.ignore_label
+    predictions = {"unet": np.full((2, 8, 8, 1), 0.9), "deconv": np.zeros((2, 8, 8, 1))}
+    figure = plot_samples(images, masks, predictions, "validation samples: the 2 best of 5 models by val_iou")
+    assert figure._suptitle.get_text() == "validation samples: the 2 best of 5 models by val_iou; grey: pixels of data.ignore_label, in no score"
+    assert [ax.get_title() for ax in figure.axes[:4]] == ["image", "truth", "unet", "deconv"]
+    assert np.isnan(_mask_view(masks[0])[0]).all() and not np.isnan(_mask_view(masks[0])[1:]).any()
+    one_hot = np.zeros((4, 4, 3))
+    one_hot[1:, :, 2] = 1.0  # row 0: no class (ignored)
+    assert np.isnan(_mask_view(one_hot)[0]).all() and (_mask_view(one_hot)[1:] == 2).all()
+    plain = plot_samples(images, np.zeros((2, 8, 8, 1)), predictions, "validation samples: the same images for every model")
+    assert plain._suptitle.get_text() == "validation samples: the same images for every model"

@@ -245,30 +245,33 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
     """A figure: one row per validation image: image, true mask, each model's prediction."""
     rows, columns = len(images), 2 + len(predictions)
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
+    masks_shown = matplotlib.colormaps["gray"].with_extremes(bad="0.55")  # an ignored pixel (NaN): mid grey
     for r in range(rows):
-        panels = [("image", images[r], None), ("truth", _mask_view(masks[r]), "gray")]
+        panels = [("image", images[r], None), ("truth", _mask_view(masks[r]), masks_shown)]
         for name, pred in predictions.items():
             if pred.shape[-1] == images.shape[-1] != masks.shape[-1]:  # a reconstruction, not a mask
                 panels.append((name, pred[r], None))
             else:
-                panels.append((name, _mask_view(pred[r]), "gray"))
-        for c, (title, picture, cmap) in enumerate(panels):
+                panels.append((name, _mask_view(pred[r]), masks_shown))
+        for c, (heading, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
-            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, picture.max()))
+            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, np.nanmax(picture, initial=0)))
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
-                ax.set_title(title, fontsize=9)
-    fig.suptitle(title)
+                ax.set_title(heading, fontsize=9)
+    ignored = any(np.isnan(_mask_view(m)).any() for m in masks)
+    fig.suptitle(title + ("; grey: pixels of data.ignore_label, in no score" if ignored else ""))
     fig.tight_layout()
     return fig
 
 
 def _mask_view(mask: np.ndarray) -> np.ndarray:
-    """Binary probability -> the thresholded mask; multi-class one-hot/probabilities -> class ids."""
+    """Binary probability -> the thresholded mask; multi-class one-hot/probabilities -> class ids;
+    a true pixel of no class (data.ignore_label: -1, or all zeros one-hot) -> NaN."""
     if mask.shape[-1] == 1:
-        return (mask[..., 0] > 0.5).astype(float)
-    return mask.argmax(axis=-1).astype(float)
+        return np.where(mask[..., 0] < 0, np.nan, (mask[..., 0] > 0.5).astype(float))
+    return np.where(mask.sum(axis=-1) == 0, np.nan, mask.argmax(axis=-1).astype(float))
 
 
 def log_axis(ax, which: str) -> None:
