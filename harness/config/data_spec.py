@@ -152,13 +152,19 @@ class DataSpec(Strict):
             object.__setattr__(self, "val_size", self.val_size or 64)
             object.__setattr__(self, "test_size", self.test_size or 0)
         problems += self.unread_settings(self.source, READ_ONLY_BY, info, INSTEAD.get(self.source), called="source")
-        if self.val_fraction != type(self).model_fields["val_fraction"].default and not (info.context or {}).get(ACCEPTED):
-            given = "data.val_images" if self.source == "folder" and self.val_images is not None else (
-                f"data.tfds.val_split ({self.tfds.val_split})" if self.source == "tfds" and self.tfds is not None and self.tfds.val_split else None)
-            if given:
-                problems.append(f"val_fraction: the validation split is {given}, so val_fraction would not be read; leave it out")
+        problems += self._unread_val_fraction(info)
         if (self.test_images is None) != (self.test_masks is None):
             problems.append("test_images and test_masks go together (a separate test folder pair)")
+        problems += self._label_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        if self.resolved and self.batch_size > self.train_size:
+            raise ValueError(f"batch_size {self.batch_size} is larger than train_size {self.train_size}")
+        return self
+
+    def _label_problems(self) -> list[str]:
+        """`palette`, `ignore_label` and `label_map` against the classes they name."""
+        problems = []
         if self.palette is not None and len(self.palette) != max(self.classes, 2):
             problems.append(f"palette: one colour per class, {max(self.classes, 2)} expected, got {len(self.palette)}")
         if self.ignore_label is not None and self.ignore_label < max(self.classes, 2):
@@ -169,11 +175,15 @@ class DataSpec(Strict):
         beyond = {value: klass for value, klass in (self.label_map or {}).items() if klass >= max(self.classes, 2) and klass != self.ignore_label}
         if beyond:
             problems.append(f"label_map: {beyond} maps to classes outside 0..{max(self.classes, 2) - 1} (data.classes is {self.classes})")
-        if problems:
-            raise ValueError("; ".join(problems))
-        if self.resolved and self.batch_size > self.train_size:
-            raise ValueError(f"batch_size {self.batch_size} is larger than train_size {self.train_size}")
-        return self
+        return problems
+
+    def _unread_val_fraction(self, info: ValidationInfo) -> list[str]:
+        """An explicit val_fraction beside a validation split of the source's own: never read."""
+        if self.val_fraction == type(self).model_fields["val_fraction"].default or (info.context or {}).get(ACCEPTED):
+            return []
+        given = "data.val_images" if self.source == "folder" and self.val_images is not None else (
+            f"data.tfds.val_split ({self.tfds.val_split})" if self.source == "tfds" and self.tfds is not None and self.tfds.val_split else None)
+        return [f"val_fraction: the validation split is {given}, so val_fraction would not be read; leave it out"] if given else []
 
     @property
     def resolved(self) -> bool:
