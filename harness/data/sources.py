@@ -13,7 +13,6 @@ import zipfile
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
-from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +125,28 @@ def _named_with_suffix(images: dict[str, Path], masks: dict[str, Path]) -> str |
     return f"{count} of {len(masks)} masks are named by an image's stem followed by {suffix!r}: set data.mask_suffix: {suffix!r}"
 
 
-def _unread(folder: Path, stem: str) -> str:
-    """A file of that stem the listing passed over, named: the missing partner is often there in a
-    format harness does not read (a .gif), or in a folder below (folders are not searched)."""
-    passed = sorted(p.name for p in folder.glob(f"{glob_escape(stem)}.*") if p.suffix.lower() not in IMAGE_EXTENSIONS)
-    below = sorted(str(p.relative_to(folder)) for p in folder.glob(f"*/{glob_escape(stem)}.*") if p.suffix.lower() in IMAGE_EXTENSIONS)
-    if passed:
-        return f" ({passed[0]} is there, a format harness does not read: {', '.join(IMAGE_EXTENSIONS)})"
-    if below:
-        return f" ({below[0]} is in a folder below it; the folders below are not read)"
-    return ""
+class _Unread:
+    """Files of a folder the listing passed over, by stem, read once when a partner is missing: it
+    is often there in a format harness does not read (a .heic), or in a folder below (folders are
+    not searched). One listing per folder, not one glob per missing file."""
+
+    def __init__(self, folder: Path):
+        self.other_format: dict[str, str] = {}
+        self.below: dict[str, str] = {}
+        for path in sorted(folder.iterdir()):
+            if path.is_file() and path.suffix.lower() not in IMAGE_EXTENSIONS:
+                self.other_format.setdefault(path.stem, path.name)
+            elif path.is_dir():
+                for inner in sorted(path.iterdir()):
+                    if inner.suffix.lower() in IMAGE_EXTENSIONS:
+                        self.below.setdefault(inner.stem, str(inner.relative_to(folder)))
+
+    def why(self, stem: str) -> str:
+        if stem in self.other_format:
+            return f" ({self.other_format[stem]} is there, a format harness does not read: {', '.join(IMAGE_EXTENSIONS)})"
+        if stem in self.below:
+            return f" ({self.below[stem]} is in a folder below it; the folders below are not read)"
+        return ""
 
 
 def _why_broken(link: Path) -> str:
@@ -155,8 +166,13 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suff
         raise ConfigError(f"data.masks {masks_dir}: no mask has an image's stem; {named}")
     problems += mask_problems
     doubled |= mask_doubled  # already named: not also a missing pair
-    problems += [f"{images[s]}: no mask with the stem {s + mask_suffix!r} in {masks_dir}{_unread(masks_dir, s + mask_suffix)}" for s in sorted(set(images) - set(masks) - doubled)]
-    problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}{_unread(images_dir, s)}" for s in sorted(set(masks) - set(images) - doubled)]
+    no_mask, no_image = sorted(set(images) - set(masks) - doubled), sorted(set(masks) - set(images) - doubled)
+    if no_mask:
+        unread = _Unread(masks_dir)
+        problems += [f"{images[s]}: no mask with the stem {s + mask_suffix!r} in {masks_dir}{unread.why(s + mask_suffix)}" for s in no_mask]
+    if no_image:
+        unread = _Unread(images_dir)
+        problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}{unread.why(s)}" for s in no_image]
     items = [
         Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
         for s in sorted((set(images) & set(masks)) - doubled)
