@@ -21,7 +21,7 @@ import numpy as np
 
 from harness.config.schema import DataSpec
 from harness.data.duplicates import across_splits
-from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, listed_count, scan_facts, split_of, used_sizes
+from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, has_float_images, listed_count, scan_facts, split_of, used_sizes
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
 
@@ -30,7 +30,7 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
     began = time.perf_counter()
     problems = list(getattr(items, "problems", []))
     size, size_reason = _target_size(items, spec, multiple, least)
-    floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
+    floats = has_float_images(items)
     shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
     settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1] + ([sorted(spec.label_map.items())] if spec.label_map else [])
                           + ([{"ignore_label": spec.ignore_label}] if spec.ignore_label is not None else []))

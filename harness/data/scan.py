@@ -101,8 +101,7 @@ def held_in_memory(items: list[Item], spec: DataSpec, size: tuple[int, int], siz
     """What holding the decoded examples in memory will take, refused (exit 4) before decoding when
     it exceeds the memory the kernel says is available: the scan would otherwise be killed by the
     kernel, or swap, with no word. {"bytes": ..., "available_bytes": ...} for the facts."""
-    floats = any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
-    per_example = size[0] * size[1] * (spec.channels * (4 if floats else 1) + 1)  # the image, then one byte a label
+    per_example = size[0] * size[1] * (spec.channels * (4 if has_float_images(items) else 1) + 1)  # the image, then one byte a label
     needed = HELD_COPIES * per_example * len(items)
     memory = memory_bytes()
     available = memory[1] if memory else None
@@ -113,6 +112,11 @@ def held_in_memory(items: list[Item], spec: DataSpec, size: tuple[int, int], siz
             "machine has available: set data.cache: disk to stream them from disk, or a smaller data.image_size"
         )
     return {"bytes": needed, "available_bytes": available}
+
+
+def has_float_images(items: list[Item]) -> bool:
+    """Whether any image is a float array (an arrays source): then every image is held as float32."""
+    return any(isinstance(item.image, np.ndarray) and item.image.dtype.kind == "f" for item in items)
 
 
 def listed_count(items: list[Item]) -> int:
