@@ -97,6 +97,7 @@ def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path
     assert [(g["name"], g["members"], g["status"]) for g in info["groups"]] == [("g1", ["fcn", "unet"], "completed"), ("g2", ["deconv"], "completed")]
     assert all(g["peak_rss_mb"] > 0 and g["device"] == "CPU" for g in info["groups"])
     assert info["hardware"] == json.loads((run_dir / "groups" / "g1" / "run.json").read_text())["hardware"]  # local groups: this machine
+    assert all(g["hardware"] == info["hardware"] for g in info["groups"])  # each group says its own
     g1, g2 = info["groups"]
     assert g2["started"] < g1["ended"], "the two groups should have run at the same time"
     assert_same_training(run_dir, one_group)

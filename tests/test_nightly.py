@@ -132,6 +132,7 @@ def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_pat
     the change says why; a score on the same pair of nights is still judged."""
     from harness.nights.tonight import other_machine
     from harness.rundir import RunDir, RunRecord
+    from harness.rundir.hardware import common_machine
 
     thresholds = {"ms_per_step": ThresholdSpec(rel=0.25), "val_iou": ThresholdSpec(abs=0.02)}
     before = {("unet", "ms_per_step"): 10.0, ("unet", "val_iou"): 0.50}
@@ -154,6 +155,17 @@ def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_pat
     assert other_machine(runs["here"], str(runs["same"].path)) is None
     assert other_machine(runs["here"], str(runs["older"].path)) is None  # run.json from before `hardware`: not known to differ
     assert other_machine(runs["here"], str(tmp_path / "gone")) is None
+    # a run whose groups Ray placed on two machines: its models' timings are judged against no run,
+    # one on the same two machines included (a model may have landed on the other one)
+    for name in ("spread", "spread_again"):
+        runs[name] = RunDir(tmp_path / name)
+        runs[name].path.mkdir()
+        runs[name].write_record(RunRecord(name="x", run_id=name, hardware=common_machine([machines["here"], machines["there"], machines["here"]])))
+    assert runs["spread"].recorded_machine() == {"machines": [machines["here"], machines["there"]]}
+    assert other_machine(runs["spread"], str(runs["spread_again"].path)) == (
+        "that run's machine (2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100) is not tonight's (2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100)")
+    assert other_machine(runs["here"], str(runs["spread"].path)) and other_machine(runs["spread"], str(runs["here"].path))
+    assert common_machine([None, machines["here"], machines["here"]]) == machines["here"] and common_machine([None]) is None
 
 
 def test_threshold_needs_exactly_one_kind():

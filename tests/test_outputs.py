@@ -447,6 +447,8 @@ def test_the_reports_run_facts_are_labelled_lines_not_json():
     assert "machine (whose timings these are)</td><td>host: vm<br>cpu: Xeon<br>cpus: 2<br>gpus: none<" in text
     assert "first call s: 3.9<br>fused ms per step: 22.448" in text and "models: fcn /cpu:0" in text
     assert "{" not in text and "[" not in text and "resumes" not in text  # no JSON; empty facts left out
+    spread = _facts({"hardware": {"machines": [{"host": "vm", "cpu": "Xeon", "cpus": 2, "gpus": []}, {"host": "box", "cpu": "EPYC", "cpus": 64, "gpus": ["A100"]}]}})
+    assert "these are)</td><td>vm: Xeon x2, no GPU<br>box: EPYC x64, A100<" in spread  # a run of groups Ray placed on two machines
 
 
 def test_samples_show_every_model_when_they_fit_else_the_best_in_ranking_order():

@@ -36,6 +36,7 @@ def test_groups_run_as_ray_tasks_on_logical_gpus(one_group, tmp_path):
     groups = result.info["groups"]
     assert result.info["status"] == "completed" and len(groups) == 2
     assert all(g["status"] == "completed" and g["device"] == "ray (a GPU)" for g in groups)
+    assert result.info["hardware"]["cpus"] and all(g["hardware"] == result.info["hardware"] for g in groups)  # whose timings: the groups' machine
     assert_same_training(result.run_dir, one_group)
 
 

@@ -316,9 +316,29 @@ def test_compare_marks_no_best_timing_between_runs_on_different_machines():
     across = pd.DataFrame(rows)
     assert best_index(across, "ms_per_step") is None
     assert best_index(across, "params") == 0 and best_index(across, "val_iou") == 1
-    assert "different machines (r0 on vm: Xeon x2, no GPU; r1 on gpu-box: EPYC x64, A100)" in comparison_note(across)
+    assert "timed on different machines (r0 on vm: Xeon x2, no GPU; r1 on gpu-box: EPYC x64, A100)" in comparison_note(across)
     one_machine = across.assign(machine=["vm: Xeon x2, no GPU", ""])  # "": a run recorded before run.json said its machine
     assert best_index(one_machine, "ms_per_step") == 1 and "different machines" not in comparison_note(one_machine)
+
+
+def test_a_run_whose_groups_ran_on_several_machines_names_each_models_machine(tmp_path):
+    """Ray placed one group on a VM and one on a GPU box: the run's own timings are two machines'.
+    compare names each model's (its group's) machine and marks no best among them."""
+    from harness.outputs.compare import best_index, compare_runs, comparison_note
+    from harness.rundir import RunDir, RunRecord
+    from harness.rundir.hardware import common_machine
+
+    vm, box = {"host": "vm", "cpu": "Xeon", "cpus": 2, "gpus": []}, {"host": "gpu-box", "cpu": "EPYC", "cpus": 64, "gpus": ["A100"]}
+    run = RunDir(tmp_path / "x" / "r0")
+    run.path.mkdir(parents=True)
+    groups = [{"name": "g1", "models": ["a", "b"], "status": "completed", "hardware": vm},
+              {"name": "g2", "models": ["c"], "status": "completed", "hardware": box}]
+    run.write_record(RunRecord(name="x", run_id="r0", hardware=common_machine([g["hardware"] for g in groups]), groups=groups))
+    (run.path / "summary.csv").write_text("model,status,ms_per_step,params\na,ok,900.0,10\nb,ok,800.0,20\nc,ok,30.0,30\n")
+    table = compare_runs([run.path])
+    assert list(table["machine"]) == ["vm: Xeon x2, no GPU"] * 2 + ["gpu-box: EPYC x64, A100"]
+    assert best_index(table, "ms_per_step") is None and best_index(table, "params") == 0
+    assert "timed on different machines (x/r0's a, b on vm: Xeon x2, no GPU; x/r0's c on gpu-box: EPYC x64, A100)" in comparison_note(table)
 
 
 def test_compare_says_whose_image_noise_one_seed_intervals_cover():

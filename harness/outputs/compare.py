@@ -11,7 +11,7 @@ import pandas as pd
 
 from harness.errors import ConfigError
 from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
-from harness.rundir.hardware import describe as describe_machine
+from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_timed
@@ -72,7 +72,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
         frame.insert(0, "run", run.label)
         frame.insert(1, "name", run.experiment)  # the keys `runs` and `history` name a run by
         frame.insert(2, "run_id", run.run_id)
-        frame["machine"] = _machine_of(run)
+        frame["machine"] = _machines_of(run, frame["model"])
         frames.append(frame)
     if problems:
         raise ConfigError("cannot compare:", problems)
@@ -80,10 +80,23 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     return table[[c for c in COLUMNS if c in table.columns]]
 
 
-def _machine_of(run: RunDir) -> str:
-    """Where the run's timings were measured ("" when run.json does not say: an older run)."""
+def _machines_of(run: RunDir, models: pd.Series) -> pd.Series | str:
+    """Where each model's timings were measured ("" when run.json does not say: an older run): the
+    run's machine, or, for a run of groups on several machines, its group's."""
     machine = run.recorded_machine()
-    return describe_machine(machine) if machine else ""
+    if not several(machine):
+        return describe_machine(machine) if machine else ""
+    by_model = {model: describe_machine(g["hardware"]) for g in run.read_record().groups for model in g.get("models", []) if g.get("hardware")}
+    return models.map(by_model).fillna("")
+
+
+def _who_ran_where(table: pd.DataFrame) -> str:
+    """`run on machine; ...`, or `run's a, b on machine; ...` for a run whose groups ran on several."""
+    said = []
+    for (run, machine), rows in table[table["machine"] != ""].groupby(["run", "machine"], sort=False):
+        whole_run = len(rows) == (table["run"] == run).sum()
+        said.append(f"{run} on {machine}" if whole_run else f"{run}'s {', '.join(rows['model'])} on {machine}")
+    return "; ".join(said)
 
 
 def machines_differ(table: pd.DataFrame) -> bool:
@@ -148,10 +161,9 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
     if machines_differ(table):
-        machines = "; ".join(f"{run} on {machine}" for run, machine in table[["run", "machine"]].drop_duplicates().itertuples(index=False) if machine)
-        note += (f" The runs ran on different machines ({machines}): their timings (ms/step, and in summary.csv latency "
-                 "and serving throughput) measure the machines as much as the models, so no best is marked among them; "
-                 "compare timings within one run, or between runs on one machine.")
+        note += (f" The models were timed on different machines ({_who_ran_where(table)}): their timings (ms/step, and in summary.csv "
+                 "latency and serving throughput) measure the machines as much as the models, so no best is marked among them; "
+                 "compare timings between models timed on one machine.")
     unfinished = sorted(set(table.loc[~finished_run, "run"]))
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"

@@ -15,6 +15,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.html_tables import definition_list, html_table, settings_tables, summary_tables
 from harness.outputs.tuning_budget import curve, describe_leaders
 from harness.outputs.verdict_text import chosen_on, verdict
+from harness.rundir.hardware import describe as describe_machine, several
 from harness.rundir.record import MemberRecord, MemberStatus, RunRecord
 
 _STYLE = """
@@ -339,7 +340,10 @@ def _facts(info: dict[str, Any]) -> str:
 
 
 def _fact_value(value: Any) -> str:
-    """A fact's top level one item per line (`key: value`); anything nested inline."""
+    """A fact's top level one item per line (`key: value`); anything nested inline. A run whose
+    groups ran on several machines: each machine on its line (its groups' entries say which ran where)."""
+    if several(value):
+        return "<br>".join(html.escape(describe_machine(m)) for m in value["machines"])
     if isinstance(value, dict):
         return "<br>".join(f"{html.escape(_label(k))}: {html.escape(_plain(v))}" for k, v in value.items())
     if isinstance(value, list):

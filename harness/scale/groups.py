@@ -39,6 +39,7 @@ from harness.scale.worker import EXIT_OUT_OF_MEMORY
 from harness.training.controller import StopFlag
 from harness.training.failures import GROUP_PLANNED_MB
 from harness.rundir import RunDir, RunRecord, RunStatus, atomic_write_text, utc_now
+from harness.rundir.hardware import common_machine
 
 EXIT_INTERRUPTED = 75
 UNFINISHED = ("pending", "running", "interrupted", "failed")
@@ -164,7 +165,9 @@ class GroupsRun:
                 [f"{g['name']} ({', '.join(g['members'])}): {g['error']} (see {group_dir(self.run, g['name']).path})" for g in failed],
                 failed[0].get("exit_code", 1),
             )
-        self._update(models=merge_groups(self.run, groups))
+        # Whose timings these are: the groups' machines (Ray places them), not the driver's.
+        machine = common_machine([g.get("hardware") for g in groups if g["status"] == "completed"])
+        self._update(models=merge_groups(self.run, groups), hardware=machine or self.record.hardware)
         self.finish(self)
 
     # -- records ----------------------------------------------------------------------------
@@ -178,7 +181,7 @@ class GroupsRun:
         facts: dict[str, Any] = {}
         try:
             info = json.loads(folder.run_json.read_text(encoding="utf-8"))
-            facts.update(steps_done=info.get("steps_done"), error=info.get("error"))
+            facts.update(steps_done=info.get("steps_done"), error=info.get("error"), hardware=info.get("hardware"))
         except (OSError, ValueError):
             pass
         memory = folder.path / "memory.json"

@@ -148,7 +148,7 @@ def _starting_record(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan)
         name=config.name, run_id=run.run_id, status=rd.RunStatus.RUNNING, run_token=uuid.uuid4().hex,
         started=rd.utc_now(), versions=rd.versions(),
         devices={"gpus": plan.devices.gpus, "slots": list(plan.devices.slots), "engine": config.placement.engine},
-        # The groups' timings come from this machine only when they ran on it (each group's own run.json says its own).
+        # The groups' timings come from this machine only when they ran on it: the merge records the groups' own.
         hardware=_this_machine() if config.placement.engine == "local" else None,
         placement={"strategy": "groups", "engine": config.placement.engine, "budget_mb": plan.budget_mb},
         config_fingerprint=config.fingerprint(), data=data_facts(config.data, scan), config=config.to_dict(),
