@@ -286,6 +286,36 @@ def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
     assert re.search(r"data\.(train|val)_size: (\d+) -> (\d+)", refused.stderr), refused.stderr  # the split ex03 was in shrank
 
 
+def test_resume_refuses_examples_moved_between_splits_by_an_edited_manifest(tmp_path):
+    """Swapping a train row and a val row of a manifest's split column keeps every file's content
+    and every split's size: the content fingerprints and the sizes saw nothing, and the resumed
+    steps trained on a validation image (and validated on a training one)."""
+    write_folder(tmp_path / "d", 10, size=(16, 16))
+    manifest = tmp_path / "d" / "pairs.csv"
+
+    def write_manifest(val_rows):
+        rows = [[f"images/ex{i:02d}.png", f"masks/ex{i:02d}.png", "val" if i in val_rows else "train"] for i in range(10)]
+        with manifest.open("w", newline="") as handle:
+            csv.writer(handle).writerows([["image", "mask", "split"], *rows])
+
+    write_manifest({7, 8, 9})
+    config = tiny_config(data={"source": "csv", "manifest": str(manifest), "image_size": [16, 16], "batch_size": 2, "train_size": None, "val_size": None})
+    config["train"]["epochs"] = 1
+    assert run_main("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "results").returncode == 0
+    (run_dir,) = (tmp_path / "results" / "tiny").glob("2*")
+    info = json.loads((run_dir / "run.json").read_text())
+    (run_dir / "run.json").write_text(json.dumps({**info, "status": "interrupted"}))  # as if killed
+    write_manifest({0, 8, 9})  # ex00 to validation, ex07 to training
+    refused = run_main("resume", run_dir)
+    assert refused.returncode == 3, refused.stderr
+    assert "(their content, or the split they are in)" in refused.stderr and "--accept-changed-data" in refused.stderr
+    images = tmp_path / "d" / "images"
+    assert f"moved: {images / 'ex00.png'} (train -> val)" in refused.stderr and f"moved: {images / 'ex07.png'} (val -> train)" in refused.stderr
+    accepted = run_main("resume", run_dir, "--accept-changed-data")
+    assert accepted.returncode == 0, accepted.stderr
+    assert json.loads((run_dir / "data_fingerprint.json").read_text())["splits"][str(images / "ex00.png")] == "val"
+
+
 def test_one_folder_for_images_and_masks_and_a_file_for_a_folder_are_named_for_what_they_are(tmp_path):
     """Images and masks in one folder made every image its own mask, refused as a mask of colours
     (the wrong fault); a file where a folder is due was said not to exist."""

@@ -5,7 +5,8 @@ two small reads, about 9 s per 100,000 image/mask pairs with the files cached an
 (docs/data.md). It changes with any edit that rewrites a file the usual way (the time changes) or
 changes its length or either end.
 In-memory parts (arrays, bytes of a TFDS record) are hashed whole. A run keeps its examples'
-fingerprints in data_fingerprint.json; `harness resume` compares them with the files it finds.
+fingerprints in data_fingerprint.json, and each one's split; `harness resume` compares them with
+the files it finds.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ def _part(part) -> bytes:
 
 def fingerprints(items) -> dict[str, str]:
     return {item.name: item_fingerprint(item) for item in items}
+
+
+def moved_items(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    """`name (train -> val)` for each example in both whose split changed: an edited manifest's
+    split column keeps every file's content and, swapping rows, every split's size."""
+    return sorted(f"{name} ({before[name]} -> {now[name]})" for name in before.keys() & now.keys() if before[name] != now[name])
 
 
 def changed_items(before: dict[str, str], now: dict[str, str]) -> dict[str, list[str]]:

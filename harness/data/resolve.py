@@ -12,7 +12,7 @@ from typing import Any
 from harness.config.schema import DataSpec, ExperimentConfig
 from harness.data.disk_scan import scan_to_disk
 from harness.data.fingerprint import fingerprints
-from harness.data.scan import Scan, scan_items
+from harness.data.scan import Scan, scan_items, split_of
 from harness.data.sources import list_items
 from harness.errors import ConfigError, DataError
 
@@ -42,6 +42,7 @@ def load_scan(spec: DataSpec, multiple: int, cache_dir: Path | None = None, leas
     else:
         scan = scan_items(items, spec, multiple, least)
     scan.fingerprints = fingerprints(items)
+    scan.splits = {item.name: split_of(item, spec.val_fraction, spec.test_fraction) for item in items}
     return scan
 
 

@@ -50,6 +50,7 @@ class Scan:
     variables: Any = field(default=None, repr=False)  # the arrays as CPU tf.Variables (harness.data.pipeline)
     store: Any = field(default=None, repr=False)  # data.cache: disk: the examples on disk (images and labels None)
     fingerprints: dict[str, str] = field(default_factory=dict, repr=False)  # item -> content fingerprint (data/fingerprint.py)
+    splits: dict[str, str] = field(default_factory=dict, repr=False)  # item -> its split (split_of): a resume checks none moved
 
 
 # ---------------------------------------------------------------------------------------------

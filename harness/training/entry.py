@@ -16,7 +16,7 @@ from typing import Any
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import (Placement, build_placement, configure_determinism, configure_devices, configure_precision,
                                     input_pipeline_warning)
-from harness.data.fingerprint import changed_items
+from harness.data.fingerprint import changed_items, moved_items
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
 from harness.members.trial import blame_traced_failure, trial_build
@@ -134,10 +134,10 @@ ACCEPT_CHANGED_DATA = "HARNESS_ACCEPT_CHANGED_DATA"  # `resume --accept-changed-
 LISTED = 20  # changed files named in the message; the rest counted
 
 
-def record_data_fingerprint(run: rd.RunDir, scan) -> None:
-    """data_fingerprint.json: each example's content fingerprint as the run starts on it."""
+def record_data_fingerprint(run: rd.RunDir, scan, **more: Any) -> None:
+    """data_fingerprint.json: each example's content fingerprint and split as the run starts on it."""
     if scan is not None and scan.fingerprints:
-        rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints}, sort_keys=True) + "\n")
+        rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints, "splits": scan.splits, **more}, sort_keys=True) + "\n")
 
 
 def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
@@ -145,25 +145,26 @@ def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
     the same names: the counts and sizes the config check sees are the same); with `accept`, go on
     on the new content and record that. A run from before fingerprints is not checked."""
     try:
-        before = json.loads(run.data_fingerprint_json.read_text(encoding="utf-8"))["items"]
+        recorded = json.loads(run.data_fingerprint_json.read_text(encoding="utf-8"))
+        before, splits_before = recorded["items"], recorded.get("splits") or {}  # splits: not in a run from before them
     except FileNotFoundError:
         return
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{run.data_fingerprint_json} cannot be read ({exc}); resume --accept-changed-data trains on the data as it is now") from None
     diff = changed_items(before, scan.fingerprints if scan is not None else {})
     found = [f"{kind}: {name}" for kind, names in diff.items() for name in names]
+    found += [f"moved: {said}" for said in moved_items(splits_before, scan.splits if scan is not None and splits_before else {})]
     if not found:
         return
     if accept:
         print(f"harness: warning: resuming on changed data as asked ({len(found)} file(s) differ from when the run started); "
               "the resumed steps are not what an uninterrupted run would have trained", file=sys.stderr)
-        rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints, "accepted_change_at": rd.utc_now(),
-                                                                    "accepted": found[:LISTED]}, sort_keys=True) + "\n")
+        record_data_fingerprint(run, scan, accepted_change_at=rd.utc_now(), accepted=found[:LISTED])
         return
     more = [f"... and {len(found) - LISTED} more"] if len(found) > LISTED else []
     raise DataError(
-        f"the content of {len(found)} data file(s) changed since this run started, so resuming would train its "
-        f"remaining steps on other pixels than an uninterrupted run. Start a new run, or resume on the new data "
+        f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so resuming "
+        f"would train its remaining steps on other examples than an uninterrupted run. Start a new run, or resume on the new data "
         f"anyway with: harness resume {run.path} --accept-changed-data. What changed:",
         found[:LISTED] + more,
     )
