@@ -413,6 +413,33 @@ def test_an_exif_orientation_is_named_not_applied(tmp_path):
     assert any(note.startswith("1 item(s): the image has an EXIF orientation tag") for note in result.facts["notes"])
 
 
+def test_exif_orientation_apply_turns_photos_and_their_size_as_a_viewer_shows_them(tmp_path):
+    # Phone photos stored 24 wide and 16 high with "turn 90 degrees clockwise" (orientation 6),
+    # masks drawn on the turned, portrait picture (16 wide, 24 high): refused as stored, read turned
+    # with data.exif_orientation: apply, the pixels where a viewer shows them.
+    (tmp_path / "images").mkdir()
+    (tmp_path / "masks").mkdir()
+    rng = np.random.default_rng(0)
+    stored = {}
+    for i in range(6):
+        pixels = rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)
+        exif = Image.Exif()
+        exif[0x0112] = 6
+        Image.fromarray(pixels).save(tmp_path / "images" / f"p{i}.png", exif=exif)
+        Image.fromarray((rng.uniform(size=(24, 16)) > 0.5).astype(np.uint8)).save(tmp_path / "masks" / f"p{i}.png")
+        stored[i] = pixels
+    raw = {"source": "folder", "images": str(tmp_path / "images"), "masks": str(tmp_path / "masks"), "val_fraction": 0.3, "image_size": "auto"}
+    with pytest.raises(DataError, match="the image has an EXIF orientation tag"):
+        scan(data_config(raw))
+    result = scan(data_config({**raw, "exif_orientation": "apply"}))
+    assert result.image_size == (24, 16) and result.images.shape[0] == 6  # auto: the turned pictures' size
+    turned = sorted(np.rot90(p, k=-1).tobytes() for p in stored.values())  # clockwise, as orientation 6 says
+    assert sorted(image.tobytes() for image in result.images) == turned
+    assert any(note.startswith("6 item(s): the image's EXIF orientation tag was applied") for note in result.facts["notes"])
+    with pytest.raises(ConfigError, match="exif_orientation"):
+        data_config({"source": "arrays", "arrays": str(tmp_path / "a.npz"), "exif_orientation": "apply"})
+
+
 def test_a_manifests_columns_are_read_whatever_their_case_and_unmarked_rows_beside_val_ones_are_noted(tmp_path):
     # "Image,Mask,Split" was refused as missing image and mask; "image,mask,Split" trained with
     # the split column ignored; rows without a split beside rows marked val lost a fifth of them

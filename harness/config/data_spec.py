@@ -68,7 +68,7 @@ READ_ONLY_BY = {
     "max_shapes": ("synthetic",),
     "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
-    "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",),
+    "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",), "exif_orientation": ("folder", "csv", "tfds"),
     **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "ignore_label", "fit", "cache")},
 }
 INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
@@ -110,6 +110,10 @@ class DataSpec(Strict):
     # A mask value marking pixels that are no class (VOC's and Cityscapes' 255: a void border, an
     # unlabelled region): left out of the loss and of every score. Applied after `label_map`.
     ignore_label: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # An image file's EXIF orientation tag (a phone's rotation): "ignore" reads its pixels as stored,
+    # as TensorFlow's decoders do; "apply" turns them as a viewer shows them (and as most annotation
+    # tools did when the masks were drawn). Masks are read the same way.
+    exif_orientation: Literal["ignore", "apply"] = "ignore"
     fit: Literal["resize", "crop"] = "resize"  # to image_size: stretch, or scale + centre crop
     cache: Literal["memory", "disk"] = "memory"  # disk: decoded arrays kept beside the runs
     augment: AugmentSpec = AugmentSpec()

@@ -221,7 +221,7 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     `least` (a backbone's smallest input, rounded up to `multiple`)."""
     if spec.image_size != "auto":
         return tuple(spec.image_size), "data.image_size"
-    sizes = [s for s in (_native_size(item.image) for item in items) if s is not None]
+    sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items) if s is not None]
     if not sizes:
         raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
     median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
@@ -233,12 +233,14 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     return size, f"{reason} (suits every model)"
 
 
-def _native_size(source: Any) -> tuple[int, int] | None:
+def _native_size(source: Any, turn: bool = False) -> tuple[int, int] | None:
+    """(height, width) as read: with `turn` (data.exif_orientation: apply), as a viewer shows it."""
     if isinstance(source, np.ndarray):
         return tuple(source.shape[:2])
     try:
         with _open(source) as image:
-            return image.height, image.width
+            sideways = turn and image.getexif().get(_EXIF_ORIENTATION, 1) in _QUARTER_TURNS
+            return (image.width, image.height) if sideways else (image.height, image.width)
     except Exception:  # reported by the scan itself
         return None
 
@@ -252,15 +254,17 @@ def _open(source: Any):
 def _load_item(item: Item, spec: DataSpec, size: tuple[int, int]):
     """(image, labels, notes) fitted to `size`, or the reason the item is bad."""
     try:
-        image, turned = _read_image(item.image, spec.channels, item.image_top)
+        turn = spec.exif_orientation == "apply"
+        image, turned = _read_image(item.image, spec.channels, item.image_top, turn)
         try:
-            mask, notes = _read_labels(item.mask, spec, item.mask_is_jpeg)
+            mask, notes = _read_labels(item.mask, spec, item.mask_is_jpeg, turn)
         except BadItem as exc:
             raise BadItem(f"mask {item.mask_name}: {exc}" if item.mask_name else f"mask: {exc}") from None
         if image.shape[:2] != mask.shape[:2]:
             sideways = turned and image.shape[:2] == mask.shape[1::-1]
             raise BadItem(f"image is {image.shape[1]}x{image.shape[0]} but its mask is {mask.shape[1]}x{mask.shape[0]}" + (f"; {EXIF_NOTE}" if sideways else ""))
-        return _fit(image, size, spec.fit, nearest=False), _fit(mask, size, spec.fit, nearest=True), notes + ([EXIF_NOTE] if turned else [])
+        notes += [EXIF_APPLIED if turn else EXIF_NOTE] if turned else []
+        return _fit(image, size, spec.fit, nearest=False), _fit(mask, size, spec.fit, nearest=True), notes
     except BadItem as exc:
         return str(exc)
     except Exception as exc:  # any decoder failure names the file
@@ -286,20 +290,31 @@ _MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
 # tool that turns the picture first (most annotation tools) is then turned against its image.
 EXIF_NOTE = (
     "the image has an EXIF orientation tag (a camera's rotation), which harness does not apply: its pixels are read "
-    "as stored; if the masks were drawn on the turned picture, turn the images' pixels first (PIL.ImageOps.exif_transpose) and save them"
+    "as stored; if the masks were drawn on the turned picture, set data.exif_orientation: apply"
 )
+EXIF_APPLIED = "the image's EXIF orientation tag was applied (data.exif_orientation: apply): its pixels turned as a viewer shows them"
 _EXIF_ORIENTATION = 0x0112
+_QUARTER_TURNS = (5, 6, 7, 8)  # the orientations that swap width and height
 
 
-def _read_image(source: Any, channels: int, top: float | None = None) -> tuple[np.ndarray, bool]:
-    """The image's pixels, and whether an EXIF orientation tag would have a viewer turn them."""
+def _read_image(source: Any, channels: int, top: float | None = None, turn: bool = False) -> tuple[np.ndarray, bool]:
+    """The image's pixels (with `turn`, turned as its EXIF orientation tag says), and whether it has
+    a tag that would have a viewer turn them."""
     if isinstance(source, np.ndarray):
         return _array_image(np.asarray(source), channels, top or (1.0 if source.dtype.kind == "f" else 255.0)), False
     image = _decode(source)
+    turned = image.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
+    image = _upright(image) if turn and turned else image
     if image.mode in ("I;16", "I", "F"):
         raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")
-    turned = image.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
     return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels), turned
+
+
+def _upright(image):
+    """The picture turned as its EXIF orientation tag says, as a viewer shows it (unchanged without a tag)."""
+    from PIL import ImageOps
+
+    return ImageOps.exif_transpose(image)
 
 
 def _array_image(array: np.ndarray, channels: int, top: float) -> np.ndarray:
@@ -333,7 +348,7 @@ def _array_image(array: np.ndarray, channels: int, top: float) -> np.ndarray:
     return array.astype(np.uint8) if top <= 255 else (array / top * 255).astype(np.uint8)
 
 
-def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray, list[str]]:
+def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool, turn: bool = False) -> tuple[np.ndarray, list[str]]:
     notes = []
     if isinstance(source, np.ndarray):
         array = np.asarray(source)
@@ -347,7 +362,7 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool) -> tuple[np.ndarray
             if not np.array_equal(array, np.round(array)):
                 raise BadItem("mask has non-integer values: expected class ids")
     else:
-        image = _decode(source)
+        image = _upright(_decode(source)) if turn else _decode(source)
         if image.mode == "P":
             array = np.asarray(image)  # palette PNG: the indices are the classes
             notes.append("palette mask: indices used as classes")
