@@ -124,7 +124,7 @@ def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -
     if rescanned.data == config.data:
         return
     raise DataError(
-        "the data changed since this run started (files added, removed or now bad), so its batches "
+        "the data changed since this run started (files added, removed, now bad or moved to another split), so its batches "
         "would differ; start a new run instead. What differs (started -> now):",
         differences(config.data.model_dump(mode="json"), rescanned.data.model_dump(mode="json"), "data."),
     )
