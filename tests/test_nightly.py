@@ -163,7 +163,8 @@ def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_pat
         runs[name].write_record(RunRecord(name="x", run_id=name, hardware=common_machine([machines["here"], machines["there"], machines["here"]])))
     assert runs["spread"].recorded_machine() == {"machines": [machines["here"], machines["there"]]}
     assert other_machine(runs["spread"], str(runs["spread_again"].path)) == (
-        "that run's machine (2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100) is not tonight's (2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100)")
+        "tonight's models were timed on 2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100; "
+        "that run's models were timed on 2 machines: vm: Xeon x2, no GPU; gpu-box: EPYC x64, A100")
     assert other_machine(runs["here"], str(runs["spread"].path)) and other_machine(runs["spread"], str(runs["here"].path))
     assert common_machine([None, machines["here"], machines["here"]]) == machines["here"] and common_machine([None]) is None
 

@@ -34,7 +34,7 @@ from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.derived import write_report_page
 from harness.rundir import FolderLock
-from harness.rundir.hardware import describe as describe_machine, differs
+from harness.rundir.hardware import describe as describe_machine, differs, several
 
 NIGHTLY_JSON = "nightly.json"
 NIGHTLY_MD = "nightly.md"
@@ -255,6 +255,9 @@ def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:
     then = rd.RunDir(Path(earlier_dir)).recorded_machine() if earlier_dir else None
     if not differs(now, then):
         return None
+    spread = [f"{who} models were timed on {describe_machine(machine)}" for who, machine in (("tonight's", now), ("that run's", then)) if several(machine)]
+    if spread:  # which group, so which model, landed on which machine changes from night to night
+        return "; ".join(spread)
     return f"that run's machine ({describe_machine(then)}) is not tonight's ({describe_machine(now)})"
 
 
