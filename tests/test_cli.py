@@ -155,6 +155,8 @@ def test_a_folder_that_is_not_a_run_is_named_with_the_runs_it_holds_or_as_missin
         (experiment / run_id / "run.json").write_text("{}")
     typed = run_main(command, experiment)  # the experiment's folder, where a run was meant
     assert typed.returncode == 2 and f"experiment's folder of 2 run(s), the newest {experiment / '20261126-080000'}" in typed.stderr, typed.stderr
+    results = run_main(command, tmp_path / "results")  # the results folder itself
+    assert results.returncode == 2 and f"results folder of 1 experiment(s) (smoke): harness runs --results {tmp_path / 'results'}" in results.stderr, results.stderr
     missing = run_main(command, tmp_path / "nowhere")
     assert missing.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in missing.stderr, missing.stderr
 

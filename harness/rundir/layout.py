@@ -168,7 +168,20 @@ def runs_held(folder: Path) -> str:
     """For a message about a folder that is not a run: the runs it holds when it is an experiment's
     folder (`results/smoke`, typed where a run was meant), the newest named in full."""
     runs = runs_in(folder)
-    return f"; it is an experiment's folder of {len(runs)} run(s), the newest {runs[-1]}" if runs else ""
+    if runs:
+        return f"; it is an experiment's folder of {len(runs)} run(s), the newest {runs[-1]}"
+    experiments = sorted(child.name for child in _folders_in(folder) if runs_in(child))
+    if experiments:  # `results`, typed where a run was meant
+        shown = ", ".join(experiments[:5]) + (f" and {len(experiments) - 5} more" if len(experiments) > 5 else "")
+        return f"; it is a results folder of {len(experiments)} experiment(s) ({shown}): harness runs --results {folder} lists their runs"
+    return ""
+
+
+def _folders_in(folder: Path) -> list[Path]:
+    try:
+        return [child for child in folder.iterdir() if child.is_dir()]
+    except OSError:
+        return []
 
 
 def beside_runs(path: Path) -> str:
