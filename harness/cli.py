@@ -448,14 +448,10 @@ def cmd_history(args) -> int:
 
 
 def cmd_sample_data(args) -> int:
-    from harness.errors import ConfigError
-
-    try:
-        from harness.data.sample_data import make_sample_data
-    except ImportError as exc:
-        raise ConfigError(f"sample-data needs scikit-image: pip install scikit-image ({exc})") from None
+    from harness.data.sample_data import check_out_folder, make_sample_data
     from harness.rundir import make_folder
 
+    check_out_folder(args.out)
     for sub in ("images", "masks"):
         make_folder(Path(args.out) / sub, "sample-data OUT:")
     counts = make_sample_data(args.out)

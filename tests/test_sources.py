@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -267,6 +268,24 @@ def test_real_image_example_end_to_end(tmp_path):
     assert 0.0 <= info["timing"]["input_wait_share"] < 1.0
     assert "input_wait_share" not in summary, "a figure of the run, not repeated on every model's row"
     assert (tmp_path / "results" / "real_images" / ".data-cache").is_dir()
+
+
+def test_sample_data_refuses_a_folder_of_ones_own_files_and_a_missing_extra_before_writing(tmp_path, monkeypatch):
+    # It wrote its 225 tiles among a user's own images (and over their README.txt) without a word;
+    # without scikit-image it stopped with a bare ImportError (exit 1).
+    (tmp_path / "d" / "images").mkdir(parents=True)
+    (tmp_path / "d" / "images" / "holiday.jpg").write_bytes(b"mine")
+    (tmp_path / "d" / "images" / "coins_0000_0048.png").write_bytes(b"its own: may be written again")
+    refused = run_main("sample-data", tmp_path / "d")
+    assert refused.returncode == 2 and "holds 1 file(s) it did not write" in refused.stderr and "holiday.jpg" in refused.stderr, refused.stderr
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "README.txt").write_text("my notes")
+    refused = run_main("sample-data", tmp_path / "e")
+    assert refused.returncode == 2 and "README.txt" in refused.stderr and not (tmp_path / "e" / "images").exists()
+    monkeypatch.setitem(sys.modules, "skimage", None)  # scikit-image not installed
+    missing = run_main("sample-data", tmp_path / "f")
+    assert missing.returncode == 2 and "sample-data needs scikit-image" in missing.stderr and not (tmp_path / "f").exists(), missing.stderr
+    assert (tmp_path / "d" / "images" / "holiday.jpg").read_bytes() == b"mine" and (tmp_path / "e" / "README.txt").read_text() == "my notes"
 
 
 def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):

@@ -12,9 +12,12 @@ TIFF); masks are PNG, 0/255, so the scan's 0/255 mapping is exercised too.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
+
+from harness.errors import ConfigError
 
 # sample image -> stored inverted (its objects are dark: ink on paper)
 IMAGES = {
@@ -38,6 +41,26 @@ def derive_mask(gray: np.ndarray) -> np.ndarray:
     objects = smooth > filters.threshold_otsu(smooth)
     objects = ndimage.binary_fill_holes(objects)
     return morphology.remove_small_objects(objects, max_size=30)
+
+
+def check_out_folder(out: Path) -> None:
+    """Exit 2 before anything is written: without scikit-image (an extra), or when `out` holds
+    files a run of sample-data did not write (the set would be mixed into a user's own images, and
+    their README.txt replaced; its own files may be written again)."""
+    try:
+        import skimage  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f'sample-data needs scikit-image: pip install "harness[examples]" or scikit-image ({exc})') from None
+    own = re.compile(rf"^({'|'.join(IMAGES)})_\d{{4}}_\d{{4}}\.(png|jpg|bmp|tif)$")
+    found = [p for sub in ("images", "masks") if (Path(out) / sub).is_dir() for p in sorted((Path(out) / sub).iterdir())
+             if not p.name.startswith(".") and not own.match(p.name)]
+    readme = Path(out) / "README.txt"
+    if readme.is_file() and not readme.read_text(encoding="utf-8", errors="replace").startswith(__doc__.strip().splitlines()[0]):
+        found.append(readme)
+    if found:
+        named = ", ".join(str(p) for p in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        raise ConfigError(f"sample-data: {out} holds {len(found)} file(s) it did not write, which the set would be mixed with "
+                          f"or replace ({named}): give an empty or new folder")
 
 
 def make_sample_data(out: Path, tile: int = 96, stride: int = 48, max_tiles: int = 40) -> dict[str, int]:
