@@ -59,6 +59,23 @@ def test_a_module_path_that_does_not_exist_is_named_before_tensorflow(tmp_path):
     assert "tensorflow was imported" not in result.stderr
 
 
+def test_an_extra_the_config_asks_for_and_is_not_installed_is_named_before_tensorflow(tmp_path):
+    # Without MLflow, output.mlflow stopped the run after TensorFlow's import and the build, in a
+    # failed run directory of its own; a nightly had registered tonight's run first.
+    env = no_tensorflow(tmp_path)
+    env["PYTHONPATH"] += f":{tmp_path / 'blocker'}"
+    (tmp_path / "blocker").mkdir()  # as if neither were installed: Python's way of blocking an import
+    (tmp_path / "blocker" / "sitecustomize.py").write_text("import sys\nsys.modules['mlflow'] = None\nsys.modules['ray'] = None\n")
+    raw = tiny_config(output={"mlflow": {"tracking_uri": f"file:{tmp_path / 'mlruns'}"}}, placement={"engine": "ray"})
+    config = write_yaml(tmp_path / "c.yaml", raw)
+    for command in ("run", "nightly"):
+        result = run_cli(command, config, "--results", tmp_path / "r", env=env)
+        assert result.returncode == 2, result.stderr
+        assert 'output.mlflow is set but mlflow is not installed: pip install "harness[mlflow]"' in result.stderr
+        assert 'placement.engine: ray but ray is not installed: pip install "harness[ray]"' in result.stderr
+        assert "tensorflow was imported" not in result.stderr and not (tmp_path / "r").exists()
+
+
 def test_resuming_a_locked_run_is_refused_before_tensorflow(tmp_path):
     import fcntl
     import json

@@ -71,6 +71,9 @@ def run_nightly(
     night: str | None = None,
     code_dir: Path | None = None,
 ) -> NightlyResult:
+    from harness.training.preflight import check_extras
+
+    check_extras(config)  # before tonight's run, or the history, is made
     settings = config.output.nightly
     folder = rd.make_experiment_folder(config, results_dir)
     night = night or current_night(settings.night_starts_at_hour)

@@ -28,6 +28,7 @@ def before_tensorflow(config: ExperimentConfig, results_dir: Path | None = None)
     """(config, scan) with the data resolved when that needs no user code; else (config, None)
     and the run resolves it after importing the code."""
     check_module_paths(config)
+    check_extras(config)
     if config.data.source in ("synthetic", "tfds") or _names_code(config):
         return config, None
     multiple = math.lcm(*(catalog.input_multiple(arch, options) for _, arch, options in config.networks()))
@@ -56,6 +57,23 @@ def check_module_paths(config: ExperimentConfig) -> None:
                 problems.append(f"models.{i}({spec.name}).{field}: cannot find module {module!r} for {path!r}{why} ({_where_to_look(module, path)})")
     if problems:
         raise ConfigError("the code this config names cannot be found:", problems)
+
+
+def check_extras(config: ExperimentConfig) -> None:
+    """The optional packages the config asks for are installed (found, not imported): without
+    them a run failed after TensorFlow's import, in a run directory of its own."""
+    wanted = [("output.mlflow is set", "mlflow", "mlflow")] if config.output.mlflow is not None else []
+    wanted += [("placement.engine: ray", "ray", "ray")] if config.placement.engine == "ray" else []
+    missing = [f"{why} but {module} is not installed: pip install \"harness[{extra}]\"" for why, module, extra in wanted if not _installed(module)]
+    if missing:
+        raise ConfigError("the config asks for packages that are not installed:", missing)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules (blocked), or broken
+        return False
 
 
 def _where_to_look(module: str, path: str) -> str:
