@@ -634,3 +634,21 @@ def test_masks_named_by_their_images_stem_and_a_suffix(tmp_path):
     with pytest.raises(DataError) as error:
         scan(data_config({**raw, "mask_suffix": "_mask"}))
     assert error.value.problems == [f"{images / 'ex03.png'}: no mask with the stem 'ex03_mask' in {masks}"]
+
+
+def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
+    # Cityscapes: aachen_000000_000019_leftImg8bit.png and aachen_000000_000019_gtFine_labelIds.png.
+    # All 12 files were refused one by one, with nothing to say how they pair.
+    images, masks = write_folder(tmp_path / "d", 10)
+    for folder, suffix in ((images, "_leftImg8bit"), (masks, "_gtFine_labelIds")):
+        for path in sorted(folder.glob("*.png")):
+            path.rename(folder / f"city_{path.stem}_000019{suffix}.png")
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    with pytest.raises(ConfigError, match="set data.image_suffix: '_leftImg8bit' and data.mask_suffix: '_gtFine_labelIds'"):
+        scan(data_config(raw))
+    paired = {**raw, "image_suffix": "_leftImg8bit", "mask_suffix": "_gtFine_labelIds"}
+    assert scan(data_config(paired)).train_size + scan(data_config(paired)).val_size == 10
+    (images / "city_ex03_000019_leftImg8bit.png").unlink()
+    with pytest.raises(DataError) as error:
+        scan(data_config(paired))
+    assert error.value.problems == [f"{masks / 'city_ex03_000019_gtFine_labelIds.png'}: no image with the stem 'city_ex03_000019_leftImg8bit' in {images}"]

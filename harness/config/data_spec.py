@@ -66,7 +66,7 @@ REAL_SOURCES = ("folder", "csv", "arrays", "tfds")
 # test split at all, and its ranking on the validation images it chose with.
 READ_ONLY_BY = {
     "max_shapes": ("synthetic",),
-    "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",),
+    "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",), "image_suffix": ("folder",),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
     "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",), "exif_orientation": ("folder", "csv", "tfds"),
     **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "ignore_label", "fit", "cache")},
@@ -88,6 +88,10 @@ class DataSpec(Strict):
     # folder source: a mask's name is its image's stem followed by this ("_mask": ex01_mask.png
     # is the mask of ex01.jpg); by default the same stem
     mask_suffix: str = ""
+    # folder source: an image's stem less this is what its mask is named by (Cityscapes: image
+    # aachen_000000_000019_leftImg8bit.png, mask aachen_000000_000019_gtFine_labelIds.png are
+    # image_suffix "_leftImg8bit" and mask_suffix "_gtFine_labelIds"); by default the whole stem
+    image_suffix: str = ""
     val_images: Path | None = None  # folder source: a separate validation folder pair
     val_masks: Path | None = None
     test_images: Path | None = None  # folder source: a separate test folder pair

@@ -4,6 +4,7 @@ manifest rows). Decoding and checking them is the scan's job (`harness.data.scan
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import json
@@ -91,8 +92,8 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
 
 
 def _by_stem(folder: Path, what: str, suffix: str = "") -> tuple[dict[str, Path], list[str], set[str]]:
-    """Each file by the stem it is matched on: its own, less `suffix` (data.mask_suffix) when it
-    ends with it."""
+    """Each file by the stem it is matched on: its own, less `suffix` (data.image_suffix,
+    data.mask_suffix) when it ends with it."""
     found: dict[str, list[Path]] = defaultdict(list)
     broken = []
     for path in sorted(folder.iterdir()):
@@ -123,6 +124,28 @@ def _named_with_suffix(images: dict[str, Path], masks: dict[str, Path]) -> str |
     if count < len(masks) / 2:
         return None
     return f"{count} of {len(masks)} masks are named by an image's stem followed by {suffix!r}: set data.mask_suffix: {suffix!r}"
+
+
+def _named_with_two_suffixes(images: dict[str, Path], masks: dict[str, Path]) -> str | None:
+    """When images and masks share a stem but each adds its own suffix (Cityscapes:
+    `<city>_<seq>_<frame>_leftImg8bit.png` and `..._gtFine_labelIds.png`), the two settings. The
+    shared stem ends before the separator (_ - . or a space) where the names part."""
+    ordered = sorted(masks)
+    pairs: Counter = Counter()
+    for image in sorted(images)[:200]:  # enough to see the pattern
+        at = bisect.bisect_left(ordered, image)
+        mask = max(ordered[max(at - 1, 0) : at + 1], key=lambda m: len(os.path.commonprefix([image, m])))
+        common = os.path.commonprefix([image, mask])
+        cut = max(common.rfind(c) for c in "_-. ")
+        if cut > 0 and image[cut:] != mask[cut:]:
+            pairs[image[cut:], mask[cut:]] += 1
+    if not pairs:
+        return None
+    (image_suffix, mask_suffix), count = pairs.most_common(1)[0]
+    if not image_suffix or count < min(len(images), 200) / 2:
+        return None
+    return (f"the images' names end in {image_suffix!r} and the masks' in {mask_suffix!r} after a shared stem: "
+            f"set data.image_suffix: {image_suffix!r} and data.mask_suffix: {mask_suffix!r}")
 
 
 class _Unread:
@@ -159,10 +182,10 @@ def _why_broken(link: Path) -> str:
     return "it cannot be read"
 
 
-def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suffix: str = "") -> _Listing:
-    images, problems, doubled = _by_stem(images_dir, "image")
+def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suffix: str = "", image_suffix: str = "") -> _Listing:
+    images, problems, doubled = _by_stem(images_dir, "image", image_suffix)
     masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask", mask_suffix)
-    if images and masks and not set(images) & set(masks) and (named := _named_with_suffix(images, masks)):
+    if images and masks and not set(images) & set(masks) and (named := _named_with_suffix(images, masks) or _named_with_two_suffixes(images, masks)):
         raise ConfigError(f"data.masks {masks_dir}: no mask has an image's stem; {named}")
     problems += mask_problems
     doubled |= mask_doubled  # already named: not also a missing pair
@@ -172,7 +195,7 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suff
         problems += [f"{images[s]}: no mask with the stem {s + mask_suffix!r} in {masks_dir}{unread.why(s + mask_suffix)}" for s in no_mask]
     if no_image:
         unread = _Unread(images_dir)
-        problems += [f"{masks[s]}: no image with the stem {s!r} in {images_dir}{unread.why(s)}" for s in no_image]
+        problems += [f"{masks[s]}: no image with the stem {s + image_suffix!r} in {images_dir}{unread.why(s + image_suffix)}" for s in no_image]
     items = [
         Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
         for s in sorted((set(images) & set(masks)) - doubled)
@@ -181,12 +204,13 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suff
 
 
 def _folder_items(spec: DataSpec) -> _Listing:
-    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST, spec.mask_suffix)
+    suffixes = (spec.mask_suffix, spec.image_suffix)
+    listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST, *suffixes)
     if spec.val_images is not None or spec.val_masks is not None:
-        val = _folder_pair(*_existing_pair(spec, "val_"), "val", spec.mask_suffix)
+        val = _folder_pair(*_existing_pair(spec, "val_"), "val", *suffixes)
         listing = _Listing([*listing, *val], listing.problems + val.problems)
     if spec.test_images is not None:
-        test = _folder_pair(*_existing_pair(spec, "test_"), "test", spec.mask_suffix)
+        test = _folder_pair(*_existing_pair(spec, "test_"), "test", *suffixes)
         listing = _Listing([*listing, *test], listing.problems + test.problems)
     return listing
 
