@@ -636,6 +636,16 @@ def test_masks_named_by_their_images_stem_and_a_suffix(tmp_path):
     assert error.value.problems == [f"{images / 'ex03.png'}: no mask with the stem 'ex03_mask' in {masks}"]
 
 
+def test_images_kept_in_folders_below_are_pointed_to(tmp_path):
+    # One folder per city (Cityscapes): the scan said only "no examples found".
+    images, masks = write_folder(tmp_path / "d" / "x", 4)
+    for folder in ("images", "masks"):
+        (tmp_path / "d" / folder).mkdir()
+        (tmp_path / "d" / "x" / folder).rename(tmp_path / "d" / folder / "aachen")
+    with pytest.raises(DataError, match=r"no examples found in .*; the images are in 1 folder\(s\) below .* \(aachen/ 4 images\), which are not read"):
+        scan(data_config({"source": "folder", "images": str(tmp_path / "d" / "images"), "masks": str(tmp_path / "d" / "masks")}))
+
+
 def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     # Cityscapes: aachen_000000_000019_leftImg8bit.png and aachen_000000_000019_gtFine_labelIds.png.
     # All 12 files were refused one by one, with nothing to say how they pair.

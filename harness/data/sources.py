@@ -55,8 +55,22 @@ def list_items(spec: DataSpec) -> list[Item]:
     listing = {"folder": _folder_items, "csv": _csv_items, "arrays": _array_items, "tfds": _tfds_items}[spec.source]
     items = listing(spec)
     if not items and not getattr(items, "problems", None):
-        raise DataError(f"data.source {spec.source}: no examples found in {_where(spec)}")
+        raise DataError(f"data.source {spec.source}: no examples found in {_where(spec)}{_in_folders_below(spec)}")
     return items
+
+
+def _in_folders_below(spec: DataSpec) -> str:
+    """Images kept in folders below the one given (Cityscapes' one folder per city), which the
+    folder source does not read: where they are, and the two ways to use them."""
+    if spec.source != "folder" or spec.images is None or not spec.images.is_dir():
+        return ""
+    below = {sub.name: sum(p.suffix.lower() in IMAGE_EXTENSIONS for p in sub.iterdir()) for sub in sorted(spec.images.iterdir()) if sub.is_dir()}
+    below = {name: count for name, count in below.items() if count}
+    if not below:
+        return ""
+    shown = ", ".join(f"{name}/ {count}" for name, count in list(below.items())[:3]) + (f" and {len(below) - 3} more" if len(below) > 3 else "")
+    return (f"; the images are in {len(below)} folder(s) below {spec.images} ({shown} images), which are not read: point data.images "
+            "and data.masks at one of them, or list every pair in a manifest (data.source: csv, docs/data.md)")
 
 
 def _where(spec: DataSpec) -> str:
