@@ -64,13 +64,19 @@ def _in_folders_below(spec: DataSpec) -> str:
     folder source does not read: where they are, and the two ways to use them."""
     if spec.source != "folder" or spec.images is None or not spec.images.is_dir():
         return ""
-    below = {sub.name: sum(p.suffix.lower() in IMAGE_EXTENSIONS for p in sub.iterdir()) for sub in sorted(spec.images.iterdir()) if sub.is_dir()}
-    below = {name: count for name, count in below.items() if count}
+    below = {sub.name: count for sub in sorted(spec.images.iterdir()) if sub.is_dir() and (count := _images_in(sub))}
     if not below:
         return ""
     shown = ", ".join(f"{name}/ {count}" for name, count in list(below.items())[:3]) + (f" and {len(below) - 3} more" if len(below) > 3 else "")
     return (f"; the images are in {len(below)} folder(s) below {spec.images} ({shown} images), which are not read: point data.images "
             "and data.masks at one of them, or list every pair in a manifest (data.source: csv, docs/data.md)")
+
+
+def _images_in(folder: Path) -> int:
+    try:
+        return sum(p.suffix.lower() in IMAGE_EXTENSIONS for p in folder.iterdir())
+    except OSError:  # a folder one may not read: not counted
+        return 0
 
 
 def _where(spec: DataSpec) -> str:
