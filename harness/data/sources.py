@@ -13,7 +13,7 @@ import re
 import zipfile
 import zlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +282,18 @@ def _csv_items(spec: DataSpec) -> _Listing:
             problems.append(f"{where}: file does not exist: {', '.join(absent)}")
             continue
         items.append(Item(str(image), image, mask, split, mask.suffix.lower() in JPEG, str(mask)))
-    return _Listing(items, problems, _unmarked_note(items))
+    items, given = _test_share_of_train_rows(items, spec.test_fraction)
+    return _Listing(items, problems, _unmarked_note(items) | given)
+
+
+def _test_share_of_train_rows(items: list[Item], test_fraction: float) -> tuple[list[Item], dict[str, int]]:
+    """A manifest that marks every row train or val (Cityscapes' own splits, whose test masks are
+    not public) has no rows for `test_fraction` to take from: its share then comes from the rows
+    marked train (never from validation's), as it does beside a validation folder; and a note."""
+    if test_fraction <= 0 or any(item.split in (None, "test") for item in items):
+        return items, {}
+    note = "manifest rows marked train, of which data.test_fraction took its share for the test split (no row is marked test)"
+    return [replace(item, split=REST) if item.split == "train" else item for item in items], {note: sum(item.split == "train" for item in items)}
 
 
 def _unmarked_note(items: list[Item]) -> dict[str, int]:
