@@ -136,7 +136,7 @@ def test_csv_manifest_with_splits_and_problems(tmp_path):
     assert (result.train_size, result.val_size) == (6, 2)
 
 
-def test_test_fraction_takes_its_share_of_the_train_rows_when_every_row_is_marked(tmp_path):
+def test_val_and_test_fractions_take_their_share_of_the_train_rows_when_every_row_is_marked(tmp_path):
     # Cityscapes' manifest marks every row train or val (its test masks are not public): a
     # test_fraction found no row to take from and stopped with "no test examples".
     write_folder(tmp_path / "d", 40)
@@ -148,6 +148,14 @@ def test_test_fraction_takes_its_share_of_the_train_rows_when_every_row_is_marke
     assert result.val_size == 8 and result.test_size > 0 and result.train_size + result.test_size == 32  # validation's rows stay validation's
     assert any("manifest rows marked train, of which data.test_fraction took its share" in note for note in result.facts["notes"])
     assert scan(data_config({"source": "csv", "manifest": str(manifest)})).test_size == 0  # without test_fraction: as marked
+    # official train and test splits, no validation rows: val_fraction found none to take
+    # ("0 validation examples ... (data.val_fraction)"); its share now comes from the train rows
+    with manifest.open("w", newline="") as handle:
+        rows = [[f"images/ex{i:02d}.png", f"masks/ex{i:02d}.png", "test" if i >= 32 else "train"] for i in range(40)]
+        csv.writer(handle).writerows([["image", "mask", "split"], *rows])
+    result = scan(data_config({"source": "csv", "manifest": str(manifest), "val_fraction": 0.25}))
+    assert result.test_size == 8 and result.val_size > 0 and result.train_size + result.val_size == 32
+    assert any("manifest rows marked train, of which data.val_fraction took its share" in note for note in result.facts["notes"])
 
 
 def test_arrays_npz_and_npy_with_nan_checks(tmp_path):

@@ -282,18 +282,27 @@ def _csv_items(spec: DataSpec) -> _Listing:
             problems.append(f"{where}: file does not exist: {', '.join(absent)}")
             continue
         items.append(Item(str(image), image, mask, split, mask.suffix.lower() in JPEG, str(mask)))
-    items, given = _test_share_of_train_rows(items, spec.test_fraction)
+    items, given = _shares_of_train_rows(items, spec.test_fraction)
     return _Listing(items, problems, _unmarked_note(items) | given)
 
 
-def _test_share_of_train_rows(items: list[Item], test_fraction: float) -> tuple[list[Item], dict[str, int]]:
-    """A manifest that marks every row train or val (Cityscapes' own splits, whose test masks are
-    not public) has no rows for `test_fraction` to take from: its share then comes from the rows
-    marked train (never from validation's), as it does beside a validation folder; and a note."""
-    if test_fraction <= 0 or any(item.split in (None, "test") for item in items):
+def _shares_of_train_rows(items: list[Item], test_fraction: float) -> tuple[list[Item], dict[str, int]]:
+    """A manifest that marks every row has no rows for `val_fraction` or `test_fraction` to take
+    from. With no row marked val (official train and test splits), validation's share comes from
+    the rows marked train; with no row marked test (Cityscapes' train and val: its test masks are
+    not public) and a `test_fraction`, test's share does, never validation's, as beside a
+    validation folder. A note says which."""
+    if any(item.split is None for item in items):
         return items, {}
-    note = "manifest rows marked train, of which data.test_fraction took its share for the test split (no row is marked test)"
-    return [replace(item, split=REST) if item.split == "train" else item for item in items], {note: sum(item.split == "train" for item in items)}
+    marked = {item.split for item in items}
+    trained = sum(item.split == "train" for item in items)
+    if "val" not in marked:
+        note = "manifest rows marked train, of which data.val_fraction took its share for validation (no row is marked val)"
+        return [replace(item, split=None) if item.split == "train" else item for item in items], {note: trained}
+    if test_fraction > 0 and "test" not in marked:
+        note = "manifest rows marked train, of which data.test_fraction took its share for the test split (no row is marked test)"
+        return [replace(item, split=REST) if item.split == "train" else item for item in items], {note: trained}
+    return items, {}
 
 
 def _unmarked_note(items: list[Item]) -> dict[str, int]:
