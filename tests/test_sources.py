@@ -675,11 +675,15 @@ def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     for folder, suffix in ((images, "_leftImg8bit"), (masks, "_gtFine_labelIds")):
         for path in sorted(folder.glob("*.png")):
             path.rename(folder / f"city_{path.stem}_000019{suffix}.png")
+    for path in sorted(masks.glob("*.png")):  # Cityscapes keeps a colour picture of each mask beside it
+        Image.new("RGB", (32, 32), (128, 64, 128)).save(str(path).replace("_gtFine_labelIds", "_gtFine_color"))
     raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
     with pytest.raises(ConfigError, match="set data.image_suffix: '_leftImg8bit' and data.mask_suffix: '_gtFine_labelIds'"):
         scan(data_config(raw))
     paired = {**raw, "image_suffix": "_leftImg8bit", "mask_suffix": "_gtFine_labelIds"}
-    assert scan(data_config(paired)).train_size + scan(data_config(paired)).val_size == 10
+    result = scan(data_config(paired))
+    assert result.train_size + result.val_size == 10  # the colour pictures are other files, not masks without images
+    assert f"10 item(s): mask files in {masks} whose names do not end in '_gtFine_labelIds' (data.mask_suffix): not read" in result.facts["notes"]
     (images / "city_ex03_000019_leftImg8bit.png").unlink()
     with pytest.raises(DataError) as error:
         scan(data_config(paired))

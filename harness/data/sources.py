@@ -111,9 +111,11 @@ def _must_exist(path: Path | None, what: str, folder: bool) -> Path:
     return path
 
 
-def _by_stem(folder: Path, what: str, suffix: str = "") -> tuple[dict[str, Path], list[str], set[str]]:
+def _by_stem(folder: Path, what: str, suffix: str = "", others: Counter | None = None) -> tuple[dict[str, Path], list[str], set[str]]:
     """Each file by the stem it is matched on: its own, less `suffix` (data.image_suffix,
-    data.mask_suffix) when it ends with it."""
+    data.mask_suffix). With a suffix, a file whose stem does not end with it is another kind of
+    file (Cityscapes keeps `_gtFine_color` and `_gtFine_instanceIds` beside `_gtFine_labelIds`):
+    not listed, counted in `others` by the note it gets."""
     found: dict[str, list[Path]] = defaultdict(list)
     broken = []
     for path in sorted(folder.iterdir()):
@@ -121,10 +123,14 @@ def _by_stem(folder: Path, what: str, suffix: str = "") -> tuple[dict[str, Path]
         # drive of another format (its metadata, not an image), and a shell's `*` leaves them out too.
         if path.suffix.lower() not in IMAGE_EXTENSIONS or path.name.startswith("."):
             continue
+        if suffix and not path.stem.endswith(suffix):
+            if others is not None:
+                others[f"{what} files in {folder} whose names do not end in {suffix!r} (data.{what}_suffix): not read"] += 1
+            continue
         if path.is_symlink() and not path.is_file():
             broken.append(f"{path}: a broken symbolic link ({_why_broken(path)})")
         elif path.is_file():
-            found[path.stem.removesuffix(suffix) if suffix else path.stem].append(path)
+            found[path.stem.removesuffix(suffix)].append(path)
     problems = broken + [
         f"{folder / stem}.*: {len(paths)} {what} files share the stem {stem!r} ({', '.join(p.name for p in paths)}); keep one"
         for stem, paths in found.items()
@@ -203,8 +209,9 @@ def _why_broken(link: Path) -> str:
 
 
 def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suffix: str = "", image_suffix: str = "") -> _Listing:
-    images, problems, doubled = _by_stem(images_dir, "image", image_suffix)
-    masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask", mask_suffix)
+    others: Counter = Counter()
+    images, problems, doubled = _by_stem(images_dir, "image", image_suffix, others)
+    masks, mask_problems, mask_doubled = _by_stem(masks_dir, "mask", mask_suffix, others)
     if images and masks and not set(images) & set(masks) and (named := _named_with_suffix(images, masks) or _named_with_two_suffixes(images, masks)):
         raise ConfigError(f"data.masks {masks_dir}: no mask has an image's stem; {named}")
     problems += mask_problems
@@ -220,7 +227,7 @@ def _folder_pair(images_dir: Path, masks_dir: Path, split: str | None, mask_suff
         Item(str(images[s]), images[s], masks[s], split, masks[s].suffix.lower() in JPEG, str(masks[s]))
         for s in sorted((set(images) & set(masks)) - doubled)
     ]
-    return _Listing(items, problems)
+    return _Listing(items, problems, others)
 
 
 def _folder_items(spec: DataSpec) -> _Listing:
@@ -228,10 +235,10 @@ def _folder_items(spec: DataSpec) -> _Listing:
     listing = _folder_pair(*_existing_pair(spec, ""), None if spec.val_images is None else REST, *suffixes)
     if spec.val_images is not None or spec.val_masks is not None:
         val = _folder_pair(*_existing_pair(spec, "val_"), "val", *suffixes)
-        listing = _Listing([*listing, *val], listing.problems + val.problems)
+        listing = _Listing([*listing, *val], listing.problems + val.problems, listing.notes | val.notes)
     if spec.test_images is not None:
         test = _folder_pair(*_existing_pair(spec, "test_"), "test", *suffixes)
-        listing = _Listing([*listing, *test], listing.problems + test.problems)
+        listing = _Listing([*listing, *test], listing.problems + test.problems, listing.notes | test.notes)
     return listing
 
 
