@@ -668,6 +668,25 @@ def test_images_kept_in_folders_below_are_pointed_to(tmp_path):
         scan(data_config({"source": "folder", "images": str(tmp_path / "d" / "images"), "masks": str(tmp_path / "d" / "masks")}))
 
 
+def test_a_folder_of_which_only_some_images_are_annotated_is_said_to_be_so(tmp_path):
+    # Pascal VOC's JPEGImages holds 17,125 images and SegmentationClass 2,913 masks: 14,212 lines of
+    # "no mask", and nothing said what they meant together.
+    images, masks = write_folder(tmp_path / "d", 20)
+    for path in sorted(masks.glob("*.png"))[6:]:
+        path.unlink()
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.5}
+    with pytest.raises(DataError, match=rf"14 images in {re.escape(str(images))} have no mask and every mask has its image: .* "
+                                        r"data.on_bad_data: skip trains on the 6 pairs:") as error:
+        scan(data_config(raw))
+    assert len(error.value.problems) == 14  # each still named
+    result = scan(data_config({**raw, "on_bad_data": "skip"}))
+    assert result.train_size + result.val_size == 6
+    (masks / "stray.png").write_bytes((masks / "ex00.png").read_bytes())  # a mask without its image: not that case
+    with pytest.raises(DataError) as error:
+        scan(data_config(raw))
+    assert "have no mask and every mask has its image" not in str(error.value)
+
+
 def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     # Cityscapes: aachen_000000_000019_leftImg8bit.png and aachen_000000_000019_gtFine_labelIds.png.
     # All 12 files were refused one by one, with nothing to say how they pair.

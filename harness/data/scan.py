@@ -126,9 +126,10 @@ def listed_count(items: list[Item]) -> int:
 
 
 def bad_data_error(spec: DataSpec, problems: list[str], items: list[Item]) -> DataError:
+    hints = "".join(f"; {hint}" for hint in getattr(items, "hints", []))  # what the problems mean together
     return DataError(
         f"data.source {spec.source}: {len(problems)} bad item(s) of {listed_count(items)} (fix them, or set "
-        "data.on_bad_data: skip to leave them out):",
+        f"data.on_bad_data: skip to leave them out){hints}:",
         problems,
     )
 
