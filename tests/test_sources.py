@@ -687,6 +687,30 @@ def test_a_folder_of_which_only_some_images_are_annotated_is_said_to_be_so(tmp_p
     assert "have no mask and every mask has its image" not in str(error.value)
 
 
+def test_binary_masks_with_grey_levels_are_thresholded_when_asked(tmp_path):
+    # Kvasir-SEG's masks are JPEG: every one was refused for its compression artefacts, and the way
+    # out was to convert them all. data.mask_threshold reads them as foreground above it.
+    images, masks = write_folder(tmp_path / "d", 10, size=(16, 16))
+    truth = {}
+    for path in sorted(masks.glob("*.png")):
+        labels = np.asarray(Image.open(path)) > 0
+        truth[path.stem] = labels
+        Image.fromarray((labels * 255).astype(np.uint8)).convert("RGB").save(masks / f"{path.stem}.jpg", quality=85)
+        path.unlink()
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}
+    with pytest.raises(DataError) as error:
+        scan(data_config(raw))
+    assert "compression artefacts; save masks as PNG; or, binary masks, data.mask_threshold: 127" in error.value.problems[0]
+    result = scan(data_config({**raw, "mask_threshold": 127}))
+    assert sorted(np.unique(result.labels).tolist()) == [0, 1] and result.train_size + result.val_size == 10
+    expected = sum(int(t.sum()) for t in truth.values())
+    assert abs(int(result.labels.sum()) - expected) <= 0.02 * expected  # the shapes, up to a few edge pixels of the JPEG
+    assert any("binary mask thresholded: values above 127" in note for note in result.facts["notes"])
+    for wrong in ({"classes": 3}, {"ignore_label": 255}, {"label_map": {255: 1}}):
+        with pytest.raises(ConfigError, match="mask_threshold makes binary masks"):
+            data_config({**raw, "mask_threshold": 127, **wrong})
+
+
 def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     # Cityscapes: aachen_000000_000019_leftImg8bit.png and aachen_000000_000019_gtFine_labelIds.png.
     # All 12 files were refused one by one, with nothing to say how they pair.

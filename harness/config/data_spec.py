@@ -68,7 +68,7 @@ READ_ONLY_BY = {
     "max_shapes": ("synthetic",),
     "images": ("folder", "arrays"), "masks": ("folder", "arrays"), "mask_suffix": ("folder",), "image_suffix": ("folder",),
     "val_images": ("folder",), "val_masks": ("folder",), "test_images": ("folder",), "test_masks": ("folder",),
-    "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",), "exif_orientation": ("folder", "csv", "tfds"),
+    "manifest": ("csv",), "arrays": ("arrays",), "tfds": ("tfds",), **{name: ("folder", "csv", "tfds") for name in ("exif_orientation", "mask_threshold")},
     **{name: REAL_SOURCES for name in ("val_fraction", "test_fraction", "on_bad_data", "palette", "label_map", "ignore_label", "fit", "cache")},
 }
 INSTEAD = {"synthetic": {"val_fraction": "data.val_size", "test_fraction": "data.test_size"}}
@@ -114,6 +114,10 @@ class DataSpec(Strict):
     # A mask value marking pixels that are no class (VOC's and Cityscapes' 255: a void border, an
     # unlabelled region): left out of the loss and of every score. Applied after `label_map`.
     ignore_label: Annotated[int, Field(ge=0, le=65535)] | None = None
+    # Binary masks (classes 1) stored with grey levels (lossy JPEG: Kvasir-SEG's; edges smoothed by
+    # a drawing tool or a resize): a pixel above this value is foreground, the rest background. The
+    # mask is read as grey (an RGB mask's channels averaged) before the threshold.
+    mask_threshold: Annotated[int, Field(ge=0, le=254)] | None = None
     # An image file's EXIF orientation tag (a phone's rotation): "ignore" reads its pixels as stored,
     # as TensorFlow's decoders do; "apply" turns them as a viewer shows them (and as most annotation
     # tools did when the masks were drawn). Masks are read the same way.
@@ -180,6 +184,9 @@ class DataSpec(Strict):
                             "name a value no class has, such as 255")
         if self.ignore_label is not None and self.classes >= IGNORED_LABEL:
             problems.append(f"ignore_label with data.classes {self.classes}: at most {IGNORED_LABEL - 1} classes leave a value for ignored pixels")
+        if self.mask_threshold is not None and (self.classes != 1 or self.label_map or self.palette or self.ignore_label is not None):
+            problems.append("mask_threshold makes binary masks (foreground above it): it takes data.classes 1 and no palette, "
+                            "label_map or ignore_label")
         beyond = {value: klass for value, klass in (self.label_map or {}).items() if klass >= max(self.classes, 2) and klass != self.ignore_label}
         if beyond:
             problems.append(f"label_map: {beyond} maps to classes outside 0..{max(self.classes, 2) - 1} (data.classes is {self.classes})")

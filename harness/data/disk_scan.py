@@ -34,7 +34,8 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
     shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
     settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1] + ([sorted(spec.label_map.items())] if spec.label_map else [])
                           + ([{"ignore_label": spec.ignore_label}] if spec.ignore_label is not None else [])
-                          + ([{"exif_orientation": spec.exif_orientation}] if spec.exif_orientation != "ignore" else []))
+                          + ([{"exif_orientation": spec.exif_orientation}] if spec.exif_orientation != "ignore" else [])
+                          + ([{"mask_threshold": spec.mask_threshold}] if spec.mask_threshold is not None else []))
     parts = {name: [item for item in items if split_of(item, spec.val_fraction, spec.test_fraction) == name] for name in SPLITS}
     bounds = {name: shard_boundaries([i.name for i in part]) for name, part in parts.items()}
     groups = [parts[name][a:b] for name in SPLITS for a, b in bounds[name]]

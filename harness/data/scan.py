@@ -364,6 +364,10 @@ def _read_labels(source: Any, spec: DataSpec, is_jpeg: bool, turn: bool = False)
                 raise BadItem("mask has non-integer values: expected class ids")
     else:
         image = _upright(_decode(source)) if turn else _decode(source)
+        if spec.mask_threshold is not None:  # binary by a threshold of its grey levels
+            above = np.asarray(image.convert("L")) > spec.mask_threshold
+            notes.append(f"binary mask thresholded: values above {spec.mask_threshold} as foreground (data.mask_threshold)")
+            return above.astype(np.uint8), notes
         if image.mode == "P":
             array = np.asarray(image)  # palette PNG: the indices are the classes
             notes.append("palette mask: indices used as classes")
@@ -393,11 +397,12 @@ def _class_ids(array: np.ndarray, spec: DataSpec, is_jpeg: bool, notes: list[str
         count = int((np.isin(array, stray) & ~ignored).sum())
         shown = ", ".join(map(str, stray[:8].tolist())) + (" ..." if len(stray) > 8 else "")
         if is_jpeg:
-            raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG")
+            way = "; or, binary masks, data.mask_threshold: 127" if spec.classes == 1 else ""
+            raise BadItem(f"lossy JPEG mask: {count} pixels with values outside 0..{limit - 1} ({shown}): compression artefacts; save masks as PNG{way}")
         mapped = " after data.label_map" if spec.label_map else ""
         if spec.classes == 1 and values.max() == 255 and len(stray) > 2:
             way = ("grey levels between 0 and 255: edges smoothed when the mask was drawn or resized; save binary masks "
-                   "with nearest-neighbour resizing, or threshold them (values of 128 or more as 1)")
+                   "with nearest-neighbour resizing, or threshold them: data.mask_threshold: 127")
         else:
             way = "data.label_map folds a mask's values into classes, data.ignore_label leaves one out: 255 for a void border"
         raise BadItem(f"{count} mask pixels with labels outside 0..{limit - 1}{mapped} ({shown}); data.classes is {spec.classes} ({way})")
