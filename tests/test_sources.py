@@ -594,7 +594,9 @@ def test_a_binary_mask_with_grey_edges_is_told_how_to_threshold_it(tmp_path):
         scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3}))
     (problem,) = error.value.problems
     assert "labels outside 0..1 (64, 128, 200, 254, 255)" in problem and "grey levels between 0 and 255" in problem
-    assert "threshold them (values of 128 or more as 1)" in problem and "label_map" not in problem
+    assert "threshold them: data.mask_threshold: 127" in problem and "label_map" not in problem
+    thresholded = scan(data_config({"source": "folder", "images": str(images), "masks": str(masks), "val_fraction": 0.3, "mask_threshold": 127}))
+    assert sorted(np.unique(thresholded.labels).tolist()) == [0, 1]
 
 
 def test_a_tfds_version_still_being_written_is_passed_over_and_a_broken_info_file_named(tmp_path):
