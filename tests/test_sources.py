@@ -156,6 +156,11 @@ def test_val_and_test_fractions_take_their_share_of_the_train_rows_when_every_ro
     result = scan(data_config({"source": "csv", "manifest": str(manifest), "val_fraction": 0.25}))
     assert result.test_size == 8 and result.val_size > 0 and result.train_size + result.val_size == 32
     assert any("manifest rows marked train, of which data.val_fraction took its share" in note for note in result.facts["notes"])
+    with manifest.open("w", newline="") as handle:  # every row marked train: both shares come from them
+        csv.writer(handle).writerows([["image", "mask", "split"], *[[f"images/ex{i:02d}.png", f"masks/ex{i:02d}.png", "train"] for i in range(40)]])
+    result = scan(data_config({"source": "csv", "manifest": str(manifest), "val_fraction": 0.25, "test_fraction": 0.25}))
+    assert result.val_size > 0 and result.test_size > 0 and result.train_size + result.val_size + result.test_size == 40
+    assert any("(and data.test_fraction its share for the test split)" in note for note in result.facts["notes"])
 
 
 def test_arrays_npz_and_npy_with_nan_checks(tmp_path):

@@ -312,12 +312,13 @@ def _shares_of_train_rows(items: list[Item], test_fraction: float) -> tuple[list
     the rows marked train; with no row marked test (Cityscapes' train and val: its test masks are
     not public) and a `test_fraction`, test's share does, never validation's, as beside a
     validation folder. A note says which."""
-    if any(item.split is None for item in items):
+    trained = sum(item.split == "train" for item in items)
+    if not trained or any(item.split is None for item in items):
         return items, {}
     marked = {item.split for item in items}
-    trained = sum(item.split == "train" for item in items)
     if "val" not in marked:
-        note = "manifest rows marked train, of which data.val_fraction took its share for validation (no row is marked val)"
+        also = " (and data.test_fraction its share for the test split)" if test_fraction > 0 and "test" not in marked else ""
+        note = f"manifest rows marked train, of which data.val_fraction took its share for validation{also} (no row is marked val)"
         return [replace(item, split=None) if item.split == "train" else item for item in items], {note: trained}
     if test_fraction > 0 and "test" not in marked:
         note = "manifest rows marked train, of which data.test_fraction took its share for the test split (no row is marked test)"
