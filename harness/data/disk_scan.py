@@ -32,10 +32,11 @@ def scan_to_disk(items: list[Item], spec: DataSpec, multiple: int, folder: Path,
     size, size_reason = _target_size(items, spec, multiple, least)
     floats = has_float_images(items)
     shape = RecordShape((*size, spec.channels), "float32" if floats else "uint8", tuple(size))
+    # The settings a decoded example depends on key its shard: one left at its default adds nothing,
+    # so a store written before that setting existed is still reused.
+    optional = (("ignore_label", spec.ignore_label, None), ("exif_orientation", spec.exif_orientation, "ignore"), ("mask_threshold", spec.mask_threshold, None))
     settings = json.dumps([spec.channels, spec.classes, spec.palette, spec.fit, list(size), shape.image_dtype, 1] + ([sorted(spec.label_map.items())] if spec.label_map else [])
-                          + ([{"ignore_label": spec.ignore_label}] if spec.ignore_label is not None else [])
-                          + ([{"exif_orientation": spec.exif_orientation}] if spec.exif_orientation != "ignore" else [])
-                          + ([{"mask_threshold": spec.mask_threshold}] if spec.mask_threshold is not None else []))
+                          + [{name: value} for name, value, default in optional if value != default])
     parts = {name: [item for item in items if split_of(item, spec.val_fraction, spec.test_fraction) == name] for name in SPLITS}
     bounds = {name: shard_boundaries([i.name for i in part]) for name, part in parts.items()}
     groups = [parts[name][a:b] for name in SPLITS for a, b in bounds[name]]

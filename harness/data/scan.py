@@ -240,7 +240,7 @@ def _native_size(source: Any, turn: bool = False) -> tuple[int, int] | None:
         return tuple(source.shape[:2])
     try:
         with _open(source) as image:
-            sideways = turn and image.getexif().get(_EXIF_ORIENTATION, 1) in _QUARTER_TURNS
+            sideways = turn and _orientation(image) in _QUARTER_TURNS
             return (image.width, image.height) if sideways else (image.height, image.width)
     except Exception:  # reported by the scan itself
         return None
@@ -304,11 +304,16 @@ def _read_image(source: Any, channels: int, top: float | None = None, turn: bool
     if isinstance(source, np.ndarray):
         return _array_image(np.asarray(source), channels, top or (1.0 if source.dtype.kind == "f" else 255.0)), False
     image = _decode(source)
-    turned = image.getexif().get(_EXIF_ORIENTATION, 1) not in (0, 1)
+    turned = _orientation(image) not in (0, 1)
     image = _upright(image) if turn and turned else image
     if image.mode in ("I;16", "I", "F"):
         raise BadItem(f"image mode {image.mode} (16-bit/float): save 8-bit images, or use the arrays source")
     return np.asarray(image.convert(_MODES[channels]), dtype=np.uint8).reshape(image.height, image.width, channels), turned
+
+
+def _orientation(image) -> int:
+    """The picture's EXIF orientation tag: 1 (or 0) as stored, 2-8 a mirror or turn to display it."""
+    return image.getexif().get(_EXIF_ORIENTATION, 1)
 
 
 def _upright(image):

@@ -64,7 +64,7 @@ def _in_folders_below(spec: DataSpec) -> str:
     folder source does not read: where they are, and the two ways to use them."""
     if spec.source != "folder" or spec.images is None or not spec.images.is_dir():
         return ""
-    below = {sub.name: count for sub in sorted(spec.images.iterdir()) if sub.is_dir() and (count := _images_in(sub))}
+    below = _Unread(spec.images).per_folder_below
     if not below:
         return ""
     shown = ", ".join(f"{name}/ {count}" for name, count in list(below.items())[:3]) + (f" and {len(below) - 3} more" if len(below) > 3 else "")
@@ -72,11 +72,13 @@ def _in_folders_below(spec: DataSpec) -> str:
             "and data.masks at one of them, or list every pair in a manifest (data.source: csv, docs/data.md)")
 
 
-def _images_in(folder: Path) -> int:
+def _listed(folder: Path) -> list[Path]:
+    """A folder's entries in name order; none for a folder one may not read (a folder below is only
+    looked into for a hint)."""
     try:
-        return sum(p.suffix.lower() in IMAGE_EXTENSIONS for p in folder.iterdir())
-    except OSError:  # a folder one may not read: not counted
-        return 0
+        return sorted(folder.iterdir())
+    except OSError:
+        return []
 
 
 def _where(spec: DataSpec) -> str:
@@ -186,13 +188,15 @@ class _Unread:
     def __init__(self, folder: Path):
         self.other_format: dict[str, str] = {}
         self.below: dict[str, str] = {}
+        self.per_folder_below: Counter = Counter()  # images in each folder below, by its name
         for path in sorted(folder.iterdir()):
             if path.is_file() and path.suffix.lower() not in IMAGE_EXTENSIONS:
                 self.other_format.setdefault(path.stem, path.name)
             elif path.is_dir():
-                for inner in sorted(path.iterdir()):
+                for inner in _listed(path):
                     if inner.suffix.lower() in IMAGE_EXTENSIONS:
                         self.below.setdefault(inner.stem, str(inner.relative_to(folder)))
+                        self.per_folder_below[path.name] += 1
 
     def why(self, stem: str) -> str:
         if stem in self.other_format:

@@ -62,9 +62,9 @@ def check_module_paths(config: ExperimentConfig) -> None:
 def check_extras(config: ExperimentConfig) -> None:
     """The optional packages the config asks for are installed (found, not imported): without
     them a run failed after TensorFlow's import, in a run directory of its own."""
-    wanted = [("output.mlflow is set", "mlflow", "mlflow")] if config.output.mlflow is not None else []
-    wanted += [("placement.engine: ray", "ray", "ray")] if config.placement.engine == "ray" else []
-    missing = [f"{why} but {module} is not installed: pip install \"harness[{extra}]\"" for why, module, extra in wanted if not _installed(module)]
+    wanted = [("output.mlflow is set", "mlflow")] if config.output.mlflow is not None else []  # each package harness's extra of its name
+    wanted += [("placement.engine: ray", "ray")] if config.placement.engine == "ray" else []
+    missing = [f"{why} but {package} is not installed: pip install \"harness[{package}]\"" for why, package in wanted if not _installed(package)]
     if missing:
         raise ConfigError("the config asks for packages that are not installed:", missing)
 
