@@ -56,6 +56,12 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
     if arch in SM_ARCHS:
         if backbone is not None and backbone not in SM_BACKBONES:
             return [f"unknown backbone {backbone!r} for {arch}{did_you_mean(backbone, SM_BACKBONES)}"]
+        if options.get("encoder_weights") is not None:
+            # segmentation-models would fetch them from the internet at build time: a run must
+            # work offline, and one that cannot reach the internet failed there, mid-run.
+            return [f"options.encoder_weights {options['encoder_weights']!r}: segmentation-models would download these weights, "
+                    "and harness downloads nothing (every encoder starts from random weights); to start from pretrained "
+                    "weights, save them once as a file and give it as `weights: PATH` (docs/members.md, \"Pretrained weights\")"]
         return []
     if arch in BUILTINS:
         problems = []

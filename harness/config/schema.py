@@ -105,9 +105,14 @@ class ModelSpec(Strict):
     @field_validator("weights")
     @classmethod
     def _weights_exist(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"weights file {str(value)!r} does not exist")
-        return value
+        # A file (.h5, .keras) or the prefix of a TensorFlow checkpoint (`save_weights("unet")`
+        # writes unet.index and unet.data-*), as tf_keras's load_weights reads them.
+        if value is None or value.is_file() or value.with_name(value.name + ".index").is_file():
+            return value
+        hint = "" if value.suffix else (
+            "; weights is a file you have (.h5, .keras, or a TensorFlow checkpoint's prefix): pretrained weights such as "
+            "'imagenet' would be downloaded, and harness downloads nothing (docs/members.md, \"Pretrained weights\")")
+        raise ValueError(f"weights file {str(value)!r} does not exist{hint}")
 
     @model_validator(mode="after")
     def _arch_known(self) -> "ModelSpec":
