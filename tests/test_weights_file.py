@@ -44,7 +44,7 @@ def test_a_model_starts_from_its_weights_file_in_each_format_load_weights_reads(
 def test_weights_imagenet_is_refused_saying_nothing_is_downloaded(tmp_path):
     raw = tiny_config(models=[{"name": "u", "arch": "Unet", "backbone": "resnet18", "weights": "imagenet"}], data={"image_size": 32})
     (problem,) = _problems(raw)
-    assert problem.startswith("models.0(u).weights: weights file 'imagenet' does not exist; weights is a file you have")
+    assert problem.startswith(f"models.0(u).weights: weights file 'imagenet' does not exist (a relative path is read from the current folder, {os.getcwd()}); weights is a file you have")
     assert "harness downloads nothing" in problem and "Pretrained weights" in problem
     raw["models"][0]["weights"] = str(tmp_path / "nope.h5")  # a file's name: only that it is missing
     (problem,) = _problems(raw)

@@ -112,7 +112,8 @@ class ModelSpec(Strict):
         hint = "" if value.suffix else (
             "; weights is a file you have (.h5, .keras, or a TensorFlow checkpoint's prefix): pretrained weights such as "
             "'imagenet' would be downloaded, and harness downloads nothing (docs/members.md, \"Pretrained weights\")")
-        raise ValueError(f"weights file {str(value)!r} does not exist{hint}")
+        where = "" if value.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
+        raise ValueError(f"weights file {str(value)!r} does not exist{where}{hint}")
 
     @model_validator(mode="after")
     def _arch_known(self) -> "ModelSpec":
