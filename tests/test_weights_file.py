@@ -84,3 +84,13 @@ def test_the_documented_recipe_for_pretrained_weights_loads_into_harnesss_model(
     model = build_model("Unet", "resnet18", {}, (64, 64, 3), 1, weights=path)
     assert len(arrays) == len(model.weights) == 148
     assert _same([w.numpy() for w in model.weights], arrays)
+
+
+def test_a_file_of_another_shape_is_refused_naming_what_the_model_was_built_for(tmp_path):
+    path = tmp_path / "one_class.h5"
+    build_model("tiny_fcn", None, {}, (16, 16, 3), 1).save_weights(str(path))
+    with pytest.raises(ConfigError) as info:
+        build_model("tiny_fcn", None, {}, (16, 16, 3), 3, weights=path)
+    message = str(info.value)
+    assert message.startswith(f"cannot load weights file {str(path)!r} into tiny_fcn for 3 class(es) on 3-channel images: ")
+    assert message.endswith("(the file must be of the same architecture, backbone, classes and image channels)")

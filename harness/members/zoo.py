@@ -69,7 +69,7 @@ def build_model(
         model = load_factory(arch)(input_shape=input_shape, classes=classes, activation=activation, **kwargs)
         _build_subclassed(model, input_shape)
     if weights is not None:
-        _load_weights(model, weights)
+        _load_weights(model, weights, f"{arch}{f' ({backbone})' if backbone else ''} for {classes} class(es) on {input_shape[-1]}-channel images")
     return model
 
 
@@ -96,11 +96,12 @@ def _build_sm(arch, backbone, options, input_shape, classes, activation):
         raise ConfigError(f"{arch}: bad option in 'options': {exc}") from None
 
 
-def _load_weights(model, path: Path) -> None:
+def _load_weights(model, path: Path, built: str) -> None:
     try:
         model.load_weights(str(path))
     except Exception as exc:  # h5py/keras raise many kinds; all mean "this file does not fit"
-        raise ConfigError(f"cannot load weights file {str(path)!r} into the model: {exc}") from None
+        raise ConfigError(f"cannot load weights file {str(path)!r} into {built}: {exc} (the file must be of the same "
+                          "architecture, backbone, classes and image channels)") from None
 
 
 def import_segmentation_models():
