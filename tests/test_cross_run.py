@@ -98,7 +98,8 @@ def _edit_config(run_dir, edit):
 @pytest.mark.parametrize(("edit", "said"), [
     (lambda c: c["data"].update(val_size=16), "data.val_size: one/"),
     (lambda c: c["train"].update(repeats=3), "some runs trained one seed and others several"),
-    (lambda c: c["output"].update(rank_by="val_f1"), "the runs rank by different columns"),
+    (lambda c: c["output"].update(rank_by="val_f1"), "the runs rank by different columns (a test split in one run ranks on test); "
+                                                     "compare them on a validation score every run has, --metric val_f1 or --metric val_iou:"),
 ])
 def test_runs_that_did_not_score_alike_are_refused_naming_what_differs(results, tmp_path, edit, said):
     one = run_of(results, "one")

@@ -150,7 +150,11 @@ def _chosen_models(summary: pd.DataFrame, run_path: Path) -> set[str]:
 def _same_ranking(runs: list[RunScores]) -> str:
     ranks = {r.label: r.config.ranking_column() for r in runs}
     if len(set(ranks.values())) > 1:
-        raise ConfigError("compare --pairs: the runs rank by different columns (a test split in one run ranks on test):",
+        # Every run scores its models on validation: a validation column is one they all have.
+        columns = {f"val_{metric}" if split else rank for rank in ranks.values() for split, metric in [split_column(rank)]}
+        choices = " or ".join(f"--metric {c}" for c in sorted(columns))
+        raise ConfigError(f"compare --pairs: the runs rank by different columns (a test split in one run ranks on test); "
+                          f"compare them on a validation score every run has, {choices}:",
                           [f"{label}: {rank}" for label, rank in ranks.items()])
     return next(iter(ranks.values()))
 
