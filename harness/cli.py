@@ -472,7 +472,9 @@ def cmd_models(args) -> int:
         table.add_row(*row)
     console = Console()
     console.print(table)
-    console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(catalog.SM_BACKBONES))
+    console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(catalog.SM_BACKBONES)
+                  + "; every encoder starts from random weights (nothing is downloaded): models.*.weights loads a file you have "
+                  "(docs/members.md, \"Pretrained weights\")")
     console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'")
     return EXIT_OK
 

@@ -62,6 +62,7 @@ def test_models_lists_architectures_and_backbones():
     assert result.returncode == 0, result.stderr
     for name in ("Unet", "Linknet", "FPN", "PSPNet", "tiny_unet", "resnet18", "efficientnetb0", "package.module:function"):
         assert name in result.stdout
+    assert "every encoder starts from random weights (nothing is downloaded): models.*.weights loads a file you have" in " ".join(result.stdout.split())
 
 
 def subcommands() -> dict:
