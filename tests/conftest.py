@@ -270,3 +270,21 @@ def weights_of(path) -> list:
 
 class Killed(BaseException):
     """What a SIGKILL looks like from inside: nothing after it runs."""
+
+
+def killed_in_save(monkeypatch, at_step: int, damage=None):
+    """Make the save at `at_step` die: after TensorFlow wrote it, before harness recorded it
+    (`damage(directory, step)` first: e.g. the index file a kill left empty)."""
+    from harness.training import checkpoints as ckpt
+
+    real_save = ckpt.save
+
+    def dying_save(checkpoint, directory, step):
+        path = real_save(checkpoint, directory, step)
+        if step == at_step:
+            if damage:
+                damage(directory, step)
+            raise Killed
+        return path
+
+    monkeypatch.setattr(ckpt, "save", dying_save)

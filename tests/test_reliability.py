@@ -14,34 +14,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import Killed, run_cli, tiny_config, write_yaml
+from conftest import Killed, killed_in_save, run_cli, tiny_config, write_yaml
 
 from harness import cli
 from harness.api import resume, run
 from harness.config.loading import validate_config
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError, LockedError
-from harness.training import checkpoints as ckpt
 from harness.rundir import layout as rundir  # where the run directory and run.json are written
 
 # 8 steps, a checkpoint every 2, only the newest kept.
 RAW = tiny_config(train={"epochs": 2, "steps_per_call": 2, "checkpoint_every_steps": 2, "keep_checkpoints": 1, "deterministic": True})
-
-
-def killed_in_save(monkeypatch, at_step: int, damage=None):
-    """Make the save at `at_step` die: after TensorFlow wrote it, before harness recorded it
-    (`damage(directory, step)` first: e.g. the index file a kill left empty)."""
-    real_save = ckpt.save
-
-    def dying_save(checkpoint, directory, step):
-        path = real_save(checkpoint, directory, step)
-        if step == at_step:
-            if damage:
-                damage(directory, step)
-            raise Killed
-        return path
-
-    monkeypatch.setattr(ckpt, "save", dying_save)
 
 
 def the_run(results: Path) -> Path:

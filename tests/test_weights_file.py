@@ -10,11 +10,13 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, run_main, tiny_config, write_yaml
+from pathlib import Path
+
+from conftest import REPO, Killed, killed_in_save, run_main, tiny_config, write_yaml
 
 from harness.config.loading import validate_config
-from harness.errors import ConfigError
-from harness.members.zoo import build_model
+from harness.errors import ConfigError, DataError
+from harness.members.zoo import build_model, weights_digest
 
 
 def _problems(raw) -> list[str]:
@@ -94,3 +96,38 @@ def test_a_file_of_another_shape_is_refused_naming_what_the_model_was_built_for(
     message = str(info.value)
     assert message.startswith(f"cannot load weights file {str(path)!r} into tiny_fcn for 3 class(es) on 3-channel images: ")
     assert message.endswith("(the file must be of the same architecture, backbone, classes and image channels)")
+
+
+def _with_weights(weights: Path) -> dict:
+    raw = tiny_config()
+    raw["models"][0]["weights"] = str(weights)
+    return raw
+
+
+@pytest.mark.slow
+def test_a_resume_from_step_0_refuses_a_weights_file_changed_since_the_run_started(tmp_path, monkeypatch):
+    """Killed in its first save, a run resumes from step 0 and builds its models again from their
+    weights files: one overwritten in between would have started it from other weights, silently."""
+    import json
+
+    from harness.api import resume, run
+
+    weights = tmp_path / "fcn.h5"
+    build_model("tiny_fcn", None, {}, (16, 16, 3), 1).save_weights(str(weights))
+    started = weights_digest(weights)
+    config = validate_config(_with_weights(weights))
+    with monkeypatch.context() as patch:
+        killed_in_save(patch, 4)  # the first save, at the first epoch end
+        with pytest.raises(Killed):
+            run(config, results_dir=tmp_path / "r")
+    (run_dir,) = (tmp_path / "r" / "tiny").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["weights_files"] == {str(weights): started} and record["checkpoints"] == []
+    build_model("tiny_fcn", None, {}, (16, 16, 3), 1).save_weights(str(weights))  # other weights, the same name
+    with pytest.raises(DataError) as refused:
+        resume(run_dir)
+    assert "1 weights file(s) changed since this run started, and it has no checkpoint yet" in str(refused.value)
+    assert refused.value.problems == [str(weights)]
+    done = resume(run_dir, accept_changed_data=True)
+    assert done.info["status"] == "completed"
+    assert json.loads((run_dir / "run.json").read_text())["weights_files"] == {str(weights): weights_digest(weights)} != {str(weights): started}

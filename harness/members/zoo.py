@@ -7,6 +7,7 @@ imported here, at build time, never while a config is only read.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 from pathlib import Path
 from typing import Any, Callable
@@ -94,6 +95,18 @@ def _build_sm(arch, backbone, options, input_shape, classes, activation):
         return builder(backbone or SM_DEFAULT_BACKBONE, input_shape=input_shape, classes=classes, activation=activation, **kwargs)
     except TypeError as exc:  # an option the architecture does not take
         raise ConfigError(f"{arch}: bad option in 'options': {exc}") from None
+
+
+def weights_digest(path: Path) -> str:
+    """A fingerprint of a `weights:` path's content: the file, or a TensorFlow checkpoint's index
+    and data shards (what load_weights reads). Read whole: 57 MB for a resnet18 Unet, about 0.1 s."""
+    files = [path] if path.is_file() else sorted(path.parent.glob(f"{path.name}.index")) + sorted(path.parent.glob(f"{path.name}.data-*"))
+    digest = hashlib.sha256()
+    for file in files:
+        with open(file, "rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def _load_weights(model, path: Path, built: str) -> None:

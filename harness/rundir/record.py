@@ -94,7 +94,7 @@ class MemberRecord:
         return None if self.status == MemberStatus.OK else self.changed_at_step
 
 
-OPTIONAL = ("hardware", "error", "interrupted_by", "race", "rebuilds", "groups")
+OPTIONAL = ("hardware", "weights_files", "error", "interrupted_by", "race", "rebuilds", "groups")
 
 
 @dataclass
@@ -112,6 +112,7 @@ class RunRecord:
     hardware: dict[str, Any] | None = None  # the machine its timings come from (rundir.hardware); None before it was recorded
     placement: Any = None
     config_fingerprint: str | None = None
+    weights_files: dict[str, str] = field(default_factory=dict)  # each models.*.weights path -> its content's fingerprint as the run started
     data: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     deterministic: bool | None = None

@@ -19,6 +19,7 @@ from harness.core.placement import (Placement, build_placement, configure_determ
 from harness.data.fingerprint import changed_items, moved_items
 from harness.errors import ConfigError, DataError
 from harness.members.registry import check_code, input_multiple
+from harness.members.zoo import weights_digest
 from harness.members.trial import blame_traced_failure, trial_build
 from harness import rundir as rd
 from harness.training import preflight
@@ -107,7 +108,9 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
             return load_result(run, config)
         rescanned, scan = resolve_data_sizes(config, run.results_dir, say=end_of_run is END_OF_RUN)
         refuse_changed_data(config, rescanned)
-        refuse_changed_content(run, scan, accept_changed_data or os.environ.get(ACCEPT_CHANGED_DATA) == "1")
+        accept = accept_changed_data or os.environ.get(ACCEPT_CHANGED_DATA) == "1"
+        refuse_changed_content(run, scan, accept)
+        refuse_changed_weights(run, record, accept)
         return Runner(config, run, placement, scan, resuming=True, end_of_run=end_of_run).run()
 
 
@@ -168,6 +171,28 @@ def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
         f"anyway with: harness resume {run.path} --accept-changed-data. What changed:",
         found[:LISTED] + more,
     )
+
+
+def refuse_changed_weights(run: rd.RunDir, record: rd.RunRecord, accept: bool) -> None:
+    """A run with no completed checkpoint starts again from step 0, from its models' weights files:
+    one whose content changed since the run started would start it from other weights (exit 3
+    naming it; with `accept`, go on and record the new content). After a checkpoint the weights
+    come from it, and the files no longer matter."""
+    if record.checkpoints:
+        return
+    # (A file that is gone was refused with the config: "weights file ... does not exist".)
+    changed = [path for path, digest in record.weights_files.items() if weights_digest(Path(path)) != digest]
+    if not changed:
+        return
+    if accept:
+        print(f"harness: warning: resuming from step 0 on changed weights file(s) as asked: {', '.join(changed)}", file=sys.stderr)
+        record.weights_files.update({path: weights_digest(Path(path)) for path in changed})
+        run.write_record(record)
+        return
+    raise DataError(
+        f"{len(changed)} weights file(s) changed since this run started, and it has no checkpoint yet: resuming would start "
+        f"it again from other weights than it started from. Start a new run, or resume from the new weights anyway with: "
+        f"harness resume {run.path} --accept-changed-data. Changed:", changed)
 
 
 def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from harness.config.schema import ExperimentConfig
 from harness.core.placement import device_names, gpu_names
 from harness.data.resolve import data_facts
 from harness.errors import HarnessError
+from harness.members.zoo import weights_digest
 from harness.rundir import MemberRecord, RunDir, RunRecord, RunStatus, this_machine, utc_now, versions
 from harness.training.failures import translate
 
@@ -36,7 +37,7 @@ class RunBook:
         record = RunRecord(
             name=config.name, run_id=run.run_id, status=RunStatus.RUNNING,
             run_token=uuid.uuid4().hex,  # saved in every checkpoint: which run it belongs to
-            started=utc_now(), versions=versions(), config_fingerprint=config.fingerprint(),
+            started=utc_now(), versions=versions(), config_fingerprint=config.fingerprint(), weights_files=weights_fingerprints(config),
             config=config.to_dict(), deterministic=config.train.deterministic, total_steps=config.total_steps, **facts,
         )
         return cls(run, record)
@@ -91,3 +92,8 @@ class RunBook:
                 "(or stopped by a full disk) without updating it",
                 file=sys.stderr,
             )
+
+
+def weights_fingerprints(config: ExperimentConfig) -> dict[str, str]:
+    """Each weights file the models start from -> its content's fingerprint (run.json `weights_files`)."""
+    return {str(path): weights_digest(path) for path in dict.fromkeys(m.weights for m in config.models if m.weights is not None)}
