@@ -181,12 +181,13 @@ def refuse_changed_weights(run: rd.RunDir, record: rd.RunRecord, accept: bool) -
     if record.checkpoints:
         return
     # (A file that is gone was refused with the config: "weights file ... does not exist".)
-    changed = [path for path, digest in record.weights_files.items() if weights_digest(Path(path)) != digest]
+    now = {path: weights_digest(Path(path)) for path in record.weights_files}
+    changed = [path for path, digest in record.weights_files.items() if now[path] != digest]
     if not changed:
         return
     if accept:
         print(f"harness: warning: resuming from step 0 on changed weights file(s) as asked: {', '.join(changed)}", file=sys.stderr)
-        record.weights_files.update({path: weights_digest(Path(path)) for path in changed})
+        record.weights_files.update(now)
         run.write_record(record)
         return
     raise DataError(
