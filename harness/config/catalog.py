@@ -1,4 +1,5 @@
-"""What a config may name as a model, and each model's input-size rule: pure data and checks.
+"""What a config may name as a model, each model's input-size rule and the files a weights path
+stands for: pure data and checks.
 
 Nothing here imports TensorFlow or the code a config names, so a config is checked in a fraction
 of a second and reading a run directory never runs its code. Three families:
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from harness.errors import did_you_mean
@@ -131,3 +133,13 @@ def describe() -> list[tuple[str, str, str]]:
         rows.append((name, "built-in", f"{summary}; sides multiple of {multiple}"))
     rows.append(("package.module:function", "your factory", "called as f(input_shape, classes, activation, **options)"))
     return rows
+
+
+def weights_paths(path: Path) -> list[Path]:
+    """The files a model's `weights:` stands for, as tf_keras's load_weights reads them: the file
+    itself (.h5, .keras), or a TensorFlow checkpoint's index and data shards when it is the prefix
+    `save_weights("unet")` wrote (unet.index, unet.data-*); none when there is neither."""
+    if path.is_file():
+        return [path]
+    index = path.with_name(path.name + ".index")
+    return [index, *sorted(path.parent.glob(f"{path.name}.data-*"))] if index.is_file() else []

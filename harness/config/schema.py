@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
 from harness.config.consistency import combination_problems, loss_problems, sized_problems
-from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side
+from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side, weights_paths
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
@@ -105,9 +105,7 @@ class ModelSpec(Strict):
     @field_validator("weights")
     @classmethod
     def _weights_exist(cls, value: Path | None) -> Path | None:
-        # A file (.h5, .keras) or the prefix of a TensorFlow checkpoint (`save_weights("unet")`
-        # writes unet.index and unet.data-*), as tf_keras's load_weights reads them.
-        if value is None or value.is_file() or value.with_name(value.name + ".index").is_file():
+        if value is None or weights_paths(value):
             return value
         hint = "" if value.suffix else (
             "; weights is a file you have (.h5, .keras, or a TensorFlow checkpoint's prefix): pretrained weights such as "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.errors import ConfigError
-from harness.config.catalog import BUILTINS, SM_ARCHS, SM_DEFAULT_BACKBONE, input_multiple
+from harness.config.catalog import BUILTINS, SM_ARCHS, SM_DEFAULT_BACKBONE, input_multiple, weights_paths
 
 
 def load_factory(path: str) -> Callable[..., Any]:
@@ -100,9 +100,8 @@ def _build_sm(arch, backbone, options, input_shape, classes, activation):
 def weights_digest(path: Path) -> str:
     """A fingerprint of a `weights:` path's content: the file, or a TensorFlow checkpoint's index
     and data shards (what load_weights reads). Read whole: 57 MB for a resnet18 Unet, about 0.1 s."""
-    files = [path] if path.is_file() else sorted(path.parent.glob(f"{path.name}.index")) + sorted(path.parent.glob(f"{path.name}.data-*"))
     digest = hashlib.sha256()
-    for file in files:
+    for file in weights_paths(path):
         with open(file, "rb") as stream:
             for block in iter(lambda: stream.read(1 << 20), b""):
                 digest.update(block)

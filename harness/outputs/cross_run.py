@@ -150,13 +150,18 @@ def _chosen_models(summary: pd.DataFrame, run_path: Path) -> set[str]:
 def _same_ranking(runs: list[RunScores]) -> str:
     ranks = {r.label: r.config.ranking_column() for r in runs}
     if len(set(ranks.values())) > 1:
-        # Every run scores its models on validation: a validation column is one they all have.
-        columns = {f"val_{metric}" if split else rank for rank in ranks.values() for split, metric in [split_column(rank)]}
-        choices = " or ".join(f"--metric {c}" for c in sorted(columns))
+        choices = " or ".join(f"--metric {c}" for c in sorted({_on_validation(rank) for rank in ranks.values()}))
         raise ConfigError(f"compare --pairs: the runs rank by different columns (a test split in one run ranks on test); "
                           f"compare them on a validation score every run has, {choices}:",
                           [f"{label}: {rank}" for label, rank in ranks.items()])
     return next(iter(ranks.values()))
+
+
+def _on_validation(rank: str) -> str:
+    """The validation column of a ranking (val_iou for test_iou): every run scores its models on
+    validation, so it is one they all have. A column of no split (best_val_loss) is itself."""
+    split, metric = split_column(rank)
+    return f"val_{metric}" if split else rank
 
 
 def _same_seeding(runs: list[RunScores]) -> None:
