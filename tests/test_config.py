@@ -111,6 +111,19 @@ def test_image_size_names_model_and_nearest_size_for_all():
     assert "nearest size that suits every model is 96x96" in text
 
 
+@pytest.mark.parametrize(("size", "said"), [
+    ([64], "(got [64]): item 2 is missing"),
+    ([64, 64, 3], "(got [64, 64, 3]): 3 items, at most 2"),
+    ("96x96", "(got '96x96'); write it as a list: [96, 96]"),
+    ([0, 64], "(got [0, 64]): item 1: Input should be greater than or equal to 8"),
+])
+def test_an_image_size_of_another_shape_is_one_problem_saying_what_it_takes(size, said):
+    # pydantic reports such a value once per branch of `[height, width] | auto`, each under its
+    # internal name (`data.image_size.tuple[constrained-int, constrained-int].1`, `literal['auto']`)
+    (problem,) = problems_of(tiny_config(data={"image_size": size}))
+    assert problem == f"data.image_size: expected a list of 2 integers or auto {said}"
+
+
 def test_a_backbone_with_a_least_size_is_refused_below_it_with_the_smallest_it_takes():
     # inceptionv3 refuses sides under 75 when it is built: that was a crash reported as a bug (exit 1)
     raw = tiny_config(models=[{"name": "inc", "arch": "Unet", "backbone": "inceptionv3"}, {"name": "r", "arch": "Unet"}], data={"image_size": 64})

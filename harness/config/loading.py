@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from harness.config.recipes import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import PATTERN_RULES, ExperimentConfig
+from harness.config.unions import describe_union, split_union_errors
 from harness.errors import ConfigError, did_you_mean
 
 # ---------------------------------------------------------------------------------------------
@@ -54,7 +55,9 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
     try:
         return ExperimentConfig.model_validate(raw, context={ACCEPTED: True} if accepted else None)
     except ValidationError as exc:
-        problems = [line for err in exc.errors() for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
+        unions, rest = split_union_errors(exc.errors())
+        problems = [describe_union(_where(loc, raw, origins), branches) for loc, branches in unions.items()]
+        problems += [line for err in rest for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
 
 
@@ -260,14 +263,19 @@ def _shape_hint(loc: tuple, kind: str, got: Any) -> str | None:
     return None
 
 
+def _where(loc: tuple, raw: Any, origins: dict[int, GridOrigin] | None) -> str:
+    """The key a problem is about; a grid's member named by the grid key and value that made it."""
+    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and loc[1] in (origins or {}):
+        member = raw["models"][loc[1]].get("name")
+        return ".".join([origins[loc[1]].describe(member), *map(str, loc[2:])])
+    return _loc_name(loc, raw)
+
+
 def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None = None) -> str:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
     loc = tuple(p for p in loc if p not in ("int", "str", "float", "bool"))
-    where = _loc_name(loc, raw)
-    if len(loc) >= 2 and loc[0] == "models" and isinstance(loc[1], int) and loc[1] in (origins or {}):
-        member = raw["models"][loc[1]].get("name")
-        where = ".".join([origins[loc[1]].describe(member), *map(str, loc[2:])])
+    where = _where(loc, raw, origins)
     kind = err["type"]
     if kind == "extra_forbidden":
         choices = _field_names(_schema_at(loc[:-1])) or []
