@@ -5,6 +5,7 @@ refused with both shapes before any trace."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 from conftest import only_run_dir, run_main, tiny_config, write_yaml
 
 
@@ -125,3 +126,29 @@ def test_a_compiled_librarys_frame_is_not_the_users_code(tmp_path, monkeypatch):
     except UnicodeDecodeError as exc:
         frames = {Path(f[0]).resolve() for f in user_frames(exc)}
         assert frames == {Path(__file__).resolve()}, "only this test's own frame, none of pandas'"
+
+
+def test_an_option_value_a_builtin_network_refuses_is_the_configs_error_before_any_run_folder(tmp_path):
+    # segmentation-models and the tiny models check option values only when they build: such a
+    # value was "an internal error, a bug in harness" (exit 1) after the run folder was made.
+    models = [{"name": "fcn", "arch": "tiny_fcn", "options": {"width": -3}}, {"name": "unet", "arch": "tiny_unet"},
+              {"name": "gan", "kind": "gan", "arch": "pix2pix_generator", "options": {"width": 4, "depth": 2},
+               "gan": {"discriminator": "patchgan", "discriminator_options": {"width": 0}}}]
+    result, results = _run(tmp_path, models)
+    assert result.returncode == 2, result.stderr
+    assert "a model does not build with the options it is given (nothing was written)" in result.stderr and "bug in harness" not in result.stderr
+    assert "models.0(fcn): tiny_fcn with options {'width': -3}: ValueError: " in result.stderr
+    assert "models.2(gan): pix2pix_generator with options {'width': 4, 'depth': 2}, gan.discriminator_options {'width': 0}: ValueError: " in result.stderr
+    assert "unet" not in result.stderr
+    assert not results.exists() or not any(results.rglob("run.json"))
+    planned = run_main("plan", tmp_path / "c.yaml", "--results", results)
+    assert planned.returncode == 2 and "models.0(fcn): tiny_fcn with options {'width': -3}" in planned.stderr, planned.stderr
+
+
+@pytest.mark.slow
+def test_a_segmentation_models_option_value_it_refuses_is_named(tmp_path):
+    models = [{"name": "unet", "arch": "Unet", "backbone": "resnet18", "options": {"decoder_block_type": "bogus"}}]
+    result, results = _run(tmp_path, models, data={"image_size": [32, 32], "train_size": 4, "val_size": 4, "batch_size": 2})
+    assert result.returncode == 2, result.stderr
+    assert "models.0(unet): Unet (resnet18) with options {'decoder_block_type': 'bogus'}: ValueError: Decoder block type should be in" in result.stderr
+    assert not results.exists() or not any(results.rglob("run.json"))

@@ -4,8 +4,10 @@ A user's factory or member kind runs for the first time when its member is built
 or returns a model whose output cannot be compared with the masks, the user should hear it as an
 error in their code (exit 2: the member, the factory, their own traceback lines) before anything
 is written or traced, not as an internal error after a minute of tracing. Built-in architectures
-are harness's own and are not built twice: only members whose arch is a factory or whose kind is
-not built in are tried, one per distinct (kind, arch, backbone, options, weights).
+are harness's own and are not built twice, unless given `options`: their values are checked only
+by the builder (segmentation-models' `decoder_block_type: bogus`, a tiny model's `width: -3`), and
+one it refuses is the config's error (exit 2), not a bug in harness. One trial per distinct (kind,
+arch, backbone, options, weights).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from harness.config import catalog
 from harness.config.schema import ExperimentConfig, ModelSpec
 from harness.core.backend import import_keras
-from harness.errors import UserCodeError, user_frames, user_traceback, what_was_raised
+from harness.errors import ConfigError, UserCodeError, user_frames, user_traceback, what_was_raised
 from harness.members import zoo
 from harness.members.registry import BUILTIN_KINDS, member_class
 
@@ -31,17 +33,23 @@ def _identity(spec: ModelSpec) -> str:
 
 
 def trial_build(config: ExperimentConfig) -> None:
-    """Build each distinct user-written model once; UserCodeError listing every one that fails."""
+    """Build each distinct user-written model, and each network given options, once;
+    UserCodeError listing every user model that fails, else ConfigError every option that does."""
     keras = import_keras()
-    problems, seen = [], set()
+    problems, refused, seen = [], [], set()
     for i, spec in enumerate(config.models):
-        if not is_user_code(spec) or _identity(spec) in seen:
+        if _identity(spec) in seen:
             continue
         seen.add(_identity(spec))
-        problems += _try_one(i, spec, config)
+        if is_user_code(spec):
+            problems += _try_one(i, spec, config)
+        elif spec.options or (spec.gan and spec.gan.discriminator_options):
+            refused += _try_options(i, spec, config)
     keras.backend.clear_session()  # the trial's layers leave no trace in the names the run's models get
     if problems:
         raise UserCodeError("your model code failed before training started (nothing was written):", problems)
+    if refused:
+        raise ConfigError("a model does not build with the options it is given (nothing was written):", refused)
 
 
 def blame_traced_failure(exc: BaseException, config: ExperimentConfig) -> UserCodeError | None:
@@ -87,6 +95,20 @@ def _try_one(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
         return [f"{where}: {code} raised {type(exc).__name__}: {exc}", *user_traceback(exc)]
     if spec.predicts_masks and member.task == "segmentation":
         return _shape_problems(where, code, member.model, config) or _range_problems(where, code, member.model, spec, config)
+    return []
+
+
+def _try_options(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
+    network = f"{spec.arch} ({spec.backbone})" if spec.backbone else spec.arch
+    given = f"options {spec.options}" if spec.options else ""
+    if spec.gan and spec.gan.discriminator_options:
+        given = ", ".join(filter(None, [given, f"gan.discriminator_options {spec.gan.discriminator_options}"]))
+    try:
+        member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
+    except ConfigError as exc:  # an option the builder does not take, a weights file that does not fit: said already
+        return [f"models.{i}({spec.name}): {exc}"]
+    except Exception as exc:  # the builder's own check of a value: its message names the value
+        return [f"models.{i}({spec.name}): {network} with {given}: {type(exc).__name__}: {exc}"]
     return []
 
 

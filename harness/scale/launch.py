@@ -75,6 +75,7 @@ def plan_only(config: ExperimentConfig, results_dir: Path | None = None) -> tupl
     check_code(config)
     _driver_takes_no_gpu_memory(config.placement.strategy == "split_gpu")
     config, _ = resolve_data_sizes(config, results_dir)
+    trial_build(config)  # a model that does not build is the config's error, not a failed probe's traceback
     plan = make_plan(config, results / ".plan-cache", measure_members=True, say=lambda text: _say(config, text))
     path = results / config.name / "plan.json"
     save_plan(plan, path)
