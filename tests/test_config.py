@@ -372,3 +372,26 @@ def test_a_key_given_twice_is_refused_with_both_lines_and_an_empty_file_is_named
     empty.write_text("")
     with pytest.raises(ConfigError, match="the file is empty"):
         load_config(empty)
+
+
+@pytest.mark.parametrize(("section", "key", "said"), [
+    ("train", "learning_rate", "train.learning_rate: unknown key; did you mean train.optimizer.learning_rate? (learning_rate is a key of train.optimizer)"),
+    ("train", "lr", "train.lr: unknown key; did you mean train.optimizer.learning_rate?"),
+    ("train", "warmup_steps", "train.warmup_steps: unknown key; did you mean train.optimizer.schedule.warmup_steps?"),
+    ("data", "bs", "data.bs: unknown key; did you mean data.batch_size?"),
+])
+def test_a_key_written_in_the_section_above_its_own_is_pointed_to_where_it_belongs(section, key, said):
+    raw = tiny_config()
+    raw[section][key] = 1
+    (problem,) = problems_of(raw)
+    assert problem.startswith(said), problem
+
+
+def test_a_models_key_of_its_optimizer_is_pointed_there_by_the_models_name_in_the_yaml_and_in_set(tmp_path):
+    raw = tiny_config()
+    raw["models"][1]["learning_rate"] = 0.1
+    (problem,) = problems_of(raw)
+    assert problem.startswith("models.1(unet).learning_rate: unknown key; did you mean models.1(unet).optimizer.learning_rate?"), problem
+    with pytest.raises(ConfigError) as info:
+        load_config(write_yaml(tmp_path / "c.yaml", tiny_config()), ["models.unet.learning_rate=0.1"])
+    assert "unknown key 'models.unet.learning_rate'; did you mean models.unet.optimizer.learning_rate?" in str(info.value.problems)

@@ -17,7 +17,7 @@ from harness.config.recipes import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import PATTERN_RULES, ExperimentConfig
 from harness.config.unions import describe_union, split_union_errors
-from harness.errors import ConfigError, did_you_mean
+from harness.errors import ConfigError, closest, did_you_mean
 
 # ---------------------------------------------------------------------------------------------
 # Loading
@@ -147,7 +147,7 @@ def apply_override(raw: dict, override: str) -> None:
             raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping")
         fields = _field_names(schema)
         if fields is not None and part not in fields:
-            raise ConfigError(f"--set {key}: unknown key {where!r}{did_you_mean(part, fields)}")
+            raise ConfigError(f"--set {key}: unknown key {where!r}{unknown_key_hint(schema, part, where.rpartition('.')[0])}")
         if last:
             node[part] = value
             return
@@ -211,6 +211,39 @@ def _is_list(schema: Any) -> bool:
 def _item_type(schema: Any) -> Any:
     args = typing.get_args(_unwrap(schema))
     return args[0] if args else None
+
+
+# What other tools call some keys: `lr` is sought as `learning_rate`, `bs` as `batch_size`.
+_SAID_OTHERWISE = {"lr": "learning_rate", "bs": "batch_size"}
+
+
+def unknown_key_hint(schema: Any, key: str, section: str) -> str:
+    """The tail of "unknown key" for `key` in the mapping `section` of type `schema`: a close name
+    there; else the same key one or two mappings down (`train.learning_rate` is a key of
+    `train.optimizer`); else every key there."""
+    fields = _field_names(schema) or []
+    sought = _SAID_OTHERWISE.get(key, key)
+    prefix = f"{section}." if section else ""
+    if sought != key and sought in fields:
+        return f"; did you mean {prefix}{sought}?"
+    home = None if closest(key, fields) else _nested_home(schema, sought)
+    if home:
+        return f"; did you mean {prefix}{home}? ({sought} is a key of {prefix}{home.rpartition('.')[0]})"
+    return did_you_mean(key, fields)
+
+
+def _nested_home(schema: Any, key: str, depth: int = 2) -> str | None:
+    """`optimizer.learning_rate` for `learning_rate` in a train section: the path, within `schema`,
+    of the nearest mapping (not a list's item) that has `key`."""
+    sections = [(name, _field_type(schema, name)) for name in _field_names(schema) or []]
+    sections = [(name, child) for name, child in sections if _field_names(child) is not None]
+    for name, child in sections:
+        if key in _field_names(child):
+            return f"{name}.{key}"
+    for name, child in sections if depth > 1 else []:
+        if deeper := _nested_home(child, key, depth - 1):
+            return f"{name}.{deeper}"
+    return None
 
 
 def _schema_at(loc: tuple) -> Any:
@@ -278,8 +311,7 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
     where = _where(loc, raw, origins)
     kind = err["type"]
     if kind == "extra_forbidden":
-        choices = _field_names(_schema_at(loc[:-1])) or []
-        return f"{where}: unknown key{did_you_mean(str(loc[-1]), choices)}"
+        return f"{where}: unknown key{unknown_key_hint(_schema_at(loc[:-1]), str(loc[-1]), where.rpartition('.')[0])}"
     if kind == "missing":
         return f"{where}: required key is missing"
     if shape := _shape_hint(loc, kind, err.get("input")):
