@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.config.schema import ExperimentConfig
-from harness.config.loading import as_overrides, load_config
+from harness.config.loading import Overrides, as_overrides, load_config
 from harness.errors import ConfigError
 from harness.outputs import pool
 
 __all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs"]
 
 
-def run(config: ExperimentConfig | str | Path | dict, overrides: str | list[str] | None = None, results_dir: str | Path | None = None):
+def run(config: ExperimentConfig | str | Path | dict, overrides: Overrides = None, results_dir: str | Path | None = None):
     """Train every model of the experiment together; return a `RunResult` with
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
     from harness.training.preflight import before_tensorflow
@@ -29,7 +29,7 @@ def run(config: ExperimentConfig | str | Path | dict, overrides: str | list[str]
     return start_run(config, results, scan=scan)
 
 
-def plan(config: ExperimentConfig | str | Path | dict, overrides: str | list[str] | None = None, results_dir: str | Path | None = None):
+def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = None, results_dir: str | Path | None = None):
     """`harness plan`: each model measured alone (cached) and packed into groups, without
     training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
     results/<name>/plan.json."""
@@ -40,7 +40,7 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: str | list[str
     return plan_only(config, Path(results_dir) if results_dir else None)[0]
 
 
-def resume(run_dir: str | Path, overrides: str | list[str] | None = None, accept_changed_data: bool = False):
+def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data: bool = False):
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""

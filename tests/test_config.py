@@ -395,3 +395,13 @@ def test_a_models_key_of_its_optimizer_is_pointed_there_by_the_models_name_in_th
     with pytest.raises(ConfigError) as info:
         load_config(write_yaml(tmp_path / "c.yaml", tiny_config()), ["models.unet.learning_rate=0.1"])
     assert "unknown key 'models.unet.learning_rate'; did you mean models.unet.optimizer.learning_rate?" in str(info.value.problems)
+
+
+def test_overrides_may_be_a_mapping_of_key_paths_to_values_as_a_notebook_writes_them(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    given = {"train.epochs": 5, "data.image_size": [32, 32], "models.unet.optimizer.name": "sgd", "output.mlflow": None}
+    config = load_config(path, given)
+    assert (config.train.epochs, config.data.image_size, config.models[1].optimizer.name) == (5, (32, 32), "sgd")
+    assert config == load_config(path, ["train.epochs=5", "data.image_size=[32, 32]", "models.unet.optimizer.name=sgd", "output.mlflow=null"])
+    with pytest.raises(ConfigError, match="train.epohcs"):
+        load_config(path, {"train.epohcs": 5})

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import typing
 from collections.abc import Mapping
@@ -19,11 +20,14 @@ from harness.config.schema import PATTERN_RULES, ExperimentConfig
 from harness.config.unions import describe_union, split_union_errors
 from harness.errors import ConfigError, closest, did_you_mean
 
+# `key.path=value` strings, one such string, or a mapping of key paths to values (the API's forms).
+Overrides = str | list[str] | Mapping[str, Any] | None
+
 # ---------------------------------------------------------------------------------------------
 # Loading
 
 
-def load_config(path: str | Path | Mapping[str, Any], overrides: str | list[str] | None = None) -> ExperimentConfig:
+def load_config(path: str | Path | Mapping[str, Any], overrides: Overrides = None) -> ExperimentConfig:
     """Read a YAML experiment (or take its mapping as a dict, as a notebook builds it), apply
     `key.path=value` overrides (one string or a list of them) and validate it all at once."""
     if isinstance(path, Mapping):
@@ -61,10 +65,16 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
 
 
-def as_overrides(overrides: str | list[str] | None) -> list[str]:
+def as_overrides(overrides: Overrides) -> list[str]:
     """`key.path=value` overrides as a list: the API takes one as a plain string too (iterated, a
-    string would be applied character by character)."""
-    return [overrides] if isinstance(overrides, str) else list(overrides or [])
+    string would be applied character by character), and a mapping of key paths to values, as a
+    notebook writes them (`{"train.epochs": 1, "data.image_size": [64, 64]}`; each value written as
+    JSON, which the override reads as the YAML it is)."""
+    if isinstance(overrides, str):
+        return [overrides]
+    if isinstance(overrides, Mapping):
+        return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    return list(overrides or [])
 
 
 def _read_yaml(path: Path) -> Any:
