@@ -29,7 +29,8 @@ def is_user_code(spec: ModelSpec) -> bool:
 
 
 def _identity(spec: ModelSpec) -> str:
-    return json.dumps([spec.kind, spec.arch, spec.backbone, spec.options, str(spec.weights)], sort_keys=True, default=str)
+    gan = spec.gan.model_dump() if spec.gan else None  # a discriminator of its own options is another network
+    return json.dumps([spec.kind, spec.arch, spec.backbone, spec.options, str(spec.weights), gan], sort_keys=True, default=str)
 
 
 def trial_build(config: ExperimentConfig) -> None:
