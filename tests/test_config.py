@@ -228,6 +228,25 @@ def test_static_backbone_list_matches_segmentation_models():
     assert sorted(catalog.SM_BACKBONES) == sorted(sm.Backbones.models_names())
 
 
+def test_static_options_match_segmentation_models_signatures():
+    import inspect
+
+    sm = zoo.import_segmentation_models()
+    set_by_harness = {"backbone_name", "input_shape", "classes", "activation", "weights", "kwargs"}
+    for arch, options in catalog.SM_OPTIONS.items():
+        assert sorted(options) == sorted(set(inspect.signature(getattr(sm, arch)).parameters) - set_by_harness), arch
+
+
+def test_an_option_a_network_does_not_take_is_refused_with_the_config_naming_the_closest():
+    # segmentation-models passes unknown names on to keras_applications, which refused them only
+    # when the network was built: "('Invalid keyword argument: %s', 'decoder_filter')"
+    (problem,) = problems_of(tiny_config(models=[{"name": "u", "arch": "Unet", "options": {"decoder_filter": [8, 8, 8, 8, 8]}}], data={"image_size": 32}))
+    assert problem.startswith("models.0(u): Unet takes only the options ['decoder_block_type', 'decoder_filters', ")
+    assert problem.endswith("not ['decoder_filter']; did you mean 'decoder_filters'?")
+    (problem,) = problems_of(tiny_config(models=[{"name": "f", "arch": "tiny_fcn", "options": {"widht": 4}}]))
+    assert problem == "models.0(f): built-in model 'tiny_fcn' takes only the options ['batchnorm', 'width'], not ['widht']; did you mean 'width'?"
+
+
 def test_every_experiment_file_is_valid_and_explains_itself():
     for path in sorted((REPO / "experiments").glob("*.yaml")):
         text = path.read_text()

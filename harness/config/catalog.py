@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.errors import did_you_mean
+from harness.errors import closest, did_you_mean
 
 SM_ARCHS = ("Unet", "Linknet", "FPN", "PSPNet")
 SM_DEFAULT_BACKBONE = "resnet18"
@@ -30,6 +30,19 @@ SM_BACKBONES = (
     "efficientnetb0", "efficientnetb1", "efficientnetb2", "efficientnetb3",
     "efficientnetb4", "efficientnetb5", "efficientnetb6", "efficientnetb7",
 )  # fmt: skip
+
+# Each architecture's own options (segmentation-models 1.0.1's keyword arguments beyond the ones
+# harness sets: backbone, input shape, classes, activation, weights); a test checks them against its
+# signatures. Its builders pass any other name on to keras_applications, which refuses it only when
+# the network is built, as "('Invalid keyword argument: %s', 'decoder_filter')".
+_SM_ENCODER = ("encoder_freeze", "encoder_features", "encoder_weights")  # encoder_weights: null only (below)
+_SM_DECODER = ("decoder_block_type", "decoder_filters", "decoder_use_batchnorm")
+SM_OPTIONS = {
+    "Unet": _SM_ENCODER + _SM_DECODER,
+    "Linknet": _SM_ENCODER + _SM_DECODER,
+    "FPN": _SM_ENCODER + ("pyramid_block_filters", "pyramid_use_batchnorm", "pyramid_aggregation", "pyramid_dropout"),
+    "PSPNet": ("encoder_freeze", "encoder_weights", "downsample_factor", "psp_conv_filters", "psp_pooling_type", "psp_use_batchnorm", "psp_dropout"),
+}
 
 # Backbones that refuse a smaller input whatever its multiple (their own `min_size`); the others
 # take any side that is a multiple of 32.
@@ -58,6 +71,8 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
     if arch in SM_ARCHS:
         if backbone is not None and backbone not in SM_BACKBONES:
             return [f"unknown backbone {backbone!r} for {arch}{did_you_mean(backbone, SM_BACKBONES)}"]
+        if unknown := _unknown_options(arch, options, SM_OPTIONS[arch]):
+            return [unknown]
         if options.get("encoder_weights") is not None:
             # segmentation-models would fetch them from the internet at build time: a run must
             # work offline, and one that cannot reach the internet failed there, mid-run.
@@ -69,14 +84,20 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
         problems = []
         if backbone is not None:
             problems.append(f"built-in model {arch!r} takes no backbone (got {backbone!r})")
-        allowed = BUILTINS[arch][1]
-        unknown = set(options) - allowed
-        if unknown:
-            problems.append(f"built-in model {arch!r} takes only the options {sorted(allowed)}, not {sorted(unknown)}")
+        if unknown := _unknown_options(f"built-in model {arch!r}", options, BUILTINS[arch][1]):
+            problems.append(unknown)
         return problems
     if is_factory(arch):
         return [] if FACTORY_PATTERN.match(arch) else [f"factory {arch!r} must look like package.module:function (a module's name, not its file's)"]
     return [f"unknown arch {arch!r}{did_you_mean(arch, ALL_ARCHS)}, or a factory 'package.module:function'"]
+
+
+def _unknown_options(network: str, options: dict[str, Any], allowed) -> str | None:
+    unknown = sorted(set(options) - set(allowed))
+    if not unknown:
+        return None
+    close = closest(unknown[0], allowed) if len(unknown) == 1 else None
+    return f"{network} takes only the options {sorted(allowed)}, not {unknown}" + (f"; did you mean {close!r}?" if close else "")
 
 
 def input_multiple(arch: str, options: dict[str, Any], factory_multiple: int = 1) -> int:
@@ -128,9 +149,10 @@ def describe() -> list[tuple[str, str, str]]:
     rows = []
     for arch in SM_ARCHS:
         rule = "sides multiple of 6 x downsample_factor (48)" if arch == "PSPNet" else "sides multiple of 32"
-        rows.append((arch, "segmentation-models", f"{rule} (inceptionv3: 96 or more); backbone default {SM_DEFAULT_BACKBONE}"))
-    for name, (multiple, _, summary) in BUILTINS.items():
-        rows.append((name, "built-in", f"{summary}; sides multiple of {multiple}"))
+        rows.append((arch, "segmentation-models", f"{rule} (inceptionv3: 96 or more); backbone default {SM_DEFAULT_BACKBONE}; "
+                                                 f"options: {', '.join(o for o in SM_OPTIONS[arch] if o != 'encoder_weights')}"))
+    for name, (multiple, options, summary) in BUILTINS.items():
+        rows.append((name, "built-in", f"{summary}; sides multiple of {multiple}; options: {', '.join(sorted(options))}"))
     rows.append(("package.module:function", "your factory", "called as f(input_shape, classes, activation, **options)"))
     return rows
 
