@@ -78,9 +78,12 @@ class Interrupted(HarnessError):
 
 
 def closest(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str | None:
-    """The choice closest to `word` (a typo's likely meaning), if one is close enough."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=cutoff)
-    return close[0] if close else None
+    """The choice closest to `word` (a typo's likely meaning), if one is close enough; letter case
+    counts for nothing (`fpn` is FPN, `Adam` adam), which difflib alone would weigh as typos."""
+    choices = [str(c) for c in choices]
+    by_lower = {c.lower(): c for c in reversed(choices)}  # the first of choices equal but for case
+    close = difflib.get_close_matches(str(word).lower(), list(by_lower), n=1, cutoff=cutoff)
+    return by_lower[close[0]] if close else None
 
 
 def did_you_mean(word: str, choices: Iterable[str], listing: str = "choose one of") -> str:

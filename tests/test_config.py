@@ -424,3 +424,19 @@ def test_overrides_may_be_a_mapping_of_key_paths_to_values_as_a_notebook_writes_
     assert config == load_config(path, ["train.epochs=5", "data.image_size=[32, 32]", "models.unet.optimizer.name=sgd", "output.mlflow=null"])
     with pytest.raises(ConfigError, match="train.epohcs"):
         load_config(path, {"train.epohcs": 5})
+
+
+def test_every_problem_of_a_model_is_listed_at_once_with_case_slips_named():
+    # A model's backbone was checked only once its other fields validated: a wrong backbone beside
+    # a wrong loss was said only after the loss was mended. Letter case counts for nothing in hints.
+    raw = tiny_config(models=[
+        {"name": "a", "arch": "fpn"},
+        {"name": "b", "arch": "Unet", "backbone": "ResNet18", "loss": "BCE", "optimizer": {"name": "Adam"}},
+    ], data={"image_size": 32}, train={"loss": "Dice"})
+    problems = problems_of(raw)
+    assert [p.split(":")[0] for p in problems] == ["models.0(a)", "models.1(b).loss", "models.1(b).optimizer.name", "models.1(b)", "train.loss"]
+    assert "unknown arch 'fpn'; did you mean 'FPN'?" in problems[0]
+    assert "bad loss term 'BCE' in 'BCE' (did you mean 'bce'?)" in problems[1]
+    assert problems[2].endswith("(got 'Adam'; did you mean 'adam'?)")
+    assert "unknown backbone 'ResNet18' for Unet; did you mean 'resnet18'?" in problems[3]
+    assert "(did you mean 'dice'?)" in problems[4]

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.config.catalog import check_spec
 from harness.config.recipes import ACCEPTED
 from harness.config.grid import GRID, GridOrigin, expand_grids
 from harness.config.schema import PATTERN_RULES, ExperimentConfig
@@ -60,9 +61,35 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
         return ExperimentConfig.model_validate(raw, context={ACCEPTED: True} if accepted else None)
     except ValidationError as exc:
         unions, rest = split_union_errors(exc.errors())
-        problems = [describe_union(_where(loc, raw, origins), branches) for loc, branches in unions.items()]
-        problems += [line for err in rest for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
+        located = [(loc, describe_union(_where(loc, raw, origins), branches)) for loc, branches in unions.items()]
+        located += [(err["loc"], line) for err in rest for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
+        located += [(("models", i), f"{_where(('models', i), raw, origins)}: {p}") for i, p in _unchecked_spec_problems(raw, exc.errors())]
+        problems = [line for _, line in sorted(located, key=lambda item: _in_file_order(item[0]))]
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
+
+
+def _in_file_order(loc: tuple) -> tuple[int, int]:
+    """Problems in the order of the config's sections, a model's together (stable within each)."""
+    sections = list(ExperimentConfig.model_fields)
+    section = sections.index(loc[0]) if loc and loc[0] in sections else len(sections)
+    return section, loc[1] if len(loc) > 1 and loc[0] == "models" and isinstance(loc[1], int) else -1
+
+
+def _unchecked_spec_problems(raw: dict, errors: list[dict]) -> list[tuple[int, str]]:
+    """A model's arch, backbone and options are checked after its fields validate (they depend on
+    each other): one with a bad field (its loss, its optimizer) had them unchecked, and a wrong
+    backbone beside a wrong loss was said only once the loss was mended. Checked here from the
+    entry as written, so that every problem is listed at once."""
+    failed = {err["loc"][1] for err in errors if len(err["loc"]) > 2 and err["loc"][0] == "models" and isinstance(err["loc"][1], int)}
+    checked = {err["loc"][1] for err in errors if len(err["loc"]) == 2 and err["loc"][0] == "models"}
+    entries = raw.get("models") if isinstance(raw.get("models"), list) else []
+    found = []
+    for i in sorted(failed - checked):
+        entry = entries[i] if i < len(entries) and isinstance(entries[i], dict) else {}
+        arch, backbone, options = entry.get("arch"), entry.get("backbone"), entry.get("options") or {}
+        if isinstance(arch, str) and isinstance(backbone, str | None) and isinstance(options, dict):
+            found += [(i, problem) for problem in check_spec(arch, backbone, options)]
+    return found
 
 
 def as_overrides(overrides: Overrides) -> list[str]:
@@ -333,4 +360,6 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
         return message
     got = err.get("input")
     shown = "" if kind.startswith("value_error") or isinstance(got, (dict, list)) else f" (got {got!r})"
+    if kind == "literal_error" and isinstance(got, str) and (close := closest(got, re.findall(r"'([^']*)'", err["ctx"]["expected"]))):
+        shown = f" (got {got!r}; did you mean {close!r}?)"
     return f"{where}: {message}{shown}"
