@@ -440,3 +440,8 @@ def test_every_problem_of_a_model_is_listed_at_once_with_case_slips_named():
     assert problems[2].endswith("(got 'Adam'; did you mean 'adam'?)")
     assert "unknown backbone 'ResNet18' for Unet; did you mean 'resnet18'?" in problems[3]
     assert "(did you mean 'dice'?)" in problems[4]
+
+
+def test_a_compare_by_key_that_is_no_setting_names_the_closest():
+    (problem,) = problems_of(tiny_config(output={"compare_by": ["archh"]}))
+    assert problem.startswith("output.compare_by: 'archh' is not a setting of a model entry; did you mean 'arch'? (choose from arch, backbone,")

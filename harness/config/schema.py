@@ -24,6 +24,7 @@ from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
 from harness.config.losses import parse_loss
+from harness.errors import did_you_mean
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NAME_RULE = ("a name is letters, digits, '_', '.' and '-', starting with a letter or digit (it names folders and "
@@ -343,7 +344,8 @@ class ExperimentConfig(Strict):
         grid_keys = {k for m in self.models for k in m.grid_values}
         unknown = [k for k in self.output.compare_by if k.split(".")[0] not in fields and k not in grid_keys]
         if unknown:
-            raise ValueError(f"output.compare_by: {', '.join(map(repr, unknown))} is not a setting of a model entry; choose from {', '.join(sorted(fields | grid_keys))}")
+            raise ValueError(f"output.compare_by: {', '.join(map(repr, unknown))} is not a setting of a model entry"
+                             f"{did_you_mean(unknown[0], sorted(fields | grid_keys), 'choose from')}")
         return self
 
     @model_validator(mode="after")
