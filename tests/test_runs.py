@@ -203,6 +203,25 @@ def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results,
     assert run_main("compare", tmp_path / "nothing").returncode == 2
 
 
+def test_compare_says_a_summary_report_wrote_for_a_stopped_run_is_from_where_it_stopped(results, tmp_path):
+    # `harness report` of an interrupted run writes its summary.csv; compare took it as a finished
+    # run's, its scores from step 4 of 100 beside other runs' final ones without a word.
+    import shutil
+
+    finished = next((results / "tiny").glob("2*"))
+    stopped = tmp_path / "tiny" / "20261120-000000"
+    shutil.copytree(finished, stopped)
+    info = json.loads((stopped / "run.json").read_text())
+    (stopped / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 4, "total_steps": 100}))
+    rows = json.loads(run_main("compare", finished, stopped, "--json").stdout)
+    assert {r["compared_on"] for r in rows if r["run"] == "tiny/20261120-000000"} == {
+        "summary.csv of a run stopped before its end: interrupted at step 4/100"}
+    assert {r["compared_on"] for r in rows if r["run"] != "tiny/20261120-000000"} == {"summary.csv"}
+    printed = " ".join(run_main("compare", finished, stopped).stdout.split())
+    assert "Stopped before their end, compared on the scores they had then (see compared_on): tiny/20261120-000000." in printed
+    assert "Not finished" not in printed
+
+
 @pytest.mark.parametrize("damage", [b"\x00\x01\xff\xfe", b"garbage,,,\n", b"rank,model\n", b""])
 def test_compare_names_a_damaged_summary_and_exits_2_without_a_traceback(results, tmp_path, damage):
     import shutil

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
+from harness.rundir import RunDir, RunStatus, beside_runs, given_once, runs_held, save_table_as
 from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
@@ -22,6 +22,7 @@ from harness.outputs.terminal import TerminalTable, print_table
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
            "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
 FINISHED = "summary.csv"
+STOPPED = "summary.csv of a run stopped before its end"
 
 
 def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs: bool, pairs_csv: Path | None, chosen: bool = False,
@@ -62,7 +63,7 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         run = RunDir(Path(run_dir))
         if run.summary_csv.is_file():
-            frame = load_summary(run.summary_csv).assign(compared_on=FINISHED)
+            frame = load_summary(run.summary_csv).assign(compared_on=_summary_of(run))
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
         else:
@@ -101,6 +102,18 @@ def _who_ran_where(table: pd.DataFrame) -> str:
 
 def machines_differ(table: pd.DataFrame) -> bool:
     return "machine" in table and table["machine"].replace("", np.nan).dropna().nunique() > 1
+
+
+def _summary_of(run: RunDir) -> str:
+    """What a summary.csv is of: a finished run; or one `harness report` wrote for a run stopped
+    before its end (interrupted, failed), whose scores are from the step it stopped at."""
+    try:
+        record = run.read_record()
+    except ConfigError:  # a run.json that cannot be read: the summary is all there is to go by
+        return FINISHED
+    if record.status in (RunStatus.INTERRUPTED, RunStatus.FAILED):
+        return f"{STOPPED}: {record.status} at step {record.steps_done}/{record.total_steps}"
+    return FINISHED
 
 
 def _so_far(run: RunDir) -> pd.DataFrame:
@@ -155,7 +168,8 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
             "Bold green marks the best number of a column; no difference between runs is tested here, none is called supported "
             "(--pairs tests them, for runs scored on the same images).")
     # An unfinished run has no repeats column yet and no intervals at all (said below), whatever its seeds.
-    finished_run = (table["compared_on"] == FINISHED).to_numpy() if "compared_on" in table else np.ones(len(table), bool)
+    compared_on = table["compared_on"] if "compared_on" in table else pd.Series([FINISHED] * len(table))
+    finished_run = (compared_on == FINISHED) | compared_on.str.startswith(STOPPED)  # a summary.csv: intervals, repeats
     one_seed = (repeats.to_numpy() <= 1) & finished_run
     if one_seed.any():
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
@@ -164,10 +178,13 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
         note += (f" The models were timed on different machines ({_who_ran_where(table)}): their timings (ms/step, and in summary.csv "
                  "latency and serving throughput) measure the machines as much as the models, so no best is marked among them; "
                  "compare timings between models timed on one machine.")
-    unfinished = sorted(set(table.loc[~finished_run, "run"]))
+    unfinished = sorted(set(table.loc[~finished_run.to_numpy(), "run"]))
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
                  " (see compared_on).")
+    stopped = sorted(set(table.loc[compared_on.str.startswith(STOPPED).to_numpy(), "run"]))
+    if stopped:
+        note += f" Stopped before their end, compared on the scores they had then (see compared_on): {', '.join(stopped)}."
     return note
 
 
