@@ -63,6 +63,20 @@ def test_a_pair_across_runs_gets_the_interval_one_run_would_have_given_it(result
         assert across[column] == pytest.approx(own[column], abs=1e-12), column
 
 
+def test_a_run_stopped_before_its_end_is_refused_even_with_a_summary_report_wrote(results, tmp_path):
+    # `harness report` of an interrupted run writes its summary.csv: pairs would have taken the
+    # scores of step 4 of 100 for final ones.
+    one = run_of(results, "one")
+    stopped = copy_of(one, tmp_path)
+    info = json.loads((stopped / "run.json").read_text())
+    (stopped / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 4, "total_steps": 100}))
+    with pytest.raises(ConfigError, match=r"interrupted at step 4/100 \(its summary.csv is of then\); pairs across runs need each model's "
+                                          r"final scores: harness resume .*, then compare again"):
+        harness.compare_pairs([one, stopped])
+    (stopped / "run.json").write_text(json.dumps({**info, "status": "failed"}))  # failed after its last step (at its end): final scores
+    assert len(harness.compare_pairs([one, stopped]).pairs) == 9
+
+
 def test_pairs_print_a_verdict_in_words_and_save_as_csv(results, tmp_path):
     runs = [run_of(results, "one"), run_of(results, "two")]
     shutil.copytree(runs[1], tmp_path / "one" / runs[1].name)  # `two` under the same experiment name: it differs by seed only

@@ -38,7 +38,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
-from harness.rundir import RunDir, given_once, runs_held
+from harness.rundir import RunDir, RunStatus, given_once, runs_held
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
@@ -116,7 +116,12 @@ def _open(run_dir: Path) -> RunScores:
     if not run.summary_csv.is_file():
         raise ConfigError(f"{run_dir}: no summary.csv (the run has not finished, or this is not a run directory{runs_held(run_dir)}); "
                           "pairs across runs need each model's final scores")
-    return RunScores(run, run.read_config(), run.read_record().versions)
+    record = run.read_record()
+    if record.status in (RunStatus.INTERRUPTED, RunStatus.FAILED) and record.steps_done < record.total_steps:
+        # its summary.csv is one `harness report` wrote when it stopped: its scores are not final
+        raise ConfigError(f"{run_dir}: {record.status} at step {record.steps_done}/{record.total_steps} (its summary.csv is of "
+                          f"then); pairs across runs need each model's final scores: harness resume {run_dir}, then compare again")
+    return RunScores(run, run.read_config(), record.versions)
 
 
 def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
