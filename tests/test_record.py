@@ -57,3 +57,15 @@ def test_report_of_a_run_that_did_not_complete_says_so_and_what_to_do(tmp_path):
     assert unfinished_note(tmp_path).startswith("This run stopped without a word (killed; run.json still says running) at step 8 of 40")
     run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.COMPLETED, total_steps=40, steps_done=40))
     assert unfinished_note(tmp_path) is None
+
+
+def test_a_run_is_stopped_short_when_not_completed_before_its_last_step():
+    from harness.rundir.record import RunRecord
+
+    def record(status, done, total):
+        return RunRecord.from_dict({"status": status, "steps_done": done, "total_steps": total})
+
+    assert record("interrupted", 4, 100).stopped_short and record("running", 4, 100).stopped_short
+    assert not record("completed", 4, 100).stopped_short  # early stopping, a race: completed short of total_steps
+    assert not record("failed", 100, 100).stopped_short  # failed at its end: its scores are final
+    assert not record("interrupted", 0, None).stopped_short  # nothing known to be short of

@@ -215,10 +215,10 @@ def test_compare_says_a_summary_report_wrote_for_a_stopped_run_is_from_where_it_
     (stopped / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 4, "total_steps": 100}))
     rows = json.loads(run_main("compare", finished, stopped, "--json").stdout)
     assert {r["compared_on"] for r in rows if r["run"] == "tiny/20261120-000000"} == {
-        "summary.csv of a run stopped before its end: interrupted at step 4/100"}
+        "summary.csv of a run not at its end: interrupted at step 4/100"}
     assert {r["compared_on"] for r in rows if r["run"] != "tiny/20261120-000000"} == {"summary.csv"}
     printed = " ".join(run_main("compare", finished, stopped).stdout.split())
-    assert "Stopped before their end, compared on the scores they had then (see compared_on): tiny/20261120-000000." in printed
+    assert "Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): tiny/20261120-000000." in printed
     assert "Not finished" not in printed
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, RunStatus, beside_runs, given_once, runs_held, save_table_as
+from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
 from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
@@ -22,7 +22,7 @@ from harness.outputs.terminal import TerminalTable, print_table
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
            "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
 FINISHED = "summary.csv"
-STOPPED = "summary.csv of a run stopped before its end"
+STOPPED = "summary.csv of a run not at its end"
 
 
 def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs: bool, pairs_csv: Path | None, chosen: bool = False,
@@ -106,12 +106,13 @@ def machines_differ(table: pd.DataFrame) -> bool:
 
 def _summary_of(run: RunDir) -> str:
     """What a summary.csv is of: a finished run; or one `harness report` wrote for a run stopped
-    before its end (interrupted, failed), whose scores are from the step it stopped at."""
+    before its end (interrupted, failed, or resumed and training again), whose scores are from the
+    step it stopped at."""
     try:
         record = run.read_record()
     except ConfigError:  # a run.json that cannot be read: the summary is all there is to go by
         return FINISHED
-    if record.status in (RunStatus.INTERRUPTED, RunStatus.FAILED):
+    if record.stopped_short:
         return f"{STOPPED}: {record.status} at step {record.steps_done}/{record.total_steps}"
     return FINISHED
 
@@ -184,7 +185,7 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
                  " (see compared_on).")
     stopped = sorted(set(table.loc[compared_on.str.startswith(STOPPED).to_numpy(), "run"]))
     if stopped:
-        note += f" Stopped before their end, compared on the scores they had then (see compared_on): {', '.join(stopped)}."
+        note += f" Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): {', '.join(stopped)}."
     return note
 
 

@@ -38,7 +38,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
-from harness.rundir import RunDir, RunStatus, given_once, runs_held
+from harness.rundir import RunDir, given_once, runs_held
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
@@ -117,7 +117,7 @@ def _open(run_dir: Path) -> RunScores:
         raise ConfigError(f"{run_dir}: no summary.csv (the run has not finished, or this is not a run directory{runs_held(run_dir)}); "
                           "pairs across runs need each model's final scores")
     record = run.read_record()
-    if record.status in (RunStatus.INTERRUPTED, RunStatus.FAILED) and record.steps_done < record.total_steps:
+    if record.stopped_short:
         # its summary.csv is one `harness report` wrote when it stopped: its scores are not final
         raise ConfigError(f"{run_dir}: {record.status} at step {record.steps_done}/{record.total_steps} (its summary.csv is of "
                           f"then); pairs across runs need each model's final scores: harness resume {run_dir}, then compare again")

@@ -155,6 +155,12 @@ class RunRecord:
             out[f.name] = value
         return {**out, **self.extra}
 
+    @property
+    def stopped_short(self) -> bool:
+        """Not completed and short of its last step (interrupted, failed, training again): its
+        scores, and a summary.csv `harness report` wrote for it, are from where it stopped."""
+        return self.status != RunStatus.COMPLETED and self.total_steps is not None and self.steps_done < self.total_steps
+
     def update(self, **changes: Any) -> None:
         """Set fields by name; a name the record does not type goes to `extra`."""
         known = {f.name for f in fields(self)} - {"extra"}
