@@ -220,6 +220,10 @@ def test_compare_says_a_summary_report_wrote_for_a_stopped_run_is_from_where_it_
     printed = " ".join(run_main("compare", finished, stopped).stdout.split())
     assert "Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): tiny/20261120-000000." in printed
     assert "Not finished" not in printed
+    # resumed since and stopped again at step 12: the summary is still of step 4, the step it was written at
+    (stopped / "run.json").write_text(json.dumps({**info, "status": "interrupted", "steps_done": 12, "total_steps": 100}))
+    rows = json.loads(run_main("compare", stopped, "--json").stdout)
+    assert {r["compared_on"] for r in rows} == {"summary.csv of a run not at its end: interrupted at step 12/100, the summary of step 4"}
 
 
 @pytest.mark.parametrize("damage", [b"\x00\x01\xff\xfe", b"garbage,,,\n", b"rank,model\n", b""])

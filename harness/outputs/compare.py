@@ -63,7 +63,8 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     for run_dir in run_dirs:
         run = RunDir(Path(run_dir))
         if run.summary_csv.is_file():
-            frame = load_summary(run.summary_csv).assign(compared_on=_summary_of(run))
+            frame = load_summary(run.summary_csv)
+            frame["compared_on"] = _summary_of(run, frame)
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
         else:
@@ -104,17 +105,19 @@ def machines_differ(table: pd.DataFrame) -> bool:
     return "machine" in table and table["machine"].replace("", np.nan).dropna().nunique() > 1
 
 
-def _summary_of(run: RunDir) -> str:
+def _summary_of(run: RunDir, summary: pd.DataFrame) -> str:
     """What a summary.csv is of: a finished run; or one `harness report` wrote for a run stopped
     before its end (interrupted, failed, or resumed and training again), whose scores are from the
-    step it stopped at."""
+    step it stopped at then: its members' `steps`, which a resume since may have left behind."""
     try:
         record = run.read_record()
     except ConfigError:  # a run.json that cannot be read: the summary is all there is to go by
         return FINISHED
-    if record.stopped_short:
-        return f"{STOPPED}: {record.status} at step {record.steps_done}/{record.total_steps}"
-    return FINISHED
+    if not record.stopped_short:
+        return FINISHED
+    said = f"{STOPPED}: {record.status} at step {record.steps_done}/{record.total_steps}"
+    written_at = pd.to_numeric(summary["steps"], errors="coerce").max() if "steps" in summary else None
+    return said if written_at is None or pd.isna(written_at) or written_at == record.steps_done else f"{said}, the summary of step {int(written_at)}"
 
 
 def _so_far(run: RunDir) -> pd.DataFrame:
