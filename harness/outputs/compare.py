@@ -173,7 +173,8 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
             "(--pairs tests them, for runs scored on the same images).")
     # An unfinished run has no repeats column yet and no intervals at all (said below), whatever its seeds.
     compared_on = table["compared_on"] if "compared_on" in table else pd.Series([FINISHED] * len(table))
-    finished_run = (compared_on == FINISHED) | compared_on.str.startswith(STOPPED)  # a summary.csv: intervals, repeats
+    stopped_run = compared_on.str.startswith(STOPPED).to_numpy()
+    finished_run = (compared_on == FINISHED).to_numpy() | stopped_run  # a summary.csv: intervals, repeats
     one_seed = (repeats.to_numpy() <= 1) & finished_run
     if one_seed.any():
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
@@ -182,11 +183,11 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
         note += (f" The models were timed on different machines ({_who_ran_where(table)}): their timings (ms/step, and in summary.csv "
                  "latency and serving throughput) measure the machines as much as the models, so no best is marked among them; "
                  "compare timings between models timed on one machine.")
-    unfinished = sorted(set(table.loc[~finished_run.to_numpy(), "run"]))
+    unfinished = sorted(set(table.loc[~finished_run, "run"]))
     if unfinished:
         note += (f" Not finished, compared on each member's last evaluation so far (per member, no intervals): {', '.join(unfinished)}"
                  " (see compared_on).")
-    stopped = sorted(set(table.loc[compared_on.str.startswith(STOPPED).to_numpy(), "run"]))
+    stopped = sorted(set(table.loc[stopped_run, "run"]))
     if stopped:
         note += f" Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): {', '.join(stopped)}."
     return note
