@@ -60,18 +60,21 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
     try:
         return ExperimentConfig.model_validate(raw, context={ACCEPTED: True} if accepted else None)
     except ValidationError as exc:
-        unions, rest = split_union_errors(exc.errors())
+        errors = exc.errors()  # pydantic builds the list anew at each call
+        unions, rest = split_union_errors(errors)
         located = [(loc, describe_union(_where(loc, raw, origins), branches)) for loc, branches in unions.items()]
         located += [(err["loc"], line) for err in rest for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
-        located += [(("models", i), f"{_where(('models', i), raw, origins)}: {p}") for i, p in _unchecked_spec_problems(raw, exc.errors())]
+        located += [(("models", i), f"{_where(('models', i), raw, origins)}: {p}") for i, p in _unchecked_spec_problems(raw, errors)]
         problems = [line for _, line in sorted(located, key=lambda item: _in_file_order(item[0]))]
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
 
 
+_SECTIONS = list(ExperimentConfig.model_fields)  # the order a config's sections are reported in
+
+
 def _in_file_order(loc: tuple) -> tuple[int, int]:
     """Problems in the order of the config's sections, a model's together (stable within each)."""
-    sections = list(ExperimentConfig.model_fields)
-    section = sections.index(loc[0]) if loc and loc[0] in sections else len(sections)
+    section = _SECTIONS.index(loc[0]) if loc and loc[0] in _SECTIONS else len(_SECTIONS)
     return section, loc[1] if len(loc) > 1 and loc[0] == "models" and isinstance(loc[1], int) else -1
 
 

@@ -87,11 +87,16 @@ def _source_files(spec: ModelSpec) -> set[str]:
     return files
 
 
+def _build(spec: ModelSpec, config: ExperimentConfig):
+    """The member as the run builds it, on no device in particular, in float32."""
+    return member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
+
+
 def _try_one(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]:
     where = f"models.{i}({spec.name})"
     code = _code_of(spec)
     try:
-        member = member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
+        member = _build(spec, config)
     except Exception as exc:  # anything the user's code raises is theirs to see
         return [f"{where}: {code} raised {type(exc).__name__}: {exc}", *user_traceback(exc)]
     if spec.predicts_masks and member.task == "segmentation":
@@ -105,7 +110,7 @@ def _try_options(i: int, spec: ModelSpec, config: ExperimentConfig) -> list[str]
     if spec.gan and spec.gan.discriminator_options:
         given = ", ".join(filter(None, [given, f"gan.discriminator_options {spec.gan.discriminator_options}"]))
     try:
-        member_class(spec.kind).build(spec, config.data, config.seed, config.train.batchnorm_momentum, None, "float32")
+        _build(spec, config)
     except ConfigError as exc:  # an option the builder does not take, a weights file that does not fit: said already
         return [f"models.{i}({spec.name}): {exc}"]
     except Exception as exc:  # the builder's own check of a value: its message names the value
