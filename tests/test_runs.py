@@ -65,6 +65,17 @@ def test_a_path_given_for_name_lists_the_runs_the_folder_holds(results):
     assert f"runs under {results}" in run_main("runs", results / "tiny").stdout
 
 
+def test_a_name_that_is_a_folder_of_runs_here_and_no_experiment_of_the_results_folder_is_that_folder(results, tmp_path, monkeypatch):
+    # `harness runs archive`, where ./archive holds runs moved out of results/: listed, not "no runs under results/archive".
+    shutil.copytree(results / "tiny", tmp_path / "archive")
+    monkeypatch.chdir(tmp_path)
+    rows = json.loads(run_main("runs", "archive", "--results", results, "--json").stdout)
+    assert len(rows) == 2 and {r["name"] for r in rows} == {"tiny"}
+    shutil.copytree(results / "other", tmp_path / "tiny")  # an experiment of the results folder wins over a folder of its name
+    rows = json.loads(run_main("runs", "tiny", "--results", results, "--json").stdout)
+    assert len(rows) == 2 and {r["name"] for r in rows} == {"tiny"}
+
+
 def test_no_runs_says_where_it_looked(tmp_path, monkeypatch):
     result = run_main("runs", "--results", tmp_path)
     assert result.returncode == 0 and f"no runs under {tmp_path}" in result.stdout

@@ -19,8 +19,11 @@ def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
     """(results folder, experiment) that `harness runs NAME` lists. NAME is an experiment's name
     (results/NAME); what no config could be named (`results/smoke`, `/data/results`, `.`) is a
     path, taken for what the folder holds, as users paste the paths the other commands print: a
-    results folder, one experiment's runs, or one run (its experiment's runs are listed)."""
-    if name is None or re.match(NAME_PATTERN, name):
+    results folder, one experiment's runs, or one run (its experiment's runs are listed). A name
+    that is also a folder here holding runs (`harness runs archive`, no results/archive) is that folder."""
+    if name is None:
+        return results, None
+    if re.match(NAME_PATTERN, name) and ((results / name).is_dir() or not _holds_runs(Path(name))):
         return results, name
     folder = Path(name)
     if (folder / "run.json").is_file():
@@ -28,6 +31,14 @@ def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
     if runs_in(folder):
         return folder.parent, folder.name
     return folder, None
+
+
+def _holds_runs(folder: Path) -> bool:
+    """A run, an experiment's runs, or a results folder of experiments."""
+    try:
+        return (folder / "run.json").is_file() or bool(runs_in(folder)) or any(runs_in(p) for p in folder.iterdir() if p.is_dir())
+    except OSError:  # not a folder, or not one we may list
+        return False
 
 
 def no_runs(results: Path, name: str | None) -> str:
