@@ -501,3 +501,21 @@ def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():
     assert np.isnan(_mask_view(one_hot)[0]).all() and (_mask_view(one_hot)[1:] == 2).all()
     plain = plot_samples(images, np.zeros((2, 8, 8, 1)), predictions, "validation samples: the same images for every model")
     assert plain._suptitle.get_text() == "validation samples: the same images for every model"
+
+
+def test_log_axis_labels_are_compact_and_do_not_run_together():
+    # Params from 881 to 58.8k on a third of a figure: matplotlib's own labels read
+    # "2000 3000 4000 6000 2e+04 3e+04 4e+04 6e+04", the last four overlapping.
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import compact_number, log_axis
+
+    assert [compact_number(v) for v in (881, 20000, 1.5e6, 2e9, 0.25, 1.0, 0.001)] == ["881", "20k", "1.5M", "2G", "0.25", "1", "1e-03"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter([881, 12200, 58800], [0.85, 0.84, 0.87])
+    log_axis(ax, "x")
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    major, minor = ([t.get_text() for t in ax.get_xticklabels(minor=m) if t.get_text() and low <= t.get_position()[0] <= high] for m in (False, True))
+    plt.close(fig)
+    assert major == ["1k", "10k"] and minor == ["2k", "5k", "20k", "50k"], (major, minor)
