@@ -519,3 +519,21 @@ def test_log_axis_labels_are_compact_and_do_not_run_together():
     major, minor = ([t.get_text() for t in ax.get_xticklabels(minor=m) if t.get_text() and low <= t.get_position()[0] <= high] for m in (False, True))
     plt.close(fig)
     assert major == ["1k", "10k"] and minor == ["2k", "5k", "20k", "50k"], (major, minor)
+
+
+def test_the_ranking_bars_warn_that_overlapping_intervals_are_no_verdict_and_keep_values_off_the_bars():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import figure_final
+
+    summary = pd.DataFrame({"model": ["unet", "fcn"], "test_iou": [0.868, 0.854], "test_iou_low": [0.645, 0.630], "test_iou_high": [1.0, 1.0],
+                            "interval_covers": ["training seeds and test images"] * 2})
+    fig = figure_final(summary, "test_iou")
+    ax = fig.axes[0]
+    assert "overlapping intervals do not mean no difference: pairs in pair_differences.png" in ax.get_title()
+    assert all(text.get_ha() == "left" for text in ax.texts)  # beside each error bar, not on its line
+    plt.close(fig)
+    fig = figure_final(summary.drop(columns=["test_iou_low", "test_iou_high"]), "test_iou")
+    assert "overlapping" not in fig.axes[0].get_title() and all(text.get_ha() == "center" for text in fig.axes[0].texts)
+    plt.close(fig)

@@ -140,9 +140,14 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
         half = summary[f"{metric}_ci95"].astype(float).fillna(0)
         errors, label = np.vstack([half, half]), " (95% interval across seeds)"
     ax.bar(summary["model"], values, color=[colours[m] for m in summary["model"]], yerr=errors, capsize=6)
+    beside = errors is not None  # centred, the value would sit on its error bar's line
     for i, value in enumerate(values):
-        ax.annotate(f"{value:.3f}", (i, value), ha="center", va="bottom", xytext=(0, 3), textcoords="offset points")
+        ax.annotate(f"{value:.3f}", (i, value), ha="left" if beside else "center", va="bottom", xytext=(5 if beside else 0, 3), textcoords="offset points")
     ax.set_ylabel(metric)
+    if errors is not None and len(summary) > 1:
+        # Every model is scored on the same images: their image noise is shared, and a pair's
+        # difference is surer than two overlapping bars suggest.
+        label += "\n(overlapping intervals do not mean no difference: pairs in pair_differences.png)"
     ax.set_title(f"{metric} by model{label}", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     if len(summary) > 4 or summary["model"].str.len().max() > 10:  # long or many names: slanted, not overlapping
