@@ -486,7 +486,8 @@ def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():
     # ("deconv"), never "validation samples: the 8 best of 40 models by val_iou ...".
     import numpy as np
 
-    from harness.outputs.plots import _mask_view, plot_samples
+    from harness.core.scores import mask_classes
+    from harness.outputs.plots import plot_samples
 
     images = np.zeros((2, 8, 8, 3))
     masks = np.zeros((2, 8, 8, 1))
@@ -495,10 +496,10 @@ def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():
     figure = plot_samples(images, masks, predictions, "validation samples: the 2 best of 5 models by val_iou")
     assert figure._suptitle.get_text() == "validation samples: the 2 best of 5 models by val_iou; grey: pixels of data.ignore_label, in no score"
     assert [ax.get_title() for ax in figure.axes[:4]] == ["image", "truth", "unet", "deconv"]
-    assert np.isnan(_mask_view(masks[0])[0]).all() and not np.isnan(_mask_view(masks[0])[1:]).any()
+    assert np.isnan(mask_classes(masks[0])[0]).all() and not np.isnan(mask_classes(masks[0])[1:]).any()
     one_hot = np.zeros((4, 4, 3))
     one_hot[1:, :, 2] = 1.0  # row 0: no class (ignored)
-    assert np.isnan(_mask_view(one_hot)[0]).all() and (_mask_view(one_hot)[1:] == 2).all()
+    assert np.isnan(mask_classes(one_hot)[0]).all() and (mask_classes(one_hot)[1:] == 2).all()
     plain = plot_samples(images, np.zeros((2, 8, 8, 1)), predictions, "validation samples: the same images for every model")
     assert plain._suptitle.get_text() == "validation samples: the same images for every model"
 
@@ -537,3 +538,36 @@ def test_the_ranking_bars_warn_that_overlapping_intervals_are_no_verdict_and_kee
     fig = figure_final(summary.drop(columns=["test_iou_low", "test_iou_high"]), "test_iou")
     assert "overlapping" not in fig.axes[0].get_title() and all(text.get_ha() == "center" for text in fig.axes[0].texts)
     plt.close(fig)
+
+
+class _Tensor:
+    def __init__(self, array):
+        self.array = array
+
+    def numpy(self):
+        return self.array
+
+    def __len__(self):
+        return len(self.array)
+
+
+def test_samples_show_images_with_foreground_first_and_one_without_last():
+    # Real tiles are often empty: the first four of real_images' validation images were three empty ones.
+    import numpy as np
+
+    from harness.outputs.derived import SAMPLE_POOL, sample_batch
+
+    def batches(marked):  # image i holds the value i; its mask marks a pixel when marked(i)
+        images = np.arange(40, dtype=np.float32)[:, None, None, None] * np.ones((1, 4, 4, 3), np.float32)
+        masks = np.zeros((40, 4, 4, 1), np.float32)
+        masks[[i for i in range(40) if marked(i)], 1, 1, 0] = 1
+        return [(_Tensor(images[s:s + 8]), _Tensor(masks[s:s + 8])) for s in range(0, 40, 8)]
+
+    first = lambda picked: [int(image[0, 0, 0]) for image in picked[0]]  # noqa: E731
+    assert first(sample_batch(None, 4, val=batches(lambda i: i >= 3))) == [3, 4, 5, 0]
+    assert first(sample_batch(None, 4, val=batches(lambda i: i in (9, 20)))) == [9, 20, 0, 1]
+    assert first(sample_batch(None, 4, val=batches(lambda i: True))) == [0, 1, 2, 3]
+    assert first(sample_batch(None, 2, val=batches(lambda i: i == 30))) == [0, 1]  # past the first 2 x SAMPLE_POOL
+    assert SAMPLE_POOL * 2 <= 30
+    images, masks = sample_batch(None, 4, val=batches(lambda i: i >= 3))
+    assert images.shape == (4, 4, 4, 3) and masks.shape == (4, 4, 4, 1)

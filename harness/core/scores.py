@@ -31,3 +31,17 @@ def segmentation_scores(totals: dict, examples) -> dict:
                 scores[per_class("iou", c + 1)] = np.where(present[..., c], intersection[..., c] / np.where(present[..., c], union[..., c], 1.0), np.nan)
                 scores[per_class("f1", c + 1)] = np.where(present[..., c], 2 * intersection[..., c] / np.where(present[..., c], predicted[..., c] + truth[..., c], 1.0), np.nan)
     return scores
+
+
+def mask_classes(mask: np.ndarray) -> np.ndarray:
+    """A mask or a prediction as class ids per pixel: binary probability -> 0/1 at 0.5;
+    multi-class one-hot or probabilities -> the likeliest class; a true pixel of no class
+    (data.ignore_label: -1, or all zeros one-hot) -> NaN."""
+    if mask.shape[-1] == 1:
+        return np.where(mask[..., 0] < 0, np.nan, (mask[..., 0] > 0.5).astype(float))
+    return np.where(mask.sum(axis=-1) == 0, np.nan, mask.argmax(axis=-1).astype(float))
+
+
+def shows_foreground(mask: np.ndarray) -> bool:
+    """Whether a true mask marks any pixel as a foreground class (class 0 is background)."""
+    return bool(np.nan_to_num(mask_classes(mask)).any())

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from harness.config.schema import ExperimentConfig
+from harness.core.scores import shows_foreground
 from harness.errors import ConfigError, HarnessError
 from harness.outputs import pool
 from harness.outputs.figures import FigureJob, curve_figures, summary_figures
@@ -88,20 +89,31 @@ def scored_on_common_loss(config: ExperimentConfig) -> set[str] | None:
     return {m.name for m in config.member_specs() if m.predicts_masks} if config.compare_loss() else None
 
 
+SAMPLE_POOL = 8  # samples.png picks its `count` images from the first count x this validation images
+
+
 def sample_batch(config: ExperimentConfig, count: int, scan=None, val=None):
-    """The first `count` validation images and masks: the same ones for every model, every run.
-    `val`: the run's validation dataset when it is at hand (building the pipelines again cost 0.4 s)."""
+    """`count` validation images and masks, the same ones for every model, every run: of the
+    first `count` x SAMPLE_POOL, those whose truth marks some foreground, in order, and the first
+    that marks none in the last place (a false alarm on an empty image shows there) when there is
+    one. Real tiles are often empty: the first four of real_images' validation images were three
+    empty ones, predicted empty by every model. `val`: the run's validation dataset when it is at
+    hand (building the pipelines again cost 0.4 s)."""
     if val is None:
         from harness.data.pipeline import build_datasets
 
         val = build_datasets(config.data, config.training_seeds()[:1], 0, 1, scan).val
-    images, masks = [], []
+    marked, empty, seen = [], [], 0
     for batch_images, batch_masks in val:
-        images.append(batch_images.numpy())
-        masks.append(batch_masks.numpy())
-        if sum(len(i) for i in images) >= count:
+        for image, mask in zip(batch_images.numpy(), batch_masks.numpy()):
+            kept = marked if shows_foreground(mask) else empty
+            if len(kept) < count:  # at most count of each: a large image is megabytes
+                kept.append((image, mask))
+        seen += len(batch_images)
+        if (len(marked) >= count and empty) or seen >= count * SAMPLE_POOL:
             break
-    return np.concatenate(images)[:count], np.concatenate(masks)[:count]
+    picked = marked[:count - 1] + empty[:1] if empty and len(marked) >= count else (marked + empty)[:count]
+    return np.stack([i for i, _ in picked]), np.stack([m for _, m in picked])
 
 
 def draws_samples(config: ExperimentConfig) -> bool:

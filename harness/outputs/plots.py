@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from harness.config.metrics import higher_is_better  # noqa: E402
+from harness.core.scores import mask_classes  # noqa: E402
 from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
 from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
 
@@ -252,12 +253,12 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
     masks_shown = matplotlib.colormaps["gray"].with_extremes(bad="0.55")  # an ignored pixel (NaN): mid grey
     for r in range(rows):
-        panels = [("image", images[r], None), ("truth", _mask_view(masks[r]), masks_shown)]
+        panels = [("image", images[r], None), ("truth", mask_classes(masks[r]), masks_shown)]
         for name, pred in predictions.items():
             if pred.shape[-1] == images.shape[-1] != masks.shape[-1]:  # a reconstruction, not a mask
                 panels.append((name, pred[r], None))
             else:
-                panels.append((name, _mask_view(pred[r]), masks_shown))
+                panels.append((name, mask_classes(pred[r]), masks_shown))
         for c, (heading, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
             ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, np.nanmax(picture, initial=0)))
@@ -265,18 +266,10 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(heading, fontsize=9)
-    ignored = any(np.isnan(_mask_view(m)).any() for m in masks)
+    ignored = any(np.isnan(mask_classes(m)).any() for m in masks)
     fig.suptitle(title + ("; grey: pixels of data.ignore_label, in no score" if ignored else ""))
     fig.tight_layout()
     return fig
-
-
-def _mask_view(mask: np.ndarray) -> np.ndarray:
-    """Binary probability -> the thresholded mask; multi-class one-hot/probabilities -> class ids;
-    a true pixel of no class (data.ignore_label: -1, or all zeros one-hot) -> NaN."""
-    if mask.shape[-1] == 1:
-        return np.where(mask[..., 0] < 0, np.nan, (mask[..., 0] > 0.5).astype(float))
-    return np.where(mask.sum(axis=-1) == 0, np.nan, mask.argmax(axis=-1).astype(float))
 
 
 def log_axis(ax, which: str) -> None:
