@@ -571,3 +571,16 @@ def test_samples_show_images_with_foreground_first_and_one_without_last():
     assert SAMPLE_POOL * 2 <= 30
     images, masks = sample_batch(None, 4, val=batches(lambda i: i >= 3))
     assert images.shape == (4, 4, 4, 3) and masks.shape == (4, 4, 4, 1)
+
+
+def test_quality_vs_cost_names_points_on_the_right_to_their_left_inside_the_axes():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_quality_vs_cost
+
+    summary = pd.DataFrame({"model": ["linknet-resnet18-lr1e-3", "unet-resnet34-lr1e-3"], "params": [11.5e6, 24.4e6], "test_iou": [0.36, 0.47]})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary, "params", "test_iou")
+    assert {text.get_text(): text.get_ha() for text in ax.texts} == {"linknet-resnet18-lr1e-3": "left", "unet-resnet34-lr1e-3": "right"}
+    plt.close(fig)

@@ -209,7 +209,6 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     colours = _colours(list(summary["model"]))
     for _, row in data.iterrows():
         ax.scatter(row[cost], row[quality], s=60, color=colours[row["model"]], zorder=3)
-        ax.annotate(row["model"], (row[cost], row[quality]), xytext=(5, 4), textcoords="offset points")
     front = pareto_front(data, cost, quality, higher)
     if len(front):
         ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2, label="Pareto front")
@@ -218,6 +217,10 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     ax.set_ylabel(quality)
     if cost in ("params", "flops_per_example"):
         log_axis(ax, "x")
+    to_axes = ax.transData + ax.transAxes.inverted()  # once the scale is set: where each point lies across the axes
+    for _, row in data.iterrows():
+        left = to_axes.transform((row[cost], row[quality]))[0] > 0.6  # a name to the right would run out of the axes
+        ax.annotate(row["model"], (row[cost], row[quality]), xytext=(-5 if left else 5, 4), textcoords="offset points", ha="right" if left else "left")
     ax.set_title(f"{quality} vs {cost}")
     ax.grid(alpha=0.3)
     return ax
