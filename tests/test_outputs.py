@@ -584,3 +584,19 @@ def test_quality_vs_cost_names_points_on_the_right_to_their_left_inside_the_axes
     plot_quality_vs_cost(ax, summary, "params", "test_iou")
     assert {text.get_text(): text.get_ha() for text in ax.texts} == {"linknet-resnet18-lr1e-3": "left", "unet-resnet34-lr1e-3": "right"}
     plt.close(fig)
+
+
+def test_samples_of_autoencoders_alone_show_no_mask_their_target_is_the_image():
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from harness.outputs.plots import plot_samples
+
+    images, masks = np.full((2, 8, 8, 3), 0.5), np.zeros((2, 8, 8, 1))
+    masks[:, 0, 0, 0] = -1.0  # an ignored pixel: no word of it when no mask is shown
+    alone = plot_samples(images, masks, {"small": images * 0.9, "wide": images})
+    assert [ax.get_title() for ax in alone.axes[:3]] == ["image", "small", "wide"] and len(alone.axes) == 6
+    assert "ignore_label" not in alone._suptitle.get_text()
+    mixed = plot_samples(images, masks, {"small": images, "unet": np.full((2, 8, 8, 1), 0.9)})
+    assert [ax.get_title() for ax in mixed.axes[:4]] == ["image", "truth", "small", "unet"]
+    plt.close("all")

@@ -251,17 +251,18 @@ def plot_expected_best(table: pd.DataFrame):
 
 
 def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, np.ndarray], title: str = "validation samples: the same images for every model"):
-    """A figure: one row per validation image: image, true mask, each model's prediction."""
-    rows, columns = len(images), 2 + len(predictions)
+    """A figure: one row per validation image: image, true mask, each model's prediction (a
+    reconstruction shown as an image). With only reconstructions (autoencoders), no true mask:
+    the image is their target."""
+    rebuilds = {name: pred.shape[-1] == images.shape[-1] != masks.shape[-1] for name, pred in predictions.items()}
+    truth = not predictions or not all(rebuilds.values())
+    rows, columns = len(images), 1 + truth + len(predictions)
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
     masks_shown = matplotlib.colormaps["gray"].with_extremes(bad="0.55")  # an ignored pixel (NaN): mid grey
     for r in range(rows):
-        panels = [("image", images[r], None), ("truth", mask_classes(masks[r]), masks_shown)]
+        panels = [("image", images[r], None)] + ([("truth", mask_classes(masks[r]), masks_shown)] if truth else [])
         for name, pred in predictions.items():
-            if pred.shape[-1] == images.shape[-1] != masks.shape[-1]:  # a reconstruction, not a mask
-                panels.append((name, pred[r], None))
-            else:
-                panels.append((name, mask_classes(pred[r]), masks_shown))
+            panels.append((name, pred[r], None) if rebuilds[name] else (name, mask_classes(pred[r]), masks_shown))
         for c, (heading, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
             ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, np.nanmax(picture, initial=0)))
@@ -269,7 +270,7 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(heading, fontsize=9)
-    ignored = any(np.isnan(mask_classes(m)).any() for m in masks)
+    ignored = truth and any(np.isnan(mask_classes(m)).any() for m in masks)
     fig.suptitle(title + ("; grey: pixels of data.ignore_label, in no score" if ignored else ""))
     fig.tight_layout()
     return fig
