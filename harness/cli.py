@@ -387,7 +387,7 @@ def cmd_nightly(args) -> int:
         print(f"harness: {len(result.regressions)} regression(s) on the night of {result.night}:", file=sys.stderr)
         for change in result.regressions:
             print(f"  - {change.model} {change.metric} vs {change.against} {change.against_run}: "
-                  f"{change.before:.4g} -> {change.now:.4g} (allowed: {change.allowed}) {change.note}", file=sys.stderr)
+                  f"{change.before:.4g} -> {change.now:.4g} (allowed: {change.allowed}) {change.note}".rstrip(), file=sys.stderr)
     return result.exit_code
 
 
