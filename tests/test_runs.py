@@ -375,6 +375,32 @@ def test_a_run_whose_groups_ran_on_several_machines_names_each_models_machine(tm
     assert "timed on different machines (x/r0's a, b on vm: Xeon x2, no GPU; x/r0's c on gpu-box: EPYC x64, A100)" in comparison_note(table)
 
 
+def test_compare_shows_what_each_model_costs_to_serve_and_judges_latency_as_a_timing(tmp_path):
+    """compare listed params and ms_per_step only: a model's serving latency, throughput, memory,
+    FLOPs and file size, in every run's summary.csv, were in no column of it, not even --json."""
+    import io
+
+    from rich.console import Console
+
+    from harness.outputs.compare import best_index, compare_runs, print_comparison
+    from harness.rundir import RunDir, RunRecord
+
+    runs = []
+    for run_id, host, latency in (("r0", "vm", 19.2), ("r1", "gpu-box", 2.1)):
+        run = RunDir(tmp_path / "x" / run_id)
+        run.path.mkdir(parents=True)
+        run.write_record(RunRecord(name="x", run_id=run_id, hardware={"host": host, "cpu": "Xeon", "cpus": 2, "gpus": []}))
+        (run.path / "summary.csv").write_text("model,status,params,flops_per_example,ms_per_step,latency_ms,latency_p90_ms,serve_images_per_s,serve_peak_mb,model_mb,val_iou\n"
+                                              f"unet,ok,14300000,3.1e9,556.9,{latency},22.0,78.4,0.0,55.1,0.88\n")
+        runs.append(run.path)
+    table = compare_runs(runs)
+    assert {"flops_per_example", "latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb"} <= set(table.columns)
+    assert best_index(table, "latency_ms") is None and best_index(table, "model_mb") == 0  # timings of two machines; a file size is the model's
+    out = io.StringIO()
+    print_comparison(table, Console(file=out, width=140))
+    assert "latency_ms" in out.getvalue()
+
+
 def test_compare_says_whose_image_noise_one_seed_intervals_cover():
     """A one-seed run ranked on a test split has intervals of test-image noise, not validation's."""
     import pandas as pd

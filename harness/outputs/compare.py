@@ -19,8 +19,9 @@ from harness.outputs.tables import build_member_summary, load_losses, load_summa
 from harness.outputs.columns import plain_text
 from harness.outputs.terminal import TerminalTable, print_table
 
-COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "ms_per_step", "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1",
-           "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
+COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "flops_per_example", "ms_per_step",
+           "latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb",  # what each model costs to serve
+           "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
 FINISHED = "summary.csv"
 STOPPED = "summary.csv of a run not at its end"
 
@@ -138,7 +139,7 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
 
 
 # A run with a test split ranks on it (its validation scores chose the weights): test first.
-PRIORITY = ["run", "model", "test_iou", "val_iou", "status", "params", "ms_per_step", "test_f1", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
+PRIORITY = ["run", "model", "test_iou", "val_iou", "status", "params", "ms_per_step", "latency_ms", "test_f1", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
 
 
 def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False) -> None:
