@@ -145,7 +145,7 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     for i, value in enumerate(values):
         ax.annotate(f"{value:.3f}", (i, value), ha="left" if beside else "center", va="bottom", xytext=(5 if beside else 0, 3), textcoords="offset points")
     ax.set_ylabel(metric)
-    if errors is not None and len(summary) > 1:
+    if beside and len(summary) > 1:
         # Every model is scored on the same images: their image noise is shared, and a pair's
         # difference is surer than two overlapping bars suggest.
         label += "\n(overlapping intervals do not mean no difference: pairs in pair_differences.png)"
@@ -298,7 +298,7 @@ class _CompactLogLabels(matplotlib.ticker.LogFormatter):
 
     def set_locs(self, locs=None):
         super().set_locs(locs)
-        if self._sublabels is not None and len(self._sublabels) not in (1, 10):  # the subset (1, 10 labels: all or none)
+        if self._sublabels is not None and len(self._sublabels) not in (1, 10):  # not the decades alone ({1}) nor all (1-10): the subset
             self._sublabels = {1, 2, 5, 10}
 
     def __call__(self, x, pos=None):
