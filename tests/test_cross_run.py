@@ -282,3 +282,20 @@ def test_own_losses_of_models_trained_on_different_losses_are_noted(results, tmp
     for run in one_loss:
         _edit_config(run, lambda c: c["models"][2].update(loss="bce+dice"))
     assert harness.compare_pairs(one_loss, metric="val_loss").notes == []
+
+
+def test_the_same_networks_in_two_runs_are_named_not_passed_off_as_a_pair_within_noise():
+    # A run and its copy: every self-pair read "+0.0000, within image noise", as if two trainings agreed.
+    from types import SimpleNamespace
+
+    from harness.outputs.cross_run import _same_networks_note
+    from harness.outputs.statistics import Scored
+
+    def scored(*values):
+        return {member: Scored({"intersection": np.array([[v], [v / 2]]), "truth": np.ones((2, 1))}, None) for member, v in values}
+
+    first = SimpleNamespace(label="q/r0", scored=scored(("unet@1", 3.0), ("unet@2", 4.0), ("fcn@1", 1.0), ("fcn@2", 2.0)))
+    copy = SimpleNamespace(label="q/r0-copy", scored=scored(("unet@1", 3.0), ("unet@2", 4.0), ("fcn@1", 1.0), ("fcn@2", 2.5)))
+    other = SimpleNamespace(label="q/r1", scored=scored(("unet@1", 3.5), ("unet@2", 4.5)))
+    assert _same_networks_note([first, copy, other]).endswith(": unet of q/r0 and q/r0-copy.")  # fcn's second seed differs
+    assert _same_networks_note([first, other]) is None

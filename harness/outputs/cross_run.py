@@ -94,7 +94,7 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
     for run in runs:
         _read_scores(run, rank, chosen)
     _same_images(runs, split, moved + other_split)
-    notes = [note for note in (_own_loss_note(runs, rank), _versions_note(runs)) if note]
+    notes = [note for note in (_same_networks_note(runs), _own_loss_note(runs, rank), _versions_note(runs)) if note]
     if moved:
         notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
                      "by their true masks, image by image.")
@@ -271,6 +271,26 @@ def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:
         out[f"run_{side}"], out[f"model_{side}"] = parts.str[0], parts.str[1]
     first = ["run_a", "model_a", "run_b", "model_b"]
     return out[first + [c for c in out.columns if c not in first]]
+
+
+def _same_networks_note(runs: list[RunScores]) -> str | None:
+    """Models whose every member scored the same on every image in two runs: the same trained
+    networks (a run and its copy, or a deterministic run made again), whose pair's difference of
+    zero says nothing of how the model trains."""
+    same = []
+    for i, first in enumerate(runs):
+        for second in runs[i + 1:]:
+            members = [m for m in first.scored or {} if m in (second.scored or {})]
+            by_model: dict[str, bool] = {}
+            for member in members:
+                equal = all(np.array_equal(q, second.scored[member].quantities.get(k)) for k, q in first.scored[member].quantities.items())
+                by_model[model_of(member)] = by_model.get(model_of(member), True) and equal
+            if models := [model for model, equal in by_model.items() if equal]:
+                same.append(f"{', '.join(models)} of {first.label} and {second.label}")
+    if not same:
+        return None
+    return ("Scored the same on every image in two runs, so these are the same trained networks (a run and its copy, or a "
+            "deterministic run made again), and their difference of 0 says nothing of how the model trains: " + "; ".join(same) + ".")
 
 
 def _own_loss_note(runs: list[RunScores], rank: str) -> str | None:
