@@ -25,6 +25,7 @@ each model against itself (`metric`, `same_model`: nights/paired.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 from pathlib import Path
 
 import numpy as np
@@ -278,19 +279,19 @@ def _same_networks_note(runs: list[RunScores]) -> str | None:
     networks (a run and its copy, or a deterministic run made again), whose pair's difference of
     zero says nothing of how the model trains."""
     same = []
-    for i, first in enumerate(runs):
-        for second in runs[i + 1:]:
-            members = [m for m in first.scored or {} if m in (second.scored or {})]
-            by_model: dict[str, bool] = {}
-            for member in members:
-                equal = all(np.array_equal(q, second.scored[member].quantities.get(k)) for k, q in first.scored[member].quantities.items())
-                by_model[model_of(member)] = by_model.get(model_of(member), True) and equal
-            if models := [model for model, equal in by_model.items() if equal]:
-                same.append(f"{', '.join(models)} of {first.label} and {second.label}")
+    for first, second in combinations(runs, 2):
+        shared = [m for m in first.scored or {} if m in (second.scored or {})]
+        differ = {model_of(m) for m in shared if not _scored_alike(first.scored[m], second.scored[m])}
+        if models := list(dict.fromkeys(model_of(m) for m in shared if model_of(m) not in differ)):
+            same.append(f"{', '.join(models)} of {first.label} and {second.label}")
     if not same:
         return None
     return ("Scored the same on every image in two runs, so these are the same trained networks (a run and its copy, or a "
             "deterministic run made again), and their difference of 0 says nothing of how the model trains: " + "; ".join(same) + ".")
+
+
+def _scored_alike(a, b) -> bool:
+    return all(np.array_equal(q, b.quantities.get(k)) for k, q in a.quantities.items())
 
 
 def _own_loss_note(runs: list[RunScores], rank: str) -> str | None:

@@ -207,8 +207,7 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     higher = higher_is_better(quality)
     data = summary.dropna(subset=[cost, quality])
     colours = _colours(list(summary["model"]))
-    for _, row in data.iterrows():
-        ax.scatter(row[cost], row[quality], s=60, color=colours[row["model"]], zorder=3)
+    ax.scatter(data[cost], data[quality], s=60, color=[colours[m] for m in data["model"]], zorder=3)
     front = pareto_front(data, cost, quality, higher)
     if len(front):
         ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2, label="Pareto front")

@@ -10,7 +10,7 @@ import pandas as pd
 from harness.config.metrics import on_split, split_column
 from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError, did_you_mean
-from harness.rundir import RunDir, RunStatus, holder_of, runs_in
+from harness.rundir import RunDir, RunStatus, holder_of, runs_held, runs_in
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
 
@@ -35,10 +35,7 @@ def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
 
 def _holds_runs(folder: Path) -> bool:
     """A run, an experiment's runs, or a results folder of experiments."""
-    try:
-        return (folder / "run.json").is_file() or bool(runs_in(folder)) or any(runs_in(p) for p in folder.iterdir() if p.is_dir())
-    except OSError:  # not a folder, or not one we may list
-        return False
+    return (folder / "run.json").is_file() or bool(runs_held(folder))
 
 
 def no_runs(results: Path, name: str | None) -> str:
