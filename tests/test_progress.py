@@ -1,4 +1,5 @@
-"""Live progress that fits any width: step, total, elapsed and time left always; a bar and as many
+"""Live progress that fits any width: step, total, elapsed always, and the time left at the pace of
+the calls after the first (which traces); a bar and as many
 members' losses as fit; members that left the run left out; validation scores at each evaluation;
 Ctrl-C acknowledged at once, even in the middle of a long call."""
 
@@ -32,14 +33,29 @@ def drawn(width, calls):
 
 @pytest.mark.parametrize("width", [60, 100, 200])
 def test_the_line_fits_and_always_shows_step_total_elapsed_and_time_left(width):
-    lines = drawn(width, [(40, train_rows(40, NAMES))])
-    (line,) = lines
+    lines = drawn(width, [(20, train_rows(20, NAMES)), (40, train_rows(40, NAMES))])
+    line = lines[-1]
     assert len(line) <= width and line.startswith("step 40/200  ") and " left" in line
     assert "mine-lr0.00 1.4483" in line  # at least one member's loss, whole
     shown = sum(name in line for name in NAMES)
     assert shown == 6 or f"+{6 - shown} more" in line  # the rest counted, never cut mid-name
     if width >= 100:
         assert "█" in line or "░" in line  # a bar where there is room
+
+
+def test_the_time_left_leaves_out_the_first_call_which_traces(monkeypatch):
+    """12 sm networks: the first call (6 steps) took 199 s, nearly all tracing; the next 6 steps and a
+    validation 55 s. What is left (12 steps) is about 110 s, not the 4 min that 254 s / 12 steps
+    would say."""
+    clock = iter([0.0, 199.0, 254.0])
+    monkeypatch.setattr("harness.outputs.progress.time.monotonic", lambda: next(clock))
+    stream = io.StringIO()
+    writer = TerminalWriter(24, NAMES, "lines", 0, stream)
+    writer.write(train_rows(6, NAMES), 6)
+    writer.write(train_rows(12, NAMES), 12)
+    first, second = stream.getvalue().splitlines()
+    assert first.startswith("step 6/24  3m19s  loss: ")  # no pace known yet: no guess
+    assert second.startswith("step 12/24  4m14s  ~1m50s left  ")
 
 
 def test_at_200_columns_every_member_shows_and_at_60_the_rest_are_counted():

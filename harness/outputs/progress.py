@@ -1,7 +1,9 @@
 """Live progress on the terminal, as one line that fits any width, and plain lines in logs.
 
-The line always shows the step, the total, the elapsed time and the time left; then a bar if there
-is room; then as many members' latest training losses as fit, the rest counted ("+3 more").
+The line always shows the step, the total and the elapsed time; from the second call on, the time
+left, at the pace of the calls after the first (the first call traces the fused step: minutes for a
+dozen sm networks where a step takes seconds, so counting it would overstate what is left several
+times over); then a bar if there is room; then as many members' latest training losses as fit, the rest counted ("+3 more").
 Members that left the run (dropped by a race, stopped early) are left out: their rows stop coming.
 Validation scores are printed above the line at each evaluation, wrapped to the width, on a
 terminal as in a log.
@@ -26,7 +28,7 @@ def clock(seconds: float) -> str:
 
 
 def status_line(step: int, total: int, elapsed: float, left: float | None, losses: dict[str, str], width: int, bar: bool = True, label: str = "") -> str:
-    """One line of at most `width` characters. The head (step/total, elapsed, time left) always;
+    """One line of at most `width` characters. The head (step/total, elapsed, time left once known) always;
     a bar, if at least MIN_BAR wide remains with a third of the rest for losses; losses as fit."""
     head = f"step {step}/{total}  {clock(elapsed)}  ~{clock(left)} left" if left is not None else f"step {step}/{total}  {clock(elapsed)}"
     room = width - len(head)
@@ -76,6 +78,7 @@ class TerminalWriter:
         self.fixed_width = width
         self.latest: dict[str, str] = {}
         self._started = time.monotonic()
+        self._paced_from: tuple[float, int] | None = None  # (time, step) when the first call returned
         self._drawn = False
 
     @property
@@ -96,9 +99,9 @@ class TerminalWriter:
             if r.split == "val" and r.metric in SHOWN_VAL:
                 val.setdefault(r.model, {})[r.metric] = f"{r.value:.3f}"
                 val_step = r.step
-        elapsed = time.monotonic() - self._started
-        done = step - self.start_step
-        left = elapsed / done * (self.total - step) if done > 0 else None
+        now = time.monotonic()
+        elapsed = now - self._started
+        left = self._time_left(now, step)
         if val:
             self._print_above(val_lines(val_step, val, self.width))
         bar = self.mode == "bar"
@@ -109,6 +112,16 @@ class TerminalWriter:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def _time_left(self, now: float, step: int) -> float | None:
+        """At the pace since the first call returned; None until a second call has (the first one's
+        time is mostly tracing, which no later call pays)."""
+        if self._paced_from is None:
+            if step > self.start_step:
+                self._paced_from = (now, step)
+            return None
+        since, from_step = self._paced_from
+        return (now - since) / (step - from_step) * (self.total - step) if step > from_step else None
 
     def _print_above(self, lines: list[str]) -> None:
         clear = "\r" + " " * (self.width - 1) + "\r" if self._drawn else ""
