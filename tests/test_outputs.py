@@ -586,6 +586,59 @@ def test_quality_vs_cost_names_points_on_the_right_to_their_left_inside_the_axes
     plt.close(fig)
 
 
+def test_quality_vs_cost_on_linear_axes_names_the_leftmost_points_to_their_right():
+    # backbones.yaml: latency 18.5-25.2 ms; the names were placed as if the axis ran from 0 to 1
+    # (matplotlib's limits before it settles them), every one to the left, out of the axes.
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_quality_vs_cost
+
+    summary = pd.DataFrame({"model": ["mobilenetv2", "resnet18", "efficientnetb0"], "latency_ms": [18.5, 20.2, 25.2], "test_iou": [0.0, 0.24, 0.04]})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary, "latency_ms", "test_iou")
+    assert {text.get_text(): text.get_ha() for text in ax.texts} == {"mobilenetv2": "left", "resnet18": "left", "efficientnetb0": "right"}
+    plt.close(fig)
+
+
+def test_params_within_a_decade_are_labelled_beside_the_points():
+    # Encoders of 8.0-14.4M params: a log axis labelled 8M 9M 10M and nothing right of 10M.
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_quality_vs_cost
+
+    summary = pd.DataFrame({"model": ["a", "b", "c", "d"], "params": [8.0e6, 10.1e6, 14.3e6, 14.4e6], "test_iou": [0.0, 0.04, 0.24, 0.32]})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary, "params", "test_iou")
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    shown = {t.get_position()[0]: t.get_text() for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high}
+    plt.close(fig)
+    assert ax.get_xscale() == "linear" and max(shown) >= 13e6 and min(shown) <= 9e6, shown
+    assert all(text.endswith("M") for text in shown.values()), shown
+
+
+def test_loss_curves_over_seeds_say_what_the_lines_and_the_band_are():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_loss_curves, plot_val_metric
+
+    rows = [(step, f"unet@{r}", "train", "loss", 1.0 / step + r) for step in (1, 2, 3) for r in (1, 2, 3)]
+    losses = pd.DataFrame(rows, columns=["step", "model", "split", "metric", "value"])
+    fig, ax = plt.subplots()
+    plot_loss_curves(ax, losses, compared_on="bce+dice")
+    assert ax.get_title().endswith("\nfaint: mean of 3 training seeds, solid: smoothed, shaded: their range")
+    ax.clear()
+    plot_loss_curves(ax, losses[losses["model"] == "unet@1"].assign(model="unet"), compared_on="bce+dice")
+    assert ax.get_title() == "training loss: bce+dice (same batches for every model)"
+    ax.clear()
+    plot_val_metric(ax, losses.assign(split="val", metric="iou", epoch=losses["step"]), "iou")
+    assert ax.get_title() == "validation iou\nmean of 3 training seeds, shaded: their range"
+    plt.close(fig)
+
+
 def test_samples_of_autoencoders_alone_show_no_mask_their_target_is_the_image():
     import matplotlib.pyplot as plt
     import numpy as np

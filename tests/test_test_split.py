@@ -90,6 +90,44 @@ def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw
 
 
 @pytest.mark.slow
+def test_report_draws_samples_with_the_weights_the_test_split_scored(tested_run):
+    """samples.png showed the end-of-run weights beside a ranking of the chosen ones: on
+    backbones.yaml a model at test IoU 0.0000 was pictured finding shapes in every image."""
+    from harness.config.loading import load_config
+    from harness.outputs.derived import load_exported_model, samples_from_exports
+
+    run_dir = tested_run.run_dir
+    config = load_config(run_dir / "config.yaml", {"output.plot_formats": ["png"]})  # the tiny run drew no plots
+    images, _, predictors = samples_from_exports(RunDir(run_dir), config)
+    steps = {name: json.loads((run_dir / "models" / name / "best.json").read_text())["step"] for name in predictors}
+    earlier = [name for name, step in steps.items() if step < tested_run.info["steps_done"]]
+    assert earlier, steps
+    for name in earlier:
+        drawn = predictors[name](images)
+        best, final = (load_exported_model(run_dir / "models" / name / f) for f in ("best.keras", "model.keras"))
+        assert np.array_equal(drawn, best(images, training=False).numpy())
+        assert not np.array_equal(drawn, final(images, training=False).numpy())
+
+
+def test_the_runs_samples_predict_with_the_chosen_weights_and_put_the_final_ones_back(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.core.backend import import_keras
+    from harness.training.held_out import scored_weights_predictor
+
+    keras = import_keras()
+    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1, kernel_initializer="ones")])
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    model.save(tmp_path / "models" / "m" / "best.keras")  # chosen: all ones
+    model.set_weights([np.full((2, 1), 3.0), np.zeros(1)])  # the end of the run: all threes
+    member = SimpleNamespace(name="m", model=model, predict=lambda x: model(x, training=False))
+    x = np.ones((1, 2), np.float32)
+    assert scored_weights_predictor(member, tmp_path, chosen=True)(x).tolist() == [[2.0]]
+    assert model(x).numpy().tolist() == [[6.0]]  # the end-of-run weights back in the model
+    assert scored_weights_predictor(member, tmp_path, chosen=False)(x).numpy().tolist() == [[6.0]]
+
+
+@pytest.mark.slow
 def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choosing_images(tmp_path):
     final = run(validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}, output={"select_by": "final"})), results_dir=tmp_path / "f")
     members = final.info["test"]["members"]

@@ -68,6 +68,8 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     if samples is not None:
         images, masks, predictors = samples
         shown, title = models_in_samples(list(predictors), summary, config.ranking_column())
+        if any(record.chose_weights(name) for name in record.models):
+            title += "\nwith the weights chosen on validation, which the test split scored"
         predictions = {model: np.asarray(predictors[model](images)) for model in shown}
         drawn.append(_draw(FigureJob("samples", "plot_samples", (images, masks, predictions, title)), run, config, record))
     for future in drawn:
@@ -148,7 +150,8 @@ def models_in_samples(models: list[str], summary: pd.DataFrame, rank_by: str) ->
 
 
 def samples_from_exports(run: RunDir, config: ExperimentConfig):
-    """Sample predictions from models/<member>/model.keras, for rebuilding a report from disk.
+    """Sample predictions from models/<member>/model.keras (best.keras where the test split scored
+    the weights chosen on validation), for rebuilding a report from disk.
 
     Files only: the models are loaded with Keras's safe mode (no code stored in a file runs), and
     the validation images come from the data files the config lists; nothing a run directory
@@ -159,8 +162,10 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     if not draws_samples(config):  # before loading any model
         return None
     exported = {}
+    record = run.read_record()
     for spec in config.member_specs():
-        path = run.path / "models" / spec.name / "model.keras"
+        folder = run.path / "models" / spec.name
+        path = folder / ("best.keras" if record.chose_weights(spec.name) else "model.keras")  # the weights the ranking scored
         if path.exists():
             try:
                 model = load_exported_model(path)

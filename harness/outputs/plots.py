@@ -57,6 +57,11 @@ def _per_model(losses: pd.DataFrame, split: str, metric: str, x: str = "step") -
     return out
 
 
+def _seeds_drawn(curves: dict[str, pd.DataFrame]) -> int:
+    """How many repeats (training seeds) a curve's mean and band are taken over: 1 without repeats."""
+    return max((int(stats["count"].max()) for stats in curves.values() if len(stats)), default=1)
+
+
 def merge_identical(curves: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """Curves equal at every point drawn once, labelled with every model that has it ("fcn, unet:
     the same"): three models on one constant learning rate are one line, and the legend says so."""
@@ -88,7 +93,9 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     ax.set_ylabel("train loss" + (" (log)" if log_scale else ""))
     if log_scale:
         log_axis(ax, "y")
-    ax.set_title(f"training loss: {compared_on or 'each model its own'} (same batches for every model)", fontsize=10)
+    seeds = _seeds_drawn(curves)
+    band = f"\nfaint: mean of {seeds} training seeds, solid: smoothed, shaded: their range" if seeds > 1 else ""
+    ax.set_title(f"training loss: {compared_on or 'each model its own'} (same batches for every model){band}", fontsize=10)
     _legend(ax)
     ax.grid(alpha=0.3)
     return ax
@@ -120,7 +127,8 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel(f"val {metric}")
-    ax.set_title(f"validation {metric}")
+    seeds = _seeds_drawn(curves)
+    ax.set_title(f"validation {metric}" + (f"\nmean of {seeds} training seeds, shaded: their range" if seeds > 1 else ""), fontsize=10 if seeds > 1 else None)
     ax.grid(alpha=0.3)
     _legend(ax)
     return ax
@@ -215,8 +223,9 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     ax.set_xlabel(cost)
     ax.set_ylabel(quality)
     if cost in ("params", "flops_per_example"):
-        log_axis(ax, "x")
-    to_axes = ax.transData + ax.transAxes.inverted()  # once the scale is set: where each point lies across the axes
+        counts_axis(ax, data[cost])
+    ax.get_xlim()  # settles the limits, which matplotlib computes lazily: before it, the transform below is of (0, 1)
+    to_axes = ax.transData + ax.transAxes.inverted()  # once the scale and limits are set: where each point lies across the axes
     for _, row in data.iterrows():
         left = to_axes.transform((row[cost], row[quality]))[0] > 0.6  # a name to the right would run out of the axes
         ax.annotate(row["model"], (row[cost], row[quality]), xytext=(-5 if left else 5, 4), textcoords="offset points", ha="right" if left else "left")
@@ -273,6 +282,16 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
     fig.suptitle(title + ("; grey: pixels of data.ignore_label, in no score" if ignored else ""))
     fig.tight_layout()
     return fig
+
+
+def counts_axis(ax, values: pd.Series) -> None:
+    """An x axis of counts (params, FLOPs): log where they span a decade or more (a grid of widths);
+    linear within less, where a log axis has no tick between 10M and 20M (backbones of 8-14M got
+    the labels 8M 9M 10M and none beside their points), both labelled "8M", "12M", "1.5G"."""
+    if values.min() > 0 and values.max() / values.min() >= 10:
+        log_axis(ax, "x")
+    else:
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, pos: compact_number(x)))
 
 
 def log_axis(ax, which: str) -> None:

@@ -161,6 +161,12 @@ class RunRecord:
         scores, and a summary.csv `harness report` wrote for it, are from where it stopped."""
         return self.status != RunStatus.COMPLETED and self.total_steps is not None and self.steps_done < self.total_steps
 
+    def chose_weights(self, member: str) -> bool:
+        """Whether `member`'s scores on the held-out test split are of its weights chosen on
+        validation (models/<member>/best.keras); otherwise (no test split, `select_by: final`, no
+        best state on disk) every score the run ranks by is of its end-of-run weights (model.keras)."""
+        return ((self.extra.get("test") or {}).get("members", {}).get(member) or {}).get("weights") == "best"
+
     def update(self, **changes: Any) -> None:
         """Set fields by name; a name the record does not type goes to `extra`."""
         known = {f.name for f in fields(self)} - {"extra"}

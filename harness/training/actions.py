@@ -23,7 +23,7 @@ from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
 from harness.training.flops import forward_flops
-from harness.training.held_out import score_test_split
+from harness.training.held_out import score_test_split, scored_weights_predictor
 from harness.training.probe import held_in_memory, probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
@@ -184,7 +184,9 @@ def score_test(done: FinishedRun) -> None:
 def write_tables(done: FinishedRun) -> None:
     from harness.outputs.derived import samples_from_models, write_outputs
 
-    samples = samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
+    record = done.book.record  # the pictures show the weights the ranking scored: chosen on validation with a test split
+    predictors = {m.name: scored_weights_predictor(m, done.run.path, record.chose_weights(m.name)) for m in done.members}
+    samples = samples_from_models(done.config, predictors, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += data_warnings(done.config, done.book.record) + validation_warnings(summary, done.config)
     for warning in done.warnings:

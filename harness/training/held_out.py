@@ -50,6 +50,22 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
     return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}
 
 
+def scored_weights_predictor(member, run_path: Path, chosen: bool):
+    """`member.predict` with the weights its test scores are of: those chosen on validation when
+    `chosen` (put back after each call, as in the scoring), the weights in memory otherwise."""
+    if not chosen:
+        return member.predict
+
+    def predict(images):
+        weights = member.model.get_weights()
+        try:
+            _load_best(member, run_path)
+            return member.predict(images).numpy()
+        finally:
+            member.model.set_weights(weights)
+    return predict
+
+
 def _selected(name: str, config, run_path: Path, final_step: int) -> dict[str, Any]:
     if config.output.select_by == "final":
         return {"weights": "final", "step": final_step}
