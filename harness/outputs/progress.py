@@ -3,7 +3,8 @@
 The line always shows the step, the total and the elapsed time; from the second call on, the time
 left, at the pace of the calls after the first (the first call traces the fused step: minutes for a
 dozen sm networks where a step takes seconds, so counting it would overstate what is left several
-times over); then a bar if there is room; then as many members' latest training losses as fit, the rest counted ("+3 more").
+times over); then a bar if there is room; then as many members' latest training losses as fit, the
+rest counted ("+3 more").
 Members that left the run (dropped by a race, stopped early) are left out: their rows stop coming.
 Validation scores are printed above the line at each evaluation, wrapped to the width, on a
 terminal as in a log.
