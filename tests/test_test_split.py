@@ -109,22 +109,30 @@ def test_report_draws_samples_with_the_weights_the_test_split_scored(tested_run)
         assert not np.array_equal(drawn, final(images, training=False).numpy())
 
 
-def test_the_runs_samples_predict_with_the_chosen_weights_and_put_the_final_ones_back(tmp_path):
-    from types import SimpleNamespace
+@pytest.mark.slow
+def test_the_runs_samples_are_predicted_with_the_weights_the_test_split_scored(tmp_path, monkeypatch):
+    from harness.outputs import derived
 
-    from harness.core.backend import import_keras
-    from harness.training.held_out import scored_weights_predictor
+    drawn = {}
+    original = derived._draw
 
-    keras = import_keras()
-    model = keras.Sequential([keras.layers.Input((2,)), keras.layers.Dense(1, kernel_initializer="ones")])
-    (tmp_path / "models" / "m").mkdir(parents=True)
-    model.save(tmp_path / "models" / "m" / "best.keras")  # chosen: all ones
-    model.set_weights([np.full((2, 1), 3.0), np.zeros(1)])  # the end of the run: all threes
-    member = SimpleNamespace(name="m", model=model, predict=lambda x: model(x, training=False))
-    x = np.ones((1, 2), np.float32)
-    assert scored_weights_predictor(member, tmp_path, chosen=True)(x).tolist() == [[2.0]]
-    assert model(x).numpy().tolist() == [[6.0]]  # the end-of-run weights back in the model
-    assert scored_weights_predictor(member, tmp_path, chosen=False)(x).numpy().tolist() == [[6.0]]
+    def keep_samples(job, *args):
+        if job.stem == "samples":
+            drawn["images"], _, drawn["predictions"], drawn["title"] = job.args
+        return original(job, *args)
+
+    monkeypatch.setattr(derived, "_draw", keep_samples)
+    raw = tiny_config(train={"epochs": 3}, data={"test_size": 8}, output={"plot_formats": ["png"], "sample_images": 2})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    run_dir = result.run_dir
+    steps = {name: json.loads((run_dir / "models" / name / "best.json").read_text())["step"] for name in ("fcn", "unet", "deconv")}
+    earlier = [name for name, step in steps.items() if step < result.info["steps_done"]]
+    assert earlier, steps
+    assert drawn["title"].endswith("\nwith the weights chosen on validation, which the test split scored")
+    for name in earlier:
+        best, final = (derived.load_exported_model(run_dir / "models" / name / f) for f in ("best.keras", "model.keras"))
+        assert np.array_equal(drawn["predictions"][name], best(drawn["images"], training=False).numpy()), name
+        assert not np.array_equal(drawn["predictions"][name], final(drawn["images"], training=False).numpy()), name
 
 
 @pytest.mark.slow

@@ -126,16 +126,17 @@ def draws_samples(config: ExperimentConfig) -> bool:
 SAMPLE_MODELS = 8  # columns of predictions samples.png shows at most: the best ones, in ranking order
 
 
-def samples_from_models(config: ExperimentConfig, predict_by_member: dict[str, Any], scan=None, val=None):
-    """(images, masks, {model: predict}) for the first repeat of every model; the predictions are
-    made when samples.png is drawn, for the models it shows."""
+def samples_from_models(config: ExperimentConfig, by_member: dict[str, Any], scan=None, val=None):
+    """(images, masks, {model: its first repeat's value in `by_member`}): a predictor, whose
+    predictions are made when samples.png is drawn, for the models it shows; or a member, for the
+    caller to predict with (the end of a run, with the weights the test split scored)."""
     if not draws_samples(config):
         return None
     images, masks = sample_batch(config, config.output.sample_images, scan, val)
-    predictors = {}
-    for member, predict in predict_by_member.items():
-        predictors.setdefault(base_model(member), predict)
-    return images, masks, predictors
+    firsts = {}
+    for member, value in by_member.items():
+        firsts.setdefault(base_model(member), value)
+    return images, masks, firsts
 
 
 def models_in_samples(models: list[str], summary: pd.DataFrame, rank_by: str) -> tuple[list[str], str]:

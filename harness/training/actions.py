@@ -23,7 +23,7 @@ from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
 from harness.training.flops import forward_flops
-from harness.training.held_out import score_test_split, scored_weights_predictor
+from harness.training.held_out import score_test_split
 from harness.training.probe import held_in_memory, probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
@@ -47,6 +47,7 @@ class FinishedRun:
     timing: StepTiming
     book: RunBook  # run.json: `book.update(...)` changes fields and writes it; `book.record` reads it
     warnings: list[str] = field(default_factory=list)
+    samples: tuple | None = None  # samples.png's images, masks and predictions, made with the weights the test split scored
     _probe_data: Any = None
     _probe_batches: Any = None
 
@@ -176,17 +177,29 @@ def score_test(done: FinishedRun) -> None:
     # The run's eval function, already traced, with every member switched on for the call (over
     # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
     # on the quickstart's four networks).
-    record = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
-                              lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members))
+    from harness.outputs.derived import samples_from_models
+
+    # samples.png pictures the weights the ranking scores: those chosen on validation, predicted
+    # here while they are loaded (the first repeat of each model, as samples.png shows).
+    samples = samples_from_models(done.config, {m.name: m for m in done.members}, done.scan, done.datasets.val)
+    pictured = (samples[0], list(samples[2].values())) if samples else None
+    record, predicted = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
+                                         lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
+                                         pictured=pictured)
     done.book.update(test=record)
+    if samples:
+        done.samples = (samples[0], samples[1], {model: _already(predicted[m.name]) for model, m in samples[2].items()})
+
+
+def _already(prediction):
+    """A predictor of samples already predicted (the images are those it was made of)."""
+    return lambda images: prediction
 
 
 def write_tables(done: FinishedRun) -> None:
     from harness.outputs.derived import samples_from_models, write_outputs
 
-    record = done.book.record  # the pictures show the weights the ranking scored: chosen on validation with a test split
-    predictors = {m.name: scored_weights_predictor(m, done.run.path, record.chose_weights(m.name)) for m in done.members}
-    samples = samples_from_models(done.config, predictors, done.scan, done.datasets.val)
+    samples = done.samples or samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
     done.warnings += data_warnings(done.config, done.book.record) + validation_warnings(summary, done.config)
     for warning in done.warnings:

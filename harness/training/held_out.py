@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
 from harness.members.base import preserved_state
@@ -25,10 +27,13 @@ from harness.rundir import RunDir
 tf = import_tf()
 
 
-def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of, evaluate=None) -> dict[str, Any]:
+def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of, evaluate=None,
+                     pictured: tuple[Any, list] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write test_scores.csv (per member and test image, like val_scores.csv; `step` is the step
-    whose weights were scored) and return what run.json records under `test`. `evaluate`: an
-    eval function over exactly `members` to reuse (it reads their weights when called)."""
+    whose weights were scored) and return what run.json records under `test`, and the predictions
+    of `pictured` = (images, members) with the same weights, made while they are loaded (for
+    samples.png: loading them again took 11 s of backbones.yaml's end). `evaluate`: an eval
+    function over exactly `members` to reuse (it reads their weights when called)."""
     path = RunDir(run_path).test_scores_csv
     path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
     selected = {m.name: _selected(m.name, config, run_path, final_step) for m in members}
@@ -39,6 +44,8 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
                 _load_best(member, run_path)  # best at the last step: those are the weights in memory
         evaluate = evaluate or make_eval_fn(members, config.data.classes)
         per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(test_dataset))
+        images, shown = pictured or (None, [])
+        predicted = {m.name: np.asarray(m.predict(images)) for m in shown}
     writer = ValScoresWriter(path, config.data.classes, config.losses_differ())
     try:
         for member in members:
@@ -47,23 +54,7 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
             writer.write(step, epoch_of(step), member.name, mine, member.eval_scores(mine, 1))
     finally:
         writer.close()
-    return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}
-
-
-def scored_weights_predictor(member, run_path: Path, chosen: bool):
-    """`member.predict` with the weights its test scores are of: those chosen on validation when
-    `chosen` (put back after each call, as in the scoring), the weights in memory otherwise."""
-    if not chosen:
-        return member.predict
-
-    def predict(images):
-        weights = member.model.get_weights()
-        try:
-            _load_best(member, run_path)
-            return member.predict(images).numpy()
-        finally:
-            member.model.set_weights(weights)
-    return predict
+    return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}, predicted
 
 
 def _selected(name: str, config, run_path: Path, final_step: int) -> dict[str, Any]:
