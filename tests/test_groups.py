@@ -68,6 +68,21 @@ def test_a_runs_steps_are_those_every_training_group_reached():
     assert steps_every_group_reached([]) == 0
 
 
+def test_the_estimate_counts_each_groups_trace_before_its_steps():
+    """backbones.yaml (12 sm members, 24 steps) was estimated at 2.5 min from its steps alone; the
+    run's first call, tracing, took 3 min 18 s of its 7."""
+    from harness.scale.plan import Devices, Plan
+
+    needs = [Need("a", 100, 500.0, 20.0), Need("b", 100, 1500.0, 40.0), Need("c", 100, 1000.0, None)]
+    measured = pack(needs[:2], 1000, None).groups
+    assert [(g.ms_per_step, g.trace_s) for g in measured] == [(2000.0, 60.0)]
+    plan = Plan(None, None, Devices(0, None, (None,)), [], measured, [], total_steps=24)
+    assert plan.group_seconds == [60.0 + 48.0] and plan.estimated_s == 108.0 and plan.trace_s == 60.0
+    assert "estimated training time: 1.8 min for 24 steps, 60 s of it tracing" in plan.describe()[-1]
+    unmeasured = pack(needs, 1000, None).groups
+    assert unmeasured[0].trace_s is None and Plan(None, None, Devices(0, None, (None,)), [], unmeasured, [], 24).trace_s is None
+
+
 def test_makespan_fills_the_first_free_slot():
     assert makespan_s([4, 3, 2, 1], slots=2) == 5
     assert makespan_s([4, 3, 2, 1], slots=1) == 10
@@ -151,7 +166,7 @@ def test_a_group_out_of_memory_is_split_and_a_member_too_big_alone_is_oom(tmp_pa
     resolved = validate_config(config)
     for name, mb in (("fcn", 300), ("unet", 300), ("deconv", 800)):
         raw = probe_config(resolved, name)
-        figures = {"model": name, "params": 1, "flops_per_example": 1, "peak_mb": mb, "ms_per_step": 1.0, "memory_from": "planted"}
+        figures = {"model": name, "params": 1, "flops_per_example": 1, "peak_mb": mb, "ms_per_step": 1.0, "trace_s": 1.0, "memory_from": "planted"}
         (cache / f"{cache_key(raw, 'cpu')}.json").write_text(json.dumps(figures))
     done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "r", env={"HARNESS_TEST_DEVICE_MB": "700"})
     assert done.returncode == 0, done.stderr
@@ -178,7 +193,8 @@ def test_plan_measures_each_model_once_and_caches_it(tmp_path):
     assert models["unet"]["params"] > models["fcn"]["params"] > 0
     assert all(m["peak_mb"] > 0 and m["ms_per_step"] > 0 and m["flops_per_example"] > 0 for m in models.values())
     assert sum(len(g["members"]) for g in plan["groups"]) == 3 and all(len(g["members"]) <= 2 for g in plan["groups"])
-    assert "group g1 on CPU" in first.stdout and "estimated training time" in first.stdout
+    assert "group g1 on CPU" in first.stdout and "estimated training time" in first.stdout and "of it tracing" in first.stdout
+    assert all(m["trace_s"] > 0 for m in models.values()) and plan["trace_s"] > 0  # each model's first call alone
     import harness
 
     plan = harness.plan(config, results_dir=tmp_path / "r")  # the API, the second time: all from the cache

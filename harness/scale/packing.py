@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Need:
-    """What one member needs: measured peak memory of one training step, and its step time."""
+    """What one member needs: measured peak memory of one training step, its step time, and the
+    seconds of its first call (tracing it, and one step)."""
 
     name: str
     memory_mb: float | None = None
     ms_per_step: float | None = None
+    trace_s: float | None = None
 
 
 @dataclass
@@ -29,11 +31,18 @@ class Group:
     members: list[str] = field(default_factory=list)
     memory_mb: float = 0.0
     ms_per_step: float | None = 0.0
+    trace_s: float | None = 0.0  # a fused step traces each member's part: the sum of their first calls
 
     def add(self, need: Need) -> None:
         self.members.append(need.name)
         self.memory_mb += need.memory_mb or 0.0
-        self.ms_per_step = None if self.ms_per_step is None or need.ms_per_step is None else self.ms_per_step + need.ms_per_step
+        self.ms_per_step = _sum(self.ms_per_step, need.ms_per_step)
+        self.trace_s = _sum(self.trace_s, need.trace_s)
+
+
+def _sum(total: float | None, more: float | None) -> float | None:
+    """A sum that is unknown once one of its parts is (a member not measured)."""
+    return None if total is None or more is None else total + more
 
 
 @dataclass(frozen=True)

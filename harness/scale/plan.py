@@ -47,7 +47,15 @@ class Plan:
 
     @property
     def group_seconds(self) -> list[float | None]:
-        return [None if g.ms_per_step is None else g.ms_per_step * self.total_steps / 1000 for g in self.groups]
+        """Each group's training: its first call (tracing its fused step: the sum of its members'
+        first calls alone, minutes for sm networks) and then its steps."""
+        return [None if g.ms_per_step is None else (g.trace_s or 0.0) + g.ms_per_step * self.total_steps / 1000 for g in self.groups]
+
+    @property
+    def trace_s(self) -> float | None:
+        """The tracing in the estimate, on the slots in order (groups trace as they start)."""
+        traces = [g.trace_s for g in self.groups]
+        return None if not traces or None in traces else makespan_s(traces, len(self.devices.slots))  # type: ignore[arg-type]
 
     @property
     def estimated_s(self) -> float | None:
@@ -67,8 +75,9 @@ class Plan:
             "budget_mb": self.budget_mb, "max_members_per_group": self.max_members, "devices": asdict(self.devices),
             "models": self.models, "too_big": self.too_big, "total_steps": self.total_steps, "repeats": self.repeats,
             "groups": [{**asdict(g), "device": self.device_of(i), "estimated_s": s} for i, (g, s) in enumerate(zip(self.groups, self.group_seconds))],
-            "estimated_s": self.estimated_s,
-            "estimate_note": "group memory and step time are the sums of their members' (safe side); run time on the slots in order",
+            "estimated_s": self.estimated_s, "trace_s": self.trace_s,
+            "estimate_note": "group memory, step time and trace are the sums of their members' (safe side); run time on the slots in order, "
+                             "each group's trace and steps; validation, checkpoints and the end of the run not in it",
         }
 
     def describe(self) -> list[str]:
@@ -78,17 +87,19 @@ class Plan:
                  + (f", at most {self.max_members} model(s) per group" if self.max_members else "")]
         for model in self.models:
             lines.append(f"  {model['model']:<28} params {_count(model.get('params'))}  FLOPs/example {_count(model.get('flops_per_example'))}  "
-                         f"step memory {_mb(model.get('peak_mb'))}  {_ms(model.get('ms_per_step'))}/step"
+                         f"step memory {_mb(model.get('peak_mb'))}  {_ms(model.get('ms_per_step'))}/step  trace {_duration(model.get('trace_s'), short=True)}"
                          + ("  (cached)" if model.get("cached") else ""))
         if self.repeats > 1:
-            lines.append(f"  repeats: {self.repeats} training seeds per model, so {self.repeats} members each: the step memory and time "
+            lines.append(f"  repeats: {self.repeats} training seeds per model, so {self.repeats} members each: the step memory, time and trace "
                          f"above are {self.repeats} x one member's, and the input pipeline makes {self.repeats} streams of batches")
         for i, (group, seconds) in enumerate(zip(self.groups, self.group_seconds)):
             lines.append(f"  group {group.name} on {self.device_of(i)}: {', '.join(group.members)}  memory {_mb(group.memory_mb or None)}  "
-                         f"{_ms(group.ms_per_step)}/step, about {_duration(seconds)}")
+                         f"{_ms(group.ms_per_step)}/step, about {_duration(seconds)} with its trace")
         for name in self.too_big:
             lines.append(f"  {name}: needs more than the budget even alone: it would be marked oom")
-        lines.append(f"  estimated training time: {_duration(self.estimated_s)} for {self.total_steps} steps (sums of alone-times: an upper estimate)")
+        lines.append(f"  estimated training time: {_duration(self.estimated_s)} for {self.total_steps} steps, {_duration(self.trace_s, short=True)} of it "
+                     "tracing (sums of alone-times: for the steps an upper estimate, for the trace a lower one; not counted: validation, "
+                     "checkpoints, and the end of the run: probes, test split, outputs)")
         return lines
 
 
@@ -136,9 +147,10 @@ def make_plan(config: ExperimentConfig, cache: Path, measure_members: bool, say=
         figures: dict[str, Any] = {"model": spec.name}
         if measure_members or budget is not None:
             one = measure(probe_config(config, spec.name), cache, devices.kind, say)
-            figures.update(one, model=spec.name, peak_mb=_times(one["peak_mb"], repeats), ms_per_step=_times(one["ms_per_step"], repeats))
+            figures.update(one, model=spec.name, peak_mb=_times(one["peak_mb"], repeats), ms_per_step=_times(one["ms_per_step"], repeats),
+                           trace_s=_times(one["trace_s"], repeats))
         models.append(figures)
-    needs = [Need(m["model"], m.get("peak_mb"), m.get("ms_per_step")) for m in models]
+    needs = [Need(m["model"], m.get("peak_mb"), m.get("ms_per_step"), m.get("trace_s")) for m in models]
     packing = pack(needs, budget, config.placement.max_members_per_group)
     groups = spread(packing.groups, needs, len(devices.slots))
     return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps, repeats)
@@ -183,7 +195,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.1f} ms"
 
 
-def _duration(seconds: float | None) -> str:
+def _duration(seconds: float | None, short: bool = False) -> str:
     if seconds is None:
-        return "- (not measured: harness plan measures)"
-    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+        return "-" if short else "- (not measured: harness plan measures)"
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"

@@ -88,7 +88,7 @@ def read_cached(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     if not isinstance(figures, dict) or any(not isinstance(figures.get(k), (int, float)) or isinstance(figures.get(k), bool)
-                                            for k in ("params", "peak_mb", "ms_per_step")):
+                                            for k in ("params", "peak_mb", "ms_per_step", "trace_s")):
         return None
     return figures
 
@@ -125,7 +125,9 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
         members = build_members(config, placement.model_devices)
         global_step = tf.Variable(0, dtype=tf.int64, trainable=False)
     loop = make_train_loop(members, placement, global_step, config.data.batch_size, 1, {})
+    began = time.perf_counter()
     tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, 1))  # traces, then runs one step
+    trace_s = time.perf_counter() - began
     began = time.perf_counter()
     for _ in range(PROBE_STEPS):
         tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, 1))
@@ -133,7 +135,7 @@ def _probe(raw: dict[str, Any]) -> dict[str, Any]:
     peak = tf.config.experimental.get_memory_info(gpus[0].name)["peak"] / 2**20 if gpus else peak_rss_mb() - baseline
     member = members[0]
     return {"model": member.name, "params": int(member.params), "flops_per_example": forward_flops(member.model, config.data.input_shape),
-            "peak_mb": round(peak, 1), "ms_per_step": round(ms, 2), "memory_from": "gpu_peak" if gpus else "rss_growth"}
+            "peak_mb": round(peak, 1), "ms_per_step": round(ms, 2), "trace_s": round(trace_s, 2), "memory_from": "gpu_peak" if gpus else "rss_growth"}
 
 
 def main() -> int:
