@@ -293,7 +293,12 @@ def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_acr
     done = run_cli("run", write_yaml(tmp_path / "c.yaml", config), "--results", tmp_path / "r")
     assert done.returncode == 0, done.stderr
     run_dir = only_run_dir(tmp_path / "r")
-    assert len(json.loads((run_dir / "run.json").read_text())["groups"]) == 2
+    info = json.loads((run_dir / "run.json").read_text())
+    assert len(info["groups"]) == 2
+    # Which weights the test split scored, for the whole run (samples.png and `harness report`
+    # picture those): each group's members, as that group recorded them.
+    groups = [json.loads(p.read_text())["test"]["members"] for p in sorted(run_dir.glob("groups/*/run.json"))]
+    assert info["test"]["members"] == {**groups[0], **groups[1]} and len(info["test"]["members"]) == 4
     scores = pd.read_csv(run_dir / "test_scores.csv")
     assert scores.groupby("model").size().to_dict() == {m: 4 for m in ("fcn-lr0.01", "fcn-lr1e-3", "unet-lr0.01", "unet-lr1e-3")}
     table = pd.read_csv(run_dir / "compare_by.csv")

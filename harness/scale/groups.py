@@ -167,7 +167,7 @@ class GroupsRun:
             )
         # Whose timings these are: the groups' machines (Ray places them), not the driver's.
         machine = common_machine([g.get("hardware") for g in groups if g["status"] == "completed"])
-        self._update(models=merge_groups(self.run, groups), hardware=machine or self.record.hardware)
+        self._update(**merge_groups(self.run, groups), hardware=machine or self.record.hardware)
         self.finish(self)
 
     # -- records ----------------------------------------------------------------------------

@@ -22,22 +22,26 @@ def group_dir(run: RunDir, name: str) -> RunDir:
 
 def merge_groups(run: RunDir, groups: list[dict[str, Any]]) -> dict[str, Any]:
     """Write the run's losses.csv, val_scores.csv and test_scores.csv from its completed groups, move their models
-    and TensorBoard folders up, and return run.json `models` for every member (those that did
-    not fit even alone as `oom`)."""
+    and TensorBoard folders up, and return what run.json takes from them: `models` for every member
+    (those that did not fit even alone as `oom`) and, with a test split, `test`: which weights of
+    each member it scored (samples.png and `harness report` picture those)."""
     completed = [group_dir(run, g["name"]) for g in groups if g["status"] == "completed"]
     _concat([g.losses_csv for g in completed], run.losses_csv, load_losses)
     _concat([g.val_scores_csv for g in completed], run.val_scores_csv, pd.read_csv)
     _concat([g.test_scores_csv for g in completed], run.test_scores_csv, pd.read_csv)
     models: dict[str, Any] = {}
+    test: dict[str, Any] = {}
     for group in completed:
         info = json.loads(group.run_json.read_text(encoding="utf-8"))
         models.update(info.get("models", {}))
+        if info.get("test"):  # the same split and choice in every group; their members side by side
+            test = {**info["test"], "members": {**test.get("members", {}), **info["test"]["members"]}}
         for folder in ("models", "tb"):
             _move_children(group.path / folder, run.path / folder)
     for group in groups:
         if group["status"] == "oom":
             models.update({name: {"status": "oom", "changed_at_step": 0} for name in group["members"]})
-    return models
+    return {"models": models, **({"test": test} if test else {})}
 
 
 def _concat(sources: list[Path], target: Path, read) -> None:
