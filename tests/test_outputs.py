@@ -601,6 +601,24 @@ def test_quality_vs_cost_on_linear_axes_names_the_leftmost_points_to_their_right
     plt.close(fig)
 
 
+def test_models_at_nearly_the_same_point_are_named_once_together():
+    # benchmark.yaml: unet-lr3e-3 and unet-lr3e-4 at the same serving latency (one network,
+    # measured once) and test IoU 0.7227 and 0.7207: their names were drawn over each other.
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_quality_vs_cost
+
+    summary = pd.DataFrame({"model": ["linknet-lr3e-3", "unet-lr3e-3", "unet-lr3e-4", "linknet-lr3e-4"],
+                            "latency_ms": [14.7, 18.1, 18.1, 14.7], "test_iou": [0.7391, 0.7227, 0.7207, 0.5881]})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary, "latency_ms", "test_iou")
+    assert sorted(text.get_text() for text in ax.texts) == ["linknet-lr3e-3", "linknet-lr3e-4", "unet-lr3e-3, unet-lr3e-4"]
+    (together,) = [text for text in ax.texts if "," in text.get_text()]
+    assert together.xy == (18.1, 0.7227)  # at the higher of the two
+    plt.close(fig)
+
+
 def test_params_within_a_decade_are_labelled_beside_the_points():
     # Encoders of 8.0-14.4M params: a log axis labelled 8M 9M 10M and nothing right of 10M.
     import matplotlib.pyplot as plt

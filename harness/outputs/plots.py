@@ -226,12 +226,34 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
         counts_axis(ax, data[cost])
     ax.get_xlim()  # settles the limits, which matplotlib computes lazily: before it, the transform below is of (0, 1)
     to_axes = ax.transData + ax.transAxes.inverted()  # once the scale and limits are set: where each point lies across the axes
-    for _, row in data.iterrows():
-        left = to_axes.transform((row[cost], row[quality]))[0] > 0.6  # a name to the right would run out of the axes
-        ax.annotate(row["model"], (row[cost], row[quality]), xytext=(-5 if left else 5, 4), textcoords="offset points", ha="right" if left else "left")
+    across = to_axes.transform(data[[cost, quality]].to_numpy(float)) if len(data) else np.empty((0, 2))
+    for names, at, (x, _) in named_together(list(data["model"]), list(zip(data[cost], data[quality])), across):
+        left = x > 0.6  # a name to the right would run out of the axes
+        ax.annotate(", ".join(names), at, xytext=(-5 if left else 5, 4), textcoords="offset points", ha="right" if left else "left")
     ax.set_title(f"{quality} vs {cost}")
     ax.grid(alpha=0.3)
     return ax
+
+
+NEAR = 0.05  # of the axes, either way: about a line of a name's text on a third of a figure
+
+
+def named_together(names: list[str], points: list, across) -> list[tuple[list[str], Any, Any]]:
+    """(names, the highest point, where it lies across the axes) for points within NEAR of one
+    another, highest first: a learning-rate grid's models share their params and serving cost,
+    and benchmark.yaml's names were drawn over each other where two scored within 0.002."""
+    groups: list[tuple[list[str], Any, Any]] = []
+    lowest: list[float] = []
+    for i in sorted(range(len(names)), key=lambda i: -across[i][1]):
+        x, y = across[i]
+        home = next((g for g, (_, _, top) in enumerate(groups) if abs(top[0] - x) < NEAR and lowest[g] - y < NEAR), None)
+        if home is None:
+            groups.append(([names[i]], points[i], across[i]))
+            lowest.append(y)
+        else:
+            groups[home][0].append(names[i])
+            lowest[home] = y
+    return groups
 
 
 def plot_expected_best(table: pd.DataFrame):
