@@ -87,6 +87,16 @@ def test_with_a_test_split_the_leader_is_by_the_test_score_of_what_validation_ch
                                               "at every budget from 1 to 2 trials (by 0.1400-0.2050 over the next).")
 
 
+def test_the_budget_plot_says_what_its_bands_are():
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import plot_expected_best
+
+    fig = plot_expected_best(budget_table(candidates(test=True), "val_iou", "test_iou"))
+    assert all(ax.get_title().endswith("\nshaded: one standard deviation of the best of that many trials either way") for ax in fig.axes)
+    plt.close(fig)
+
+
 def test_a_group_none_of_whose_trials_finished_is_never_called_ahead():
     # a race dropped both of wide's trials: its curve (the best of what it dropped) stays in the
     # table, but a search whose choice takes none of its models is not ahead of one that finished

@@ -273,7 +273,7 @@ def plot_expected_best(table: pd.DataFrame):
         ax.set_xlabel("trials (models tried in the group)")
         ax.set_ylabel(str(table[metric].iloc[0]))
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-        ax.set_title(f"{title}, by tuning budget", fontsize=10)
+        ax.set_title(f"{title}, by tuning budget\nshaded: one standard deviation of the best of that many trials either way", fontsize=10)
         ax.grid(alpha=0.3)
         _legend(ax, fontsize=8)
     fig.tight_layout()
