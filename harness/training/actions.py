@@ -173,16 +173,16 @@ def score_test(done: FinishedRun) -> None:
     """The held-out test split, scored once with each member's weights chosen on validation."""
     if done.datasets.test is None:
         return
-    steps_per_epoch = done.datasets.steps_per_epoch
-    # The run's eval function, already traced, with every member switched on for the call (over
-    # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
-    # on the quickstart's four networks).
     from harness.outputs.derived import samples_from_models
 
+    steps_per_epoch = done.datasets.steps_per_epoch
     # samples.png pictures the weights the ranking scores: those chosen on validation, predicted
     # here while they are loaded (the first repeat of each model, as samples.png shows).
     samples = samples_from_models(done.config, {m.name: m for m in done.members}, done.scan, done.datasets.val)
     pictured = (samples[0], list(samples[2].values())) if samples else None
+    # The run's eval function, already traced, with every member switched on for the call (over
+    # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
+    # on the quickstart's four networks).
     record, predicted = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
                                          lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
                                          pictured=pictured)
