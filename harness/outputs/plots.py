@@ -242,18 +242,16 @@ def named_together(names: list[str], points: list, across) -> list[tuple[list[st
     """(names, the highest point, where it lies across the axes) for points within NEAR of one
     another, highest first: a learning-rate grid's models share their params and serving cost,
     and benchmark.yaml's names were drawn over each other where two scored within 0.002."""
-    groups: list[tuple[list[str], Any, Any]] = []
-    lowest: list[float] = []
+    groups: list[list] = []  # [names, the highest point, where it lies across the axes, the lowest one's height]
     for i in sorted(range(len(names)), key=lambda i: -across[i][1]):
         x, y = across[i]
-        home = next((g for g, (_, _, top) in enumerate(groups) if abs(top[0] - x) < NEAR and lowest[g] - y < NEAR), None)
+        home = next((g for g in groups if abs(g[2][0] - x) < NEAR and g[3] - y < NEAR), None)
         if home is None:
-            groups.append(([names[i]], points[i], across[i]))
-            lowest.append(y)
+            groups.append([[names[i]], points[i], across[i], y])
         else:
-            groups[home][0].append(names[i])
-            lowest[home] = y
-    return groups
+            home[0].append(names[i])
+            home[3] = y
+    return [(names_, point, where) for names_, point, where, _ in groups]
 
 
 def plot_expected_best(table: pd.DataFrame):

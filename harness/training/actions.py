@@ -178,7 +178,7 @@ def score_test(done: FinishedRun) -> None:
     steps_per_epoch = done.datasets.steps_per_epoch
     # samples.png pictures the weights the ranking scores: those chosen on validation, predicted
     # here while they are loaded (the first repeat of each model, as samples.png shows).
-    samples = samples_from_models(done.config, {m.name: m for m in done.members}, done.scan, done.datasets.val)
+    samples = samples_from_models(done.config, {m.name: m for m in done.members}, done.scan, done.datasets.val)  # images, masks, {model: member}
     pictured = (samples[0], list(samples[2].values())) if samples else None
     # The run's eval function, already traced, with every member switched on for the call (over
     # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
@@ -188,7 +188,8 @@ def score_test(done: FinishedRun) -> None:
                                          pictured=pictured)
     done.book.update(test=record)
     if samples:
-        done.samples = (samples[0], samples[1], {model: _already(predicted[m.name]) for model, m in samples[2].items()})
+        images, masks, firsts = samples
+        done.samples = (images, masks, {model: _already(predicted[member.name]) for model, member in firsts.items()})
 
 
 def _already(prediction):

@@ -85,10 +85,10 @@ def _load_best(member, run_path: Path) -> None:
     the model from the file took 3-4 s per resnet18 network. Read from the archive's weights file
     copied out whole, beside it: tf_keras reads it inside the zip, where each step back to an
     earlier variable re-reads the file from its start (2.0 s for a resnet18 Unet; 0.35 s copied)."""
-    folder = run_path / "models" / member.name
-    with zipfile.ZipFile(folder / "best.keras") as archive:
+    best = run_path / "models" / member.name / "best.keras"
+    with zipfile.ZipFile(best) as archive:
         if WEIGHTS_IN_ARCHIVE not in archive.namelist():  # another layout: let tf_keras read it
-            member.model.load_weights(str(folder / "best.keras"))
+            member.model.load_weights(str(best))
             return
-        with tempfile.TemporaryDirectory(dir=folder) as scratch:
+        with tempfile.TemporaryDirectory(dir=best.parent) as scratch:
             member.model.load_weights(archive.extract(WEIGHTS_IN_ARCHIVE, scratch))
