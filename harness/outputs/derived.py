@@ -185,10 +185,9 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
 
 def load_exported_model(path: Path):
     """A model.keras loaded in safe mode; ConfigError (exit 2) naming the file if it is refused."""
-    from harness.core.backend import import_keras
-    keras = import_keras()
+    from harness.core.keras_files import load_keras_model
     try:
-        return keras.models.load_model(path, compile=False, safe_mode=True)
+        return load_keras_model(path)
     except Exception as exc:  # Keras raises ValueError, TypeError and its own for unloadable files
         raise ConfigError(
             f"{path} cannot be loaded safely (it needs code that a model file may not run, or is damaged): "

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import numpy as np
 
 from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
+from harness.core.keras_files import load_keras_weights
 from harness.members.base import preserved_state
 from harness.outputs.writers import ValScoresWriter
 from harness.rundir import RunDir
@@ -77,18 +76,7 @@ def _best_record(folder: Path) -> dict | None:
     return record if (folder / "best.keras").is_file() and "step" in record else None
 
 
-WEIGHTS_IN_ARCHIVE = "model.weights.h5"  # a .keras file's weights, in Keras's own .weights.h5 format
-
-
 def _load_best(member, run_path: Path) -> None:
     """Only the weights, into the member's own model (best.keras was saved from it): rebuilding
-    the model from the file took 3-4 s per resnet18 network. Read from the archive's weights file
-    copied out whole, beside it: tf_keras reads it inside the zip, where each step back to an
-    earlier variable re-reads the file from its start (2.0 s for a resnet18 Unet; 0.35 s copied)."""
-    best = run_path / "models" / member.name / "best.keras"
-    with zipfile.ZipFile(best) as archive:
-        if WEIGHTS_IN_ARCHIVE not in archive.namelist():  # another layout: let tf_keras read it
-            member.model.load_weights(str(best))
-            return
-        with tempfile.TemporaryDirectory(dir=best.parent) as scratch:
-            member.model.load_weights(archive.extract(WEIGHTS_IN_ARCHIVE, scratch))
+    the model from the file took 3-4 s per resnet18 network."""
+    load_keras_weights(member.model, run_path / "models" / member.name / "best.keras")
