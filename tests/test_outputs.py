@@ -163,7 +163,7 @@ def test_a_races_ranking_says_its_finishers_come_first():
     assert "ranked by val_iou, best first: the race's finishers, then the dropped" in console.export_text()
     console = Console(record=True, width=200)
     print_summary(summary.assign(status="ok"), "val_iou", console=console)
-    assert "ranked by val_iou, best first (" in console.export_text()
+    assert "ranked by val_iou, best first, every model trained to its end (" in console.export_text()
 
 
 def test_interval_is_a_student_t_interval_widened_by_image_noise():

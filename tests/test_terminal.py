@@ -40,6 +40,19 @@ def test_the_ranking_keeps_model_names_and_the_ranking_score_whole_at_any_width(
         assert max(len(line) for line in out.splitlines()) <= width
 
 
+def header(out: str) -> str:
+    return next(line for line in out.splitlines() if "┃ rank" in line)
+
+
+def test_an_80_column_ranking_shows_what_each_model_costs_to_serve_when_no_status_needs_saying():
+    costs = summary().assign(model=["unet", "fpn"], latency_ms=[18.37, 46.83], val_iou_low=[0.4512, 0.3123], val_iou_high=[0.5534, 0.5067])
+    every_ok = printed(80, lambda c: print_summary(costs, "val_iou", None, c))
+    assert "latency ms" in header(every_ok) and "ms/step" in header(every_ok) and "status" not in header(every_ok)
+    assert "every model trained to its end" in " ".join(every_ok.split()) and "46.83" in every_ok
+    one_dropped = printed(80, lambda c: print_summary(costs.assign(status=["ok", "dropped (1/1)"]), "val_iou", None, c))
+    assert "status" in header(one_dropped) and "dropped" in one_dropped and "every model" not in one_dropped
+
+
 @pytest.mark.parametrize("width", [60, 80])
 def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
     runs = pd.DataFrame({"name": ["smoke"], "run_id": ["20261123-221500-2"], "status": ["completed"],

@@ -28,9 +28,14 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
 
     console = console or Console()
     texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
-    table = TerminalTable(summary, ["rank", "model", rank_by, *SUMMARY_PRIORITY], identifiers=("model",), required=("rank", rank_by), texts=texts)
+    # A status column of "ok" only says nothing a line above it cannot: its place goes to the
+    # next cost (at 80 columns, serving latency beside ms/step).
+    all_ok = "status" in summary and summary["status"].astype(str).eq("ok").all()
+    priority = [c for c in SUMMARY_PRIORITY if not (all_ok and c == "status")]
+    table = TerminalTable(summary, ["rank", "model", rank_by, *priority], identifiers=("model",), required=("rank", rank_by), texts=texts)
     raced = "status" in summary and left_the_race(summary["status"]).any()
     order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
+    order += ", every model trained to its end" if all_ok else ""
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
     pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
     if pairs_file is not None and pairs_file.is_file():
