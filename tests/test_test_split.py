@@ -335,3 +335,23 @@ def test_what_choosing_added_is_above_zero_when_validation_looked_better_for_a_l
     assert "a +0.0500." in chosen_on(scores, "test_iou") and "a +0.0500." in chosen_on(scores, "test_loss")
     worse_on_validation = scores.assign(selected_val_iou=[0.70], selected_val_loss=[0.50])
     assert "a -0.0500." in chosen_on(worse_on_validation, "test_iou") and "a -0.0500." in chosen_on(worse_on_validation, "test_loss")
+
+
+@pytest.mark.slow
+def test_the_api_gives_the_models_the_ranking_scored_beside_the_end_of_run_ones(tested_run):
+    from harness.api import load_run
+    from harness.core.backend import import_keras
+
+    keras = import_keras()
+    for result in (tested_run, load_run(tested_run.run_dir)):
+        for name in ("fcn", "unet", "deconv"):
+            best = keras.models.load_model(tested_run.run_dir / "models" / name / "best.keras", compile=False)
+            scored = result.scored_models[name].get_weights()
+            assert all(np.array_equal(a, b) for a, b in zip(scored, best.get_weights())), name
+    # the weights chosen on validation are not the end-of-run ones, or this would test nothing
+    last = json.loads((tested_run.run_dir / "run.json").read_text())["steps_done"]
+    differ = [n for n in ("fcn", "unet", "deconv") if json.loads((tested_run.run_dir / "models" / n / "best.json").read_text())["step"] < last]
+    assert differ
+    name = differ[0]
+    final = tested_run.models[name].get_weights()
+    assert not all(np.array_equal(a, b) for a, b in zip(final, tested_run.scored_models[name].get_weights()))

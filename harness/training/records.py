@@ -4,6 +4,7 @@ callers. Each member's record is rundir.record.MemberRecord."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -97,6 +98,15 @@ class RunResult:
         weights chosen on validation (`step` says which); empty without a test split."""
         return self._table("test_scores.csv")
 
+    @cached_property
+    def scored_models(self) -> "ExportedModels":
+        """The models whose weights the ranking scored, read from disk when first used:
+        models/<name>/best.keras where the held-out test split scored the weights chosen on
+        validation, else model.keras (`models` holds the end-of-run weights)."""
+        from harness.rundir import RunDir
+
+        return ExportedModels(self.run_dir, RunDir(self.run_dir).read_record().chose_weights)
+
     def _table(self, name: str) -> "pd.DataFrame":
         """A table of the run directory, or an empty one where the run wrote none (an empty file
         too: an output with no rows, as compare_by.csv without groups)."""
@@ -115,11 +125,16 @@ class RunResult:
 
 
 class ExportedModels(Mapping):
-    """models/<name>/model.keras of a run, each loaded (Keras safe mode) the first time it is asked for."""
+    """models/<name>/model.keras of a run (best.keras of those `chosen` says), each loaded (Keras
+    safe mode) the first time it is asked for."""
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, chosen=lambda name: False):
         self._folder = folder = Path(run_dir) / "models"
-        self._paths = {p.parent.name: p for p in sorted(folder.glob("*/model.keras"))} if folder.is_dir() else {}
+        self._paths = {}
+        for name in sorted({p.parent.name for p in folder.glob("*/*.keras")}) if folder.is_dir() else ():
+            best, final = folder / name / "best.keras", folder / name / "model.keras"
+            if (path := best if chosen(name) and best.is_file() else final).is_file():
+                self._paths[name] = path
         self._loaded: dict[str, Any] = {}
 
     def __getitem__(self, name: str):
