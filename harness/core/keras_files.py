@@ -32,7 +32,9 @@ def load_keras_model(path: Path):
             return keras.models.load_model(path, compile=False, safe_mode=True)
         config = json.loads(archive.read(CONFIG))
         config["compile_config"] = None  # compile=False
-        from tf_keras.src.saving.serialization_lib import ObjectSharingScope  # load_model's own scope: layers shared in the file stay shared
+        # load_model's own scope (layers shared in the file stay shared), imported after
+        # import_keras has selected tf_keras.
+        from tf_keras.src.saving.serialization_lib import ObjectSharingScope
 
         with ObjectSharingScope():
             model = keras.saving.deserialize_keras_object(config, safe_mode=True)
