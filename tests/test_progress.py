@@ -47,15 +47,17 @@ def test_the_time_left_leaves_out_the_first_call_which_traces(monkeypatch):
     """12 sm networks: the first call (6 steps) took 199 s, nearly all tracing; the next 6 steps and a
     validation 55 s. What is left (12 steps) is about 110 s, not the 4 min that 254 s / 12 steps
     would say."""
-    clock = iter([0.0, 199.0, 254.0])
+    clock = iter([0.0, 199.0, 254.0, 364.0])
     monkeypatch.setattr("harness.outputs.progress.time.monotonic", lambda: next(clock))
     stream = io.StringIO()
     writer = TerminalWriter(24, NAMES, "lines", 0, stream)
     writer.write(train_rows(6, NAMES), 6)
     writer.write(train_rows(12, NAMES), 12)
-    first, second = stream.getvalue().splitlines()
+    writer.write(train_rows(24, NAMES), 24)
+    first, second, last = stream.getvalue().splitlines()
     assert first.startswith("step 6/24  3m19s  loss: ")  # no pace known yet: no guess
     assert second.startswith("step 12/24  4m14s  ~1m50s left  ")
+    assert last.startswith("step 24/24  6m04s  loss: ")  # not "~0s left": the end of the run follows
 
 
 def test_at_200_columns_every_member_shows_and_at_60_the_rest_are_counted():

@@ -116,7 +116,10 @@ class TerminalWriter:
 
     def _time_left(self, now: float, step: int) -> float | None:
         """At the pace since the first call returned; None until a second call has (the first one's
-        time is mostly tracing, which no later call pays)."""
+        time is mostly tracing, which no later call pays), and at the last step, where "~0s left"
+        would be read as the command's end while the end of the run's own work is still to come."""
+        if step >= self.total:
+            return None
         if self._paced_from is None:
             if step > self.start_step:
                 self._paced_from = (now, step)
