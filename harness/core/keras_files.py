@@ -38,8 +38,7 @@ def load_keras_model(path: Path):
 
         with ObjectSharingScope():
             model = keras.saving.deserialize_keras_object(config, safe_mode=True)
-        with _copied_out(archive, Path(path).parent) as weights:
-            model.load_weights(weights)
+    load_keras_weights(model, path)
     return model
 
 

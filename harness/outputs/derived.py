@@ -165,7 +165,7 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     exported = {}
     record = run.read_record()
     for spec in config.member_specs():
-        path = run.path / "models" / spec.name / ("best.keras" if record.chose_weights(spec.name) else "model.keras")  # the weights the ranking scored
+        path = run.path / "models" / spec.name / record.scored_file(spec.name)
         if path.exists():
             try:
                 model = load_exported_model(path)

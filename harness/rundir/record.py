@@ -167,6 +167,10 @@ class RunRecord:
         best state on disk) every score the run ranks by is of its end-of-run weights (model.keras)."""
         return ((self.extra.get("test") or {}).get("members", {}).get(member) or {}).get("weights") == "best"
 
+    def scored_file(self, member: str) -> str:
+        """The file in models/<member>/ of the weights the ranking scored (`chose_weights`)."""
+        return "best.keras" if self.chose_weights(member) else "model.keras"
+
     def update(self, **changes: Any) -> None:
         """Set fields by name; a name the record does not type goes to `extra`."""
         known = {f.name for f in fields(self)} - {"extra"}

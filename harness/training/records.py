@@ -105,7 +105,7 @@ class RunResult:
         validation, else model.keras (`models` holds the end-of-run weights)."""
         from harness.rundir import RunDir
 
-        return ExportedModels(self.run_dir, RunDir(self.run_dir).read_record().chose_weights)
+        return ExportedModels(self.run_dir, RunDir(self.run_dir).read_record().scored_file)
 
     def _table(self, name: str) -> "pd.DataFrame":
         """A table of the run directory, or an empty one where the run wrote none (an empty file
@@ -125,15 +125,14 @@ class RunResult:
 
 
 class ExportedModels(Mapping):
-    """models/<name>/model.keras of a run (best.keras of those `chosen` says), each loaded (Keras
-    safe mode) the first time it is asked for."""
+    """models/<name>/model.keras of a run (or the file `file_of(name)` names, model.keras where
+    that is gone), each loaded (Keras safe mode) the first time it is asked for."""
 
-    def __init__(self, run_dir: Path, chosen=lambda name: False):
+    def __init__(self, run_dir: Path, file_of=lambda name: "model.keras"):
         self._folder = folder = Path(run_dir) / "models"
         self._paths = {}
         for name in sorted({p.parent.name for p in folder.glob("*/*.keras")}) if folder.is_dir() else ():
-            best, final = folder / name / "best.keras", folder / name / "model.keras"
-            if (path := best if chosen(name) and best.is_file() else final).is_file():
+            if (path := folder / name / file_of(name)).is_file() or (path := folder / name / "model.keras").is_file():
                 self._paths[name] = path
         self._loaded: dict[str, Any] = {}
 
