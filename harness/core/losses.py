@@ -71,11 +71,20 @@ def _cce(tf, y, p, valid=None):
 
 
 def _dice(tf, y, p, valid=None, smooth=1.0):
+    """One minus the soft Dice of an image; with several classes, the mean over the classes of each
+    class's own (as segmentation_models' DiceLoss), so every class counts the same. Pooled over
+    the channels of a softmax instead, the denominator is always twice the pixel count and the term
+    is one minus the mean probability of the true class: the background's pixels outweigh the rest
+    and a model marking everything background scores well."""
     if valid is not None:
         y, p = y * valid, p * valid
-    intersection = tf.reduce_sum(y * p, axis=[1, 2, 3])
-    total = tf.reduce_sum(y, axis=[1, 2, 3]) + tf.reduce_sum(p, axis=[1, 2, 3])
-    return 1.0 - (2.0 * intersection + smooth) / (total + smooth)
+    if y.shape[-1] == 1:  # binary: the one channel over the image's pixels
+        intersection = tf.reduce_sum(y * p, axis=[1, 2, 3])
+        total = tf.reduce_sum(y, axis=[1, 2, 3]) + tf.reduce_sum(p, axis=[1, 2, 3])
+        return 1.0 - (2.0 * intersection + smooth) / (total + smooth)
+    intersection = tf.reduce_sum(y * p, axis=[1, 2])
+    total = tf.reduce_sum(y, axis=[1, 2]) + tf.reduce_sum(p, axis=[1, 2])
+    return 1.0 - tf.reduce_mean((2.0 * intersection + smooth) / (total + smooth), axis=-1)
 
 
 def _focal(tf, y, p, valid=None, gamma=2.0, alpha=0.25):
