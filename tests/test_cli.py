@@ -102,6 +102,20 @@ def test_version(capsys):
     assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == f"harness {__version__}"
 
 
+def test_a_run_records_the_running_codes_version(monkeypatch):
+    """run.json's harness version is the code's own, not what an editable install's metadata kept
+    from when it was installed."""
+    from importlib import metadata
+
+    import harness
+    from harness.rundir import versions
+
+    installed = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0.1" if name == "harness" else installed(name))
+    monkeypatch.setattr(harness, "__version__", "9.9.9")
+    assert versions()["harness"] == "9.9.9" and versions()["tensorflow"] == installed("tensorflow")
+
+
 def test_no_command_is_a_usage_error(capsys):
     assert main([]) == 2
     assert "usage: harness" in capsys.readouterr().out

@@ -383,12 +383,18 @@ def test_beyond_noise_pairs_tonight_with_the_earlier_run_on_the_same_images_or_s
     paired = [c for c in changes if c["note"].startswith(f"paired with {night1.name} on the same images: tonight - then ")]
     assert paired and all(c["regressed"] == (not c["note"].endswith(": noise")) for c in paired)
     assert any(c["regressed"] for c in paired)
-    # The earlier run's folder moved away: judged by tonight's interval alone, and said.
+    # The earlier run's folder moved away: judged by tonight's interval alone, and said. It is
+    # recorded as made with an older TensorFlow: the notes name the change.
     night2.rename(tmp_path / "moved")
+    store = HistoryStore(results / "tiny" / "history.sqlite")
+    older = {**store.versions_of(night2.name), "tensorflow": "2.20.0"}
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE runs SET versions = ? WHERE run_id = ?", (json.dumps(older), night2.name))
     assert run_main("nightly", config, "--results", results, "--night", "2026-11-21").returncode in (0, 6)
     night3 = max(p for p in (results / "tiny").iterdir() if p.is_dir())
     notes = json.loads((night3 / "nightly.json").read_text())["notes"]
     assert any(f"not paired with {night2.name}: its run folder" in n and "is gone" in n for n in notes), notes
+    assert any(n.startswith(f"other versions than the previous run ({night2.name}): tensorflow 2.20.0 -> 2.21.") for n in notes), notes
 
 
 def test_a_threshold_naming_no_column_says_which_it_likely_meant():

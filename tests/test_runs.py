@@ -172,7 +172,13 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     copy = tmp_path / "copy" / "tiny" / "20261101-000000"  # the same settings in another run
     shutil.copytree(runs[0], copy)
     same = run_main("compare", runs[0], copy).stdout
-    assert "the runs' settings are the same" in same
+    assert "the runs' settings are the same" in same and "versions that differ" not in same
+    record = json.loads((copy / "run.json").read_text())
+    record["versions"]["tensorflow"] = "2.20.0"  # the copy as if made with an older TensorFlow
+    (copy / "run.json").write_text(json.dumps(record))
+    other = run_main("compare", runs[0], copy).stdout
+    assert "versions that differ between these runs" in other
+    assert re.search(r"tensorflow: tiny/\S+ = 2\.21\.\d+, tiny/20261101-000000 = 2\.20\.0", other), other
 
 
 def test_a_model_in_one_run_only_is_one_line_of_the_settings_that_differ(tmp_path):

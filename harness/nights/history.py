@@ -269,6 +269,16 @@ class HistoryStore:
             rows = conn.execute("SELECT model, metric, value FROM metrics WHERE run_id = ?", (run_id,)).fetchall()
         return {(model, metric): (float("nan") if value is None else value) for model, metric, value in rows}
 
+    def versions_of(self, run_id: str) -> dict[str, Any]:
+        """The versions the run recorded ({} when it recorded none)."""
+        with self._connect() as conn:
+            row = conn.execute("SELECT versions FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        try:
+            found = json.loads(row[0]) if row and row[0] else {}
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
     def model_status_of(self, run_id: str) -> dict[str, str]:
         with self._connect() as conn:
             rows = conn.execute("SELECT model, status FROM models WHERE run_id = ?", (run_id,)).fetchall()

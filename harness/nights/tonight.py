@@ -241,6 +241,7 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         notes += [f"{against} ({reference.run_id}): {n}" for n in added]
         if reference.fingerprint != store.get(run_id).fingerprint:
             notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
+        notes += _versions_note(store, reference.run_id, run_id, against)
     watched = {metric for _, metric in now}
     notes += [f"threshold for {m!r}, but summary.csv has no such column: it watches nothing{likely_column(m, watched)}"
               for m in sorted(set(thresholds) - watched)]
@@ -249,6 +250,16 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
     store.set_meta("watched", list(thresholds))  # what `harness history` shows by default, in the config's order
     result.report = write_nightly_report(config, store, run, result, references)
     return result
+
+
+def _versions_note(store: HistoryStore, earlier: str, run_id: str, against: str) -> list[str]:
+    """`other versions than the previous run (...): tensorflow 2.20.0 -> 2.21.0`, or nothing (the
+    same versions, or a run that recorded none)."""
+    then, now = store.versions_of(earlier), store.versions_of(run_id)
+    changed = rd.differing_versions({"then": then, "now": now}) if then and now else {}
+    if not changed:
+        return []
+    return [f"other versions than the {against} run ({earlier}): " + ", ".join(f"{p} {held['then']} -> {held['now']}" for p, held in changed.items())]
 
 
 def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:

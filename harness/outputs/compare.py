@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
-from harness.rundir import RunDir, beside_runs, given_once, runs_held, save_table_as
+from harness.rundir import RunDir, beside_runs, differing_versions, given_once, runs_held, save_table_as
 from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
@@ -47,6 +47,10 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
             print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
             for line in differing:
                 print(f"  {plain_text(line)}")
+            if found is None and (versions := version_lines(run_dirs)):  # with --pairs, a note of the pairs says it
+                print("versions that differ between these runs (a change can move every score):")
+                for line in versions:
+                    print(f"  {plain_text(line)}")
         if found is not None:
             print_cross_run(found)
     for frame, path, option in ((table, csv, "--csv"), (found.pairs if found is not None else None, pairs_csv, "--pairs-csv")):
@@ -225,6 +229,20 @@ def differing_settings(run_dirs: list[Path]) -> list[str]:
             settings[key] = {label: values.get(key, "-") for label, values in flat.items()}
     return [f"{key}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
             for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1]
+
+
+def version_lines(run_dirs: list[Path]) -> list[str]:
+    """`tensorflow: run_a = x, run_b = y` for each package the runs' run.json record at more than
+    one version (a run whose run.json cannot be read is left out)."""
+    recorded = {}
+    for run_dir in run_dirs:
+        run = RunDir(Path(run_dir))
+        try:
+            recorded[run.label] = run.read_record().versions or {}
+        except ConfigError:
+            continue
+    return [f"{package}: " + ", ".join(f"{label} = {version}" for label, version in held.items())
+            for package, held in differing_versions(recorded).items()]
 
 
 def _models_by_name(raw: dict) -> dict[str, dict]:

@@ -39,7 +39,7 @@ from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
-from harness.rundir import RunDir, given_once, runs_held
+from harness.rundir import RunDir, differing_versions, given_once, runs_held
 
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
@@ -308,7 +308,6 @@ def _own_loss_note(runs: list[RunScores], rank: str) -> str | None:
 
 def _versions_note(runs: list[RunScores]) -> str | None:
     """Which library versions differ between the runs (part of a difference may be the software)."""
-    names = sorted(set().union(*(r.versions for r in runs)))
-    differing = [f"{n}: " + ", ".join(f"{r.label} {r.versions.get(n, '-')}" for r in runs)
-                 for n in names if len({r.versions.get(n) for r in runs}) > 1]
+    differing = [f"{package}: " + ", ".join(f"{label} {version}" for label, version in held.items())
+                 for package, held in differing_versions({r.label: r.versions for r in runs}).items()]
     return ("The runs used different versions (part of a difference may be the software): " + "; ".join(differing) + ".") if differing else None

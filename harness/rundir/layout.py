@@ -250,12 +250,28 @@ def discard_new_run_dir(run: RunDir) -> None:
 
 
 def versions() -> dict[str, str]:
+    """The versions a run records; harness's is the running code's own (an editable install's
+    package metadata keeps the version it was installed with)."""
     from importlib import metadata
 
+    from harness import __version__
+
     found = {"python": platform.python_version()}
-    for package in ("tensorflow", "tf_keras", "segmentation_models", "harness"):
+    for package in ("tensorflow", "tf_keras", "segmentation_models"):
         try:
             found[package] = metadata.version(package.replace("_", "-"))
         except metadata.PackageNotFoundError:
             found[package] = "not installed"
+    return found | {"harness": __version__}
+
+
+def differing_versions(recorded: dict[str, dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """{package: {label: version}} for each package that the runs' records ({label: run.json's
+    `versions`}) do not all hold at one version; `-` where a run did not record it. Another
+    TensorFlow can move every score, another harness what a run computes."""
+    found = {}
+    for package in sorted(set().union(*recorded.values())) if recorded else []:
+        held = {label: str(versions.get(package, "-")) for label, versions in recorded.items()}
+        if len(set(held.values())) > 1:
+            found[package] = held
     return found
