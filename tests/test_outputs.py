@@ -504,6 +504,41 @@ def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():
     assert plain._suptitle.get_text() == "validation samples: the same images for every model"
 
 
+def test_a_class_is_one_colour_in_every_panel_of_the_samples():
+    """Each panel was scaled to its own highest class: a truth of class 1 alone and a prediction
+    of class 2 were both drawn white. Now one colour per class in every panel, and a legend."""
+    import numpy as np
+
+    from harness.outputs.plots import plot_samples
+
+    labels = np.zeros((2, 8, 8), int)
+    labels[0, 1:3, 1:3], labels[1, 4:6, 4:6] = 1, 2
+    truth, swapped = np.eye(3)[labels], np.eye(3)[np.where(labels > 0, 3 - labels, 0)]  # the model calls 1 class 2, and 2 class 1
+    figure = plot_samples(np.zeros((2, 8, 8, 3)), truth, {"m": swapped})
+
+    def colour(row, column, pixel):
+        image = figure.axes[row * 3 + column].get_images()[0]
+        return tuple(image.cmap(image.norm(image.get_array()[pixel])))
+
+    class_1, class_2 = colour(0, 1, (1, 1)), colour(1, 1, (4, 4))
+    assert class_1 != class_2 and colour(0, 2, (1, 1)) == class_2 and colour(1, 2, (4, 4)) == class_1
+    assert colour(0, 1, (7, 7)) == colour(1, 2, (0, 0)) == (0.0, 0.0, 0.0, 1.0)  # background black everywhere
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == ["class 1", "class 2"]
+    binary = plot_samples(np.zeros((1, 8, 8, 3)), (labels[:1, ..., None] > 0).astype(float), {"m": np.full((1, 8, 8, 1), 0.9)})
+    image = binary.axes[1].get_images()[0]
+    assert tuple(image.cmap(image.norm(1.0))) == (1.0, 1.0, 1.0, 1.0) and tuple(image.cmap(image.norm(0.0))) == (0.0, 0.0, 0.0, 1.0)
+    assert not binary.legends
+
+
+def test_the_samples_title_says_which_seed_and_which_weights():
+    from harness.outputs.derived import samples_title
+
+    plain = "validation samples: the same images for every model"
+    assert samples_title(plain, 1, 0, False) == plain
+    assert samples_title(plain, 3, 7, True) == (plain + "\neach model's first of 3 seeds (seed 7)"
+                                                "\nwith the weights chosen on validation, which the test split scored")
+
+
 def test_log_axis_labels_are_compact_and_do_not_run_together():
     # Params from 881 to 58.8k on a third of a figure: matplotlib's own labels read
     # "2000 3000 4000 6000 2e+04 3e+04 4e+04 6e+04", the last four overlapping.

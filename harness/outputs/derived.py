@@ -68,8 +68,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     if samples is not None:
         images, masks, predictors = samples
         shown, title = models_in_samples(list(predictors), summary, config.ranking_column())
-        if any(record.chose_weights(name) for name in record.models):
-            title += "\nwith the weights chosen on validation, which the test split scored"
+        title = samples_title(title, config.train.repeats, config.seed, any(record.chose_weights(name) for name in record.models))
         predictions = {model: np.asarray(predictors[model](images)) for model in shown}
         drawn.append(_draw(FigureJob("samples", "plot_samples", (images, masks, predictions, title)), run, config, record))
     for future in drawn:
@@ -148,6 +147,16 @@ def models_in_samples(models: list[str], summary: pd.DataFrame, rank_by: str) ->
     ranked = [m for m in summary["model"].astype(str) if m in models] if "model" in summary else []
     shown = (ranked + [m for m in models if m not in ranked])[:SAMPLE_MODELS]
     return shown, f"validation samples: the {len(shown)} best of {len(models)} models by {rank_by} (summary.csv ranks them all)"
+
+
+def samples_title(title: str, repeats: int, seed: int, chose_weights: bool) -> str:
+    """samples.png's title: which models (`title`), which of each model's seeds (its first: one
+    network of the R, not their mean), which weights."""
+    if repeats > 1:
+        title += f"\neach model's first of {repeats} seeds (seed {seed})"
+    if chose_weights:
+        title += "\nwith the weights chosen on validation, which the test split scored"
+    return title
 
 
 def samples_from_exports(run: RunDir, config: ExperimentConfig):

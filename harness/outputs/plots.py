@@ -13,6 +13,8 @@ import matplotlib.ticker
 
 matplotlib.use("Agg")  # files only: no display needed, nightly jobs have none
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.colors  # noqa: E402
+import matplotlib.patches  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -286,22 +288,42 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
     truth = not predictions or not all(rebuilds.values())
     rows, columns = len(images), 1 + truth + len(predictions)
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
-    masks_shown = matplotlib.colormaps["gray"].with_extremes(bad="0.55")  # an ignored pixel (NaN): mid grey
+    classes = max(2, masks.shape[-1])  # class ids 0..classes-1; a binary mask's one channel is 2
+    masks_shown = _class_colours(classes)
     for r in range(rows):
         panels = [("image", images[r], None)] + ([("truth", mask_classes(masks[r]), masks_shown)] if truth else [])
         for name, pred in predictions.items():
             panels.append((name, pred[r], None) if rebuilds[name] else (name, mask_classes(pred[r]), masks_shown))
         for c, (heading, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
-            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0, vmax=max(1, np.nanmax(picture, initial=0)))
+            # One scale for every panel: class k is one colour in the truth and in each prediction.
+            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=-0.5 if cmap else 0, vmax=classes - 0.5 if cmap else 1)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
                 ax.set_title(heading, fontsize=9)
     ignored = truth and any(np.isnan(mask_classes(m)).any() for m in masks)
     fig.suptitle(title + ("; grey: pixels of data.ignore_label, in no score" if ignored else ""))
-    fig.tight_layout()
+    if classes > 2 and not all(rebuilds.values()):
+        patches = [matplotlib.patches.Patch(facecolor=masks_shown(k), edgecolor="0.3", label=f"class {k}") for k in range(1, classes)]
+        fig.legend(handles=patches, loc="lower center", ncol=min(len(patches), 8), fontsize=8, frameon=False)
+        fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(patches) - 1) // 8), 1, 1))
+    else:
+        fig.tight_layout()
     return fig
+
+
+def _class_colours(classes: int):
+    """The masks' colour map, indexed by class id: binary black and white; with more classes,
+    black background and one hue per class (grey levels for 3 or more classes are hard to tell
+    apart): tab10's nine that are not grey (an ignored pixel, NaN, is mid grey), for more classes
+    turbo's, past its near-black end."""
+    if classes <= 2:
+        colours = ["black", "white"]
+    else:
+        hues = [c for i, c in enumerate(matplotlib.colormaps["tab10"].colors) if i != 7]
+        colours = ["black", *(hues if classes - 1 <= len(hues) else matplotlib.colormaps["turbo"](np.linspace(0.1, 1.0, classes - 1)))][:classes]
+    return matplotlib.colors.ListedColormap(colours).with_extremes(bad="0.55")
 
 
 def counts_axis(ax, values: pd.Series) -> None:
