@@ -181,6 +181,20 @@ def test_corrupt_newest_checkpoint_falls_back_and_leftovers_are_cleaned(uninterr
     assert (run_dir / "losses.csv").read_bytes() == (uninterrupted / "losses.csv").read_bytes()
 
 
+def test_resuming_with_other_versions_says_which_and_records_them(uninterrupted, tmp_path):
+    from harness import __version__
+
+    run_dir = copy_run(uninterrupted, tmp_path / "run", 8)
+    info = json.loads((run_dir / "run.json").read_text())
+    info["versions"]["harness"] = "0.0.1"  # started by an older harness
+    (run_dir / "run.json").write_text(json.dumps(info))
+    result = run_cli("resume", run_dir)
+    assert result.returncode == 0, result.stderr
+    assert f"resuming with other versions than the run started with (harness 0.0.1 -> {__version__}): the steps from {TOTAL_STEPS} on" in result.stderr, result.stderr + result.stdout
+    info = json.loads((run_dir / "run.json").read_text())
+    assert info["versions"]["harness"] == "0.0.1" and info["resumes"][-1]["versions"] == {"harness": __version__}
+
+
 def test_no_checkpoint_restores_is_refused_not_restarted(uninterrupted, tmp_path):
     run_dir = copy_run(uninterrupted, tmp_path / "run", TOTAL_STEPS)
     for data in (run_dir / "checkpoints").glob("ckpt-*.data-*"):

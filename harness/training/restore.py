@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.outputs.writers import truncate_rows_after
-from harness.rundir import RunDir, RunRecord, utc_now
+from harness.rundir import RunDir, RunRecord, differing_versions, utc_now, versions
 from harness.training import checkpoints as ckpt
 
 
@@ -30,5 +30,19 @@ def restore_run(checkpoint, run: RunDir, record: RunRecord, resuming: bool) -> i
     dropped = truncate_rows_after(run.losses_csv, restored.step)
     truncate_rows_after(run.val_scores_csv, restored.step)
     if resuming:
-        record.resumes.append({"at": utc_now(), "from_step": restored.step, "rows_redone": dropped, "skipped_checkpoints": restored.skipped})
+        resumed = {"at": utc_now(), "from_step": restored.step, "rows_redone": dropped, "skipped_checkpoints": restored.skipped}
+        record.resumes.append(resumed | _other_versions(record, restored.step))
     return restored.step
+
+
+def _other_versions(record: RunRecord, step: int) -> dict:
+    """`{"versions": {package: now}}` for what this process runs at other versions than the run
+    started with (said on stderr: the steps from `step` on are theirs), else nothing. run.json's
+    `versions` stay the run's first: what compare and nightly name."""
+    changed = differing_versions({"then": record.versions, "now": versions()}) if record.versions else {}
+    if not changed:
+        return {}
+    said = ", ".join(f"{package} {held['then']} -> {held['now']}" for package, held in changed.items())
+    print(f"harness: warning: resuming with other versions than the run started with ({said}): the steps from {step} on are "
+          "computed by these, the earlier ones were not", file=sys.stderr)
+    return {"versions": {package: held["now"] for package, held in changed.items()}}
