@@ -700,9 +700,15 @@ def test_samples_of_autoencoders_alone_show_no_mask_their_target_is_the_image():
 
     images, masks = np.full((2, 8, 8, 3), 0.5), np.zeros((2, 8, 8, 1))
     masks[:, 0, 0, 0] = -1.0  # an ignored pixel: no word of it when no mask is shown
-    alone = plot_samples(images, masks, {"small": images * 0.9, "wide": images})
+    alone = plot_samples(images, masks, {"small": images * 0.9, "wide": images}, reconstructions=frozenset({"small", "wide"}))
     assert [ax.get_title() for ax in alone.axes[:3]] == ["image", "small", "wide"] and len(alone.axes) == 6
     assert "ignore_label" not in alone._suptitle.get_text()
-    mixed = plot_samples(images, masks, {"small": images, "unet": np.full((2, 8, 8, 1), 0.9)})
+    mixed = plot_samples(images, masks, {"small": images, "unet": np.full((2, 8, 8, 1), 0.9)}, reconstructions=frozenset({"small"}))
     assert [ax.get_title() for ax in mixed.axes[:4]] == ["image", "truth", "small", "unet"]
+    # Three classes and RGB images: an autoencoder's 3 channels were drawn as a class map.
+    three = np.eye(3)[np.zeros((2, 8, 8), int)]
+    rgb = plot_samples(images, three, {"small": images * 0.9, "unet": three}, reconstructions=frozenset({"small"}))
+    drawn = rgb.axes[2].get_images()[0]
+    assert drawn.get_array().shape == (8, 8, 3) and np.allclose(drawn.get_array(), 0.45), "the reconstruction as an image"
+    assert rgb.axes[3].get_images()[0].get_array().shape == (8, 8), "the segmentation as a class map"
     plt.close("all")

@@ -280,11 +280,13 @@ def plot_expected_best(table: pd.DataFrame):
     return fig
 
 
-def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, np.ndarray], title: str = "validation samples: the same images for every model"):
-    """A figure: one row per validation image: image, true mask, each model's prediction (a
-    reconstruction shown as an image). With only reconstructions (autoencoders), no true mask:
-    the image is their target."""
-    rebuilds = {name: pred.shape[-1] == images.shape[-1] != masks.shape[-1] for name, pred in predictions.items()}
+def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, np.ndarray], title: str = "validation samples: the same images for every model",
+                 reconstructions: frozenset[str] = frozenset()):
+    """A figure: one row per validation image: image, true mask, each model's prediction (those in
+    `reconstructions`, autoencoders', shown as images: told by kind, not by channels, since 3
+    classes and RGB images have as many). With only reconstructions, no true mask: the image is
+    their target."""
+    rebuilds = {name: name in reconstructions for name in predictions}
     truth = not predictions or not all(rebuilds.values())
     rows, columns = len(images), 1 + truth + len(predictions)
     fig, axes = plt.subplots(rows, columns, figsize=(2.1 * columns, 2.1 * rows), squeeze=False)
