@@ -445,3 +445,11 @@ def test_every_problem_of_a_model_is_listed_at_once_with_case_slips_named():
 def test_a_compare_by_key_that_is_no_setting_names_the_closest():
     (problem,) = problems_of(tiny_config(output={"compare_by": ["archh"]}))
     assert problem.startswith("output.compare_by: 'archh' is not a setting of a model entry; did you mean 'arch'? (choose from arch, backbone,")
+
+
+def test_the_common_loss_is_the_one_most_members_train_on_else_the_outputs_cross_entropy():
+    models = [{"name": "a", "arch": "tiny_fcn", "loss": "dice"}, {"name": "b", "arch": "tiny_unet", "loss": "focal+dice"}]
+    assert validate_config(tiny_config(models=models)).compare_loss() == "bce"  # a tie: one sigmoid channel
+    assert validate_config(tiny_config(models=models, data={"classes": 3})).compare_loss() == "cce"  # a softmax
+    most = models + [{"name": "c", "arch": "tiny_deconv", "loss": "dice"}]
+    assert validate_config(tiny_config(models=most, data={"classes": 3})).compare_loss() == "dice"

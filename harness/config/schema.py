@@ -281,7 +281,8 @@ class OutputSpec(Strict):
     progress: Literal["auto", "bar", "lines", "none"] = "auto"
     nightly: NightlySpec = NightlySpec()
     # The loss every member is also scored on, on the very same batches, so pairs.csv compares
-    # like with like. None: the loss most members train on (bce when no loss is the most common).
+    # like with like. None: the loss most members train on (bce, or cce with data.classes above 1,
+    # when no loss is the most common).
     compare_loss: str | None = None
 
     @field_validator("rank_by", mode="before")
@@ -431,7 +432,9 @@ class ExperimentConfig(Strict):
         counts = Counter(losses)
         top = max(counts.values())
         winners = [loss for loss in dict.fromkeys(losses) if counts[loss] == top]
-        return winners[0] if len(winners) == 1 else "bce"
+        if len(winners) == 1:
+            return winners[0]
+        return "bce" if self.data.classes == 1 else "cce"  # no loss the most common: the cross-entropy of the output's kind
 
     def scored_on_compare_loss(self, spec: "ModelSpec") -> bool:
         """Whether a member needs the common loss computed apart: its own training loss is another
