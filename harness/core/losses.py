@@ -72,10 +72,10 @@ def _cce(tf, y, p, valid=None):
 
 def _dice(tf, y, p, valid=None, smooth=1.0):
     """One minus the soft Dice of an image; with several classes, the mean over the classes of each
-    class's own (as segmentation_models' DiceLoss), so every class counts the same. Pooled over
-    the channels of a softmax instead, the denominator is always twice the pixel count and the term
-    is one minus the mean probability of the true class: the background's pixels outweigh the rest
-    and a model marking everything background scores well."""
+    class's own (as segmentation_models' DiceLoss(per_image=True)), so every class counts the
+    same. Pooled over the channels of a softmax instead, the denominator is always twice the pixel
+    count and the term is one minus the mean probability of the true class: the background's pixels
+    outweigh the rest and a model marking everything background scores well."""
     if valid is not None:
         y, p = y * valid, p * valid
     if y.shape[-1] == 1:  # binary: the one channel over the image's pixels

@@ -299,7 +299,7 @@ def plot_samples(images: np.ndarray, masks: np.ndarray, predictions: dict[str, n
         for c, (heading, picture, cmap) in enumerate(panels):
             ax = axes[r][c]
             # One scale for every panel: class k is one colour in the truth and in each prediction.
-            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=-0.5 if cmap else 0, vmax=classes - 0.5 if cmap else 1)
+            ax.imshow(np.clip(picture, 0, 1) if cmap is None else picture, cmap=cmap, vmin=0 if cmap is None else -0.5, vmax=1 if cmap is None else classes - 0.5)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
