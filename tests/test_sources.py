@@ -218,6 +218,21 @@ def test_auto_image_size_is_raised_to_the_least_a_backbone_builds_with(tmp_path)
     assert plain.data.image_size == (64, 64)
 
 
+@pytest.mark.parametrize("size, source, said", [
+    ((96, 96), (32, 32), "; the source images are 32x32 (median of 6): enlarged 3x; image_size: auto keeps about their own size"),
+    ((32, 32), (128, 128), "; the source images are 128x128 (median of 6): shrunk 4x; image_size: auto keeps about their own size"),
+    ((32, 96), (64, 64), "; the source images are 64x64 (median of 6): stretched; image_size: auto keeps about their own size"),
+    ((64, 64), (48, 96), ""),  # within 2x either way: nothing to say
+])
+def test_a_fixed_image_size_far_from_the_sources_own_says_so(tmp_path, size, source, said):
+    """The default 96x96 on 32x32 images trained on 9x their pixels without a word."""
+    images, masks = write_folder(tmp_path, 6, size=source)
+    raw = {"source": "folder", "images": str(images), "masks": str(masks), "image_size": list(size), "val_fraction": 0.3}
+    config = data_config(raw, models=[{"name": "u", "arch": "tiny_unet"}])
+    _, result = resolve_data(config, input_multiple(config))
+    assert result.facts["image_size_reason"] == "data.image_size" + said
+
+
 def test_augmentation_is_stateless_consistent_and_resumable(tmp_path):
     images, masks = write_folder(tmp_path, 12, size=(16, 16))
     augment = {"flip_left_right": True, "flip_up_down": True, "rotate90": True, "crop_scale": [0.5, 1.0], "brightness": 0.05}

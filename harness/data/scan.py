@@ -221,7 +221,7 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     """`image_size: auto`: the median source size rounded down to `multiple`, but no side under
     `least` (a backbone's smallest input, rounded up to `multiple`)."""
     if spec.image_size != "auto":
-        return tuple(spec.image_size), "data.image_size"
+        return tuple(spec.image_size), "data.image_size" + _scaled_by(items, spec)
     sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items) if s is not None]
     if not sizes:
         raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
@@ -232,6 +232,26 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     if smallest > multiple and min(median) < smallest:
         return size, f"{reason}, and raised to {smallest}: the least side every model builds with"
     return size, f"{reason} (suits every model)"
+
+
+SIZE_SAMPLE = 64  # images whose header is read to tell a fixed image_size from the sources' own
+
+
+def _scaled_by(items, spec: DataSpec) -> str:
+    """`; the source images are 32x32 (median of 40): enlarged 3x ...` where a fixed image_size is
+    2x or more off the sources' own size either way (a run on 32x32 images at the default 96x96
+    computes 9x the pixels of their own), else nothing. Reads the headers of up to SIZE_SAMPLE
+    images spread over the list."""
+    step = max(1, len(items) // SIZE_SAMPLE)
+    sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items[::step][:SIZE_SAMPLE]) if s is not None]
+    if not sizes:
+        return ""
+    median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
+    scale = min(spec.image_size[i] / max(median[i], 1) for i in (0, 1)), max(spec.image_size[i] / max(median[i], 1) for i in (0, 1))
+    if 0.5 < scale[0] and scale[1] < 2:
+        return ""
+    how = f"enlarged {scale[1]:.3g}x" if scale[0] >= 1 else f"shrunk {1 / scale[0]:.3g}x" if scale[1] <= 1 else "stretched"
+    return f"; the source images are {median[0]}x{median[1]} (median of {len(sizes)}): {how}; image_size: auto keeps about their own size"
 
 
 def _native_size(source: Any, turn: bool = False) -> tuple[int, int] | None:
