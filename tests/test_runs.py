@@ -407,6 +407,33 @@ def test_compare_shows_what_each_model_costs_to_serve_and_judges_latency_as_a_ti
     assert "latency_ms" in out.getvalue()
 
 
+def test_compare_shows_each_classs_own_scores_after_the_means(tmp_path):
+    """With data.classes above 1, which class a model gets wrong was in summary.csv only: compare
+    kept none of its per-class columns, not even in --json."""
+    import io
+
+    from rich.console import Console
+
+    from harness.outputs.compare import best_index, compare_runs, print_comparison
+    from harness.rundir import RunDir, RunRecord
+
+    runs = []
+    for run_id, c1 in (("r0", 0.61), ("r1", 0.12)):
+        run = RunDir(tmp_path / "x" / run_id)
+        run.path.mkdir(parents=True)
+        run.write_record(RunRecord(name="x", run_id=run_id))
+        (run.path / "summary.csv").write_text("model,status,val_iou,val_iou_c1,val_iou_c1_low,val_iou_c2,test_iou,test_iou_c1,test_iou_c2,selected_val_iou_c1,repeats\n"
+                                              f"unet,ok,0.4,{c1},0.1,0.3,0.41,{c1},0.3,0.5,1\n")
+        runs.append(run.path)
+    table = compare_runs(runs)
+    columns = list(table.columns)
+    assert columns[columns.index("test_iou") + 1:columns.index("repeats")] == ["val_iou_c1", "val_iou_c2", "test_iou_c1", "test_iou_c2"]
+    assert best_index(table, "test_iou_c1") == 0
+    out = io.StringIO()
+    print_comparison(table, Console(file=out, width=200))
+    assert "test_iou_c1" in out.getvalue()
+
+
 def test_compare_says_whose_image_noise_one_seed_intervals_cover():
     """A one-seed run ranked on a test split has intervals of test-image noise, not validation's."""
     import pandas as pd

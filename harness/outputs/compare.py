@@ -14,7 +14,7 @@ from harness.rundir import RunDir, beside_runs, differing_versions, given_once, 
 from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
-from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_timed
+from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text
 from harness.outputs.terminal import TerminalTable, print_table
@@ -84,7 +84,11 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
     if problems:
         raise ConfigError("cannot compare:", problems)
     table = pd.concat(frames, ignore_index=True)
-    return table[[c for c in COLUMNS if c in table.columns]]
+    # With data.classes above 1, each class's own scores after the means (which class a model gets
+    # wrong): in --csv and --json, and in the terminal where they fit.
+    classes = [c for c in table.columns if is_per_class(c) and c.startswith(("val_", "test_"))]
+    at = COLUMNS.index("test_f1") + 1
+    return table[[c for c in [*COLUMNS[:at], *classes, *COLUMNS[at:]] if c in table.columns]]
 
 
 def _machines_of(run: RunDir, models: pd.Series) -> pd.Series | str:
