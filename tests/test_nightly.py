@@ -37,12 +37,12 @@ THRESHOLDS = {
 HIGHER = {"val_iou": True, "best_val_loss": False, "ms_per_step": False, "images_per_s": True}
 
 
-def record(store: HistoryStore, run_id: str, night: str, values: dict, status: dict | None = None) -> None:
+def record(store: HistoryStore, run_id: str, night: str, values: dict, status: dict | None = None, versions: dict | None = None) -> None:
     models = sorted({m for m, _ in values})
     store.record_run(
         RunMeasurements(
             record=RunRecord(run_id, night, "completed", "f" * 16, None, None, None),
-            started=f"{night}T00:00:00", ended=None, versions={}, devices=[], placement={},
+            started=f"{night}T00:00:00", ended=None, versions=versions or {}, devices=[], placement={},
             model_status=status or {m: "ok" for m in models}, metrics=values,
         )
     )
@@ -207,6 +207,18 @@ def test_history_shows_each_models_metrics_in_the_order_asked_for(tmp_path):
     record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5, ("unet", "val_f1"): 0.6, ("fcn", "val_iou"): 0.4, ("fcn", "val_f1"): 0.45})
     columns = [c for c in history_pivot(store.table(), ["val_iou", "val_f1"]).columns if " " in c]
     assert columns == ["fcn val_iou", "fcn val_f1", "unet val_iou", "unet val_f1"]
+
+
+def test_history_shows_the_harness_version_each_run_was_made_with(tmp_path):
+    """A night whose scores moved with harness itself (0.1.0's multi-class dice) looked like any
+    other: the table had the user's commit, not harness's version."""
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5}, versions={"harness": "0.1.0", "tensorflow": "2.21.0"})
+    record(store, "b", "2026-11-02", {("unet", "val_iou"): 0.6}, versions={"harness": "0.3.0"})
+    record(store, "c", "2026-11-03", {("unet", "val_iou"): 0.6})  # recorded no versions
+    table = history_pivot(store.table())
+    assert table["harness"].tolist() == ["0.1.0", "0.3.0", ""]
+    assert list(table.columns[:3]) == ["night", "run_id", "status"] and "commit" in table and "unet val_iou" in table
 
 
 def test_history_of_a_metric_no_run_recorded_is_refused_with_the_recorded_ones(tmp_path):

@@ -288,7 +288,7 @@ class HistoryStore:
         """The whole history, tidy: one row per (run, model, metric) with the run's facts."""
         with self._connect() as conn:
             cursor = conn.execute(
-                "SELECT r.night, r.run_id, r.status AS run_status, r.git_commit, r.fingerprint, "
+                "SELECT r.night, r.run_id, r.status AS run_status, r.git_commit, r.versions, r.fingerprint, "
                 "r.regressions, m.model, m.metric, m.value FROM runs r LEFT JOIN metrics m USING (run_id) "
                 "ORDER BY COALESCE(r.night, ''), r.started, r.run_id, m.model, m.metric"
             )

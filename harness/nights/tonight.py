@@ -360,8 +360,10 @@ def markdown_table(frame: pd.DataFrame) -> str:
 def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFrame:
     """One row per run (failed ones too), one column per model x metric: what `harness history` prints."""
     if not len(history):
-        return pd.DataFrame(columns=["night", "run_id", "status", "commit", "regressions"])
-    facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "regressions"]]
+        return pd.DataFrame(columns=["night", "run_id", "status", "commit", "harness", "regressions"])
+    facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "versions", "regressions"]]
+    # harness's version beside the user's commit: a night whose scores moved with it says so.
+    facts.insert(3, "harness", facts.pop("versions").map(_harness_version))
     measured = history.dropna(subset=["metric"])
     if metrics:
         measured = measured[measured["metric"].isin(metrics)]
@@ -373,6 +375,15 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         facts = facts.join(values)
     table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
     return table[["night", "run_id", *[c for c in table.columns if c not in ("night", "run_id")]]]
+
+
+def _harness_version(versions: str | None) -> str:
+    """harness's version in a run's recorded versions (JSON), or "" when it recorded none."""
+    try:
+        found = json.loads(versions) if versions else {}
+    except ValueError:
+        return ""
+    return str(found.get("harness", "")) if isinstance(found, dict) else ""
 
 
 # ---------------------------------------------------------------------------------------------

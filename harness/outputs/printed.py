@@ -90,7 +90,7 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
 
 # What `harness history` shows after the night and the run: how many regressions, then the metrics
 # (what a history is read for: two or three of them at 80 columns), then the run's status and commit.
-HISTORY_FIRST, HISTORY_LAST = ("night", "run_id", "regressions"), ("status", "commit")
+HISTORY_FIRST, HISTORY_LAST = ("night", "run_id", "regressions"), ("status", "commit", "harness")
 
 
 def print_history(history: pd.DataFrame, name: str, baseline: str | None, console=None) -> None:
