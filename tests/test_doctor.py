@@ -32,6 +32,9 @@ def test_versions_name_tensorflow_and_the_cuda_build():
     found = {f.name: f for f in checks.versions(tf)}
     assert found["tensorflow"].detail.startswith(tf.__version__) and ("CUDA" in found["tensorflow"].detail)
     assert found["segmentation_models"].detail == "1.0.1" and not any(f.failed for f in found.values())
+    from harness.rundir import versions
+
+    assert found["harness"].detail == versions()["harness"]  # the version a run records
 
 
 def test_the_placements_tried_follow_the_devices_the_machine_has():

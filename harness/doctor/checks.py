@@ -31,11 +31,14 @@ def _version(package: str) -> str | None:
 
 
 def versions(tf) -> list[Finding]:
+    from harness import __version__ as harness_version
+
     build = tf.sysconfig.get_build_info()
     cuda = f"CUDA {build.get('cuda_version')}, cuDNN {build.get('cudnn_version')}" if build.get("is_cuda_build") else "a CPU-only build (no CUDA)"
     found = [Finding("python", "info", f"{platform.python_version()} ({platform.machine()}, {platform.system()})"),
-             Finding("tensorflow", "info", f"{tf.__version__}, {cuda}")]
-    for package in ("harness", "tf_keras", "segmentation_models"):
+             Finding("tensorflow", "info", f"{tf.__version__}, {cuda}"),
+             Finding("harness", "info", harness_version)]  # the running code's, as run.json records it
+    for package in ("tf_keras", "segmentation_models"):
         version = _version(package.replace("_", "-")) or _version(package)
         found.append(Finding(package, "info" if version else "FAILED", version or "not installed"))
     return found
