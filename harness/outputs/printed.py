@@ -89,7 +89,8 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
 
 
 # What `harness history` shows after the night and the run: how many regressions, then the metrics
-# (what a history is read for: two or three of them at 80 columns), then the run's status and commit.
+# (what a history is read for: two or three of them at 80 columns), then the run's status, the
+# commit of the user's code and the harness version it was made with.
 HISTORY_FIRST, HISTORY_LAST = ("night", "run_id", "regressions"), ("status", "commit", "harness")
 
 
