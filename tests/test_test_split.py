@@ -118,7 +118,7 @@ def test_the_runs_samples_are_predicted_with_the_weights_the_test_split_scored(t
 
     def keep_samples(job, *args):
         if job.stem == "samples":
-            drawn["images"], _, drawn["predictions"], drawn["title"] = job.args
+            drawn["images"], _, drawn["predictions"], drawn["title"], _ = job.args  # the last: which are reconstructions
         return original(job, *args)
 
     monkeypatch.setattr(derived, "_draw", keep_samples)
