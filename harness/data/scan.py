@@ -222,10 +222,9 @@ def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[
     `least` (a backbone's smallest input, rounded up to `multiple`)."""
     if spec.image_size != "auto":
         return tuple(spec.image_size), "data.image_size" + _scaled_by(items, spec)
-    sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items) if s is not None]
-    if not sizes:
+    median, _ = _median_size(items, spec)
+    if median is None:
         raise DataError(f"data.source {spec.source}: no image could be read to choose image_size: auto")
-    median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
     smallest = smallest_side(multiple, least)
     size = tuple(max(smallest, side // multiple * multiple) for side in median)
     reason = f"auto: median source size {median[0]}x{median[1]} rounded down to a multiple of {multiple}"
@@ -242,16 +241,22 @@ def _scaled_by(items, spec: DataSpec) -> str:
     2x or more off the sources' own size either way (a run on 32x32 images at the default 96x96
     computes 9x the pixels of their own), else nothing. Reads the headers of up to SIZE_SAMPLE
     images spread over the list."""
-    step = max(1, len(items) // SIZE_SAMPLE)
-    sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items[::step][:SIZE_SAMPLE]) if s is not None]
-    if not sizes:
+    median, read = _median_size(items[:: max(1, len(items) // SIZE_SAMPLE)][:SIZE_SAMPLE], spec)
+    if median is None:
         return ""
-    median = [int(np.median([s[i] for s in sizes])) for i in (0, 1)]
-    scale = min(spec.image_size[i] / max(median[i], 1) for i in (0, 1)), max(spec.image_size[i] / max(median[i], 1) for i in (0, 1))
-    if 0.5 < scale[0] and scale[1] < 2:
+    ratios = [target / max(side, 1) for target, side in zip(spec.image_size, median)]
+    low, high = min(ratios), max(ratios)
+    if 0.5 < low and high < 2:
         return ""
-    how = f"enlarged {scale[1]:.3g}x" if scale[0] >= 1 else f"shrunk {1 / scale[0]:.3g}x" if scale[1] <= 1 else "stretched"
-    return f"; the source images are {median[0]}x{median[1]} (median of {len(sizes)}): {how}; image_size: auto keeps about their own size"
+    how = f"enlarged {high:.3g}x" if low >= 1 else f"shrunk {1 / low:.3g}x" if high <= 1 else "stretched"
+    return f"; the source images are {median[0]}x{median[1]} (median of {read}): {how}; image_size: auto keeps about their own size"
+
+
+def _median_size(items, spec: DataSpec) -> tuple[list[int] | None, int]:
+    """([height, width] median over the items' images as read, how many could be read); None
+    when none could."""
+    sizes = [s for s in (_native_size(item.image, spec.exif_orientation == "apply") for item in items) if s is not None]
+    return ([int(np.median([s[i] for s in sizes])) for i in (0, 1)] if sizes else None), len(sizes)
 
 
 def _native_size(source: Any, turn: bool = False) -> tuple[int, int] | None:

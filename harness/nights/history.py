@@ -273,11 +273,7 @@ class HistoryStore:
         """The versions the run recorded ({} when it recorded none)."""
         with self._connect() as conn:
             row = conn.execute("SELECT versions FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        try:
-            found = json.loads(row[0]) if row and row[0] else {}
-        except ValueError:
-            return {}
-        return found if isinstance(found, dict) else {}
+        return recorded_versions(row[0] if row else None)
 
     def model_status_of(self, run_id: str) -> dict[str, str]:
         with self._connect() as conn:
@@ -307,6 +303,15 @@ class HistoryStore:
     def check(self) -> str:
         with self._connect() as conn:
             return conn.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def recorded_versions(text: str | None) -> dict[str, Any]:
+    """A run's `versions` as the history keeps them (JSON text), or {} when none or unreadable."""
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _real(value: Any) -> float | None:

@@ -27,7 +27,7 @@ import pandas as pd
 from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
-from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
+from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions
 from harness.nights.regressions import Change, compare, metrics_added, models_added_or_removed
 from harness.nights.paired import paired_changes
 from harness.outputs import pool
@@ -255,11 +255,8 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
 def _versions_note(store: HistoryStore, earlier: str, run_id: str, against: str) -> list[str]:
     """`other versions than the previous run (...): tensorflow 2.20.0 -> 2.21.0`, or nothing (the
     same versions, or a run that recorded none)."""
-    then, now = store.versions_of(earlier), store.versions_of(run_id)
-    changed = rd.differing_versions({"then": then, "now": now}) if then and now else {}
-    if not changed:
-        return []
-    return [f"other versions than the {against} run ({earlier}): " + ", ".join(f"{p} {held['then']} -> {held['now']}" for p, held in changed.items())]
+    changed = rd.version_changes(store.versions_of(earlier), store.versions_of(run_id))
+    return [f"other versions than the {against} run ({earlier}): " + ", ".join(f"{p} {c}" for p, c in changed.items())] if changed else []
 
 
 def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:
@@ -363,7 +360,7 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         return pd.DataFrame(columns=["night", "run_id", "status", "commit", "harness", "regressions"])
     facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "versions", "regressions"]]
     # harness's version beside the user's commit: a night whose scores moved with it says so.
-    facts.insert(3, "harness", facts.pop("versions").map(_harness_version))
+    facts.insert(3, "harness", facts.pop("versions").map(lambda text: str(recorded_versions(text).get("harness", ""))))
     measured = history.dropna(subset=["metric"])
     if metrics:
         measured = measured[measured["metric"].isin(metrics)]
@@ -375,15 +372,6 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         facts = facts.join(values)
     table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
     return table[["night", "run_id", *[c for c in table.columns if c not in ("night", "run_id")]]]
-
-
-def _harness_version(versions: str | None) -> str:
-    """harness's version in a run's recorded versions (JSON), or "" when it recorded none."""
-    try:
-        found = json.loads(versions) if versions else {}
-    except ValueError:
-        return ""
-    return str(found.get("harness", "")) if isinstance(found, dict) else ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -275,3 +275,11 @@ def differing_versions(recorded: dict[str, dict[str, Any]]) -> dict[str, dict[st
         if len(set(held.values())) > 1:
             found[package] = held
     return found
+
+
+def version_changes(then: dict[str, Any], now: dict[str, Any]) -> dict[str, str]:
+    """{package: "2.20.0 -> 2.21.0"} between an earlier run's recorded versions and these; {}
+    when either recorded none (nothing is known to differ)."""
+    if not then or not now:
+        return {}
+    return {package: f"{held['then']} -> {held['now']}" for package, held in differing_versions({"then": then, "now": now}).items()}

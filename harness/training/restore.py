@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.outputs.writers import truncate_rows_after
-from harness.rundir import RunDir, RunRecord, differing_versions, utc_now, versions
+from harness.rundir import RunDir, RunRecord, utc_now, version_changes, versions
 from harness.training import checkpoints as ckpt
 
 
@@ -39,10 +39,11 @@ def _other_versions(record: RunRecord, step: int) -> dict:
     """`{"versions": {package: now}}` for what this process runs at other versions than the run
     started with (said on stderr: the steps from `step` on are theirs), else nothing. run.json's
     `versions` stay the run's first: what compare and nightly name."""
-    changed = differing_versions({"then": record.versions, "now": versions()}) if record.versions else {}
+    now = versions()
+    changed = version_changes(record.versions, now)
     if not changed:
         return {}
-    said = ", ".join(f"{package} {held['then']} -> {held['now']}" for package, held in changed.items())
+    said = ", ".join(f"{package} {change}" for package, change in changed.items())
     print(f"harness: warning: resuming with other versions than the run started with ({said}): the steps from {step} on are "
           "computed by these, the earlier ones were not", file=sys.stderr)
-    return {"versions": {package: held["now"] for package, held in changed.items()}}
+    return {"versions": {package: str(now.get(package, "-")) for package in changed}}
