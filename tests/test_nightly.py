@@ -221,6 +221,28 @@ def test_history_shows_the_harness_version_each_run_was_made_with(tmp_path):
     assert list(table.columns[:3]) == ["night", "run_id", "status"] and "commit" in table and "unet val_iou" in table
 
 
+def test_trend_plots_mark_the_nights_whose_versions_changed(tmp_path):
+    """A step in a trend made by another TensorFlow or harness looked like the models' own: the
+    notes said it on that night only, the plots never."""
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import plot_trend
+
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5}, versions={"harness": "0.1.0", "tensorflow": "2.21.0"})
+    record(store, "b", "2026-11-02", {("unet", "val_iou"): 0.5}, versions={"harness": "0.1.0", "tensorflow": "2.21.0"})
+    record(store, "c", "2026-11-03", {("unet", "val_iou"): 0.6})  # recorded none: compared past it
+    record(store, "d", "2026-11-04", {("unet", "val_iou"): 0.7}, versions={"harness": "0.3.0", "tensorflow": "2.21.0"})
+    changes = store.version_changes()
+    assert changes == {"d": {"harness": "0.1.0 -> 0.3.0"}}
+    fig, ax = plt.subplots()
+    plot_trend(ax, store.table(), "val_iou", version_changes=changes)
+    marks = [line for line in ax.get_lines() if line.get_label() == "other versions"]
+    assert len(marks) == 1 and marks[0].get_xdata()[0] == 2.5  # between the third night and the fourth
+    assert [t.get_text() for t in ax.texts] == ["harness"]
+    plt.close(fig)
+
+
 def test_history_of_a_metric_no_run_recorded_is_refused_with_the_recorded_ones(tmp_path):
     """`history --metric val_dice` printed the table without a metric column and said nothing."""
     store = HistoryStore(tmp_path / "results" / "tiny" / "history.sqlite")

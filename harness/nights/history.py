@@ -21,9 +21,10 @@ from typing import Any, Iterator
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
-from harness.rundir import utc_now
+from harness.rundir import utc_now, version_changes
 
 HISTORY_FILE = "history.sqlite"
+_OLDEST_FIRST = "COALESCE(night, ''), started, run_id"  # the runs' order everywhere: by night, then start
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -245,7 +246,7 @@ class HistoryStore:
         with self._connect() as conn:
             rows = conn.execute(
                 "SELECT run_id, night, status, fingerprint, git_commit, run_dir, regressions FROM runs "
-                "ORDER BY COALESCE(night, ''), started, run_id"
+                f"ORDER BY {_OLDEST_FIRST}"
             ).fetchall()
         return [RunRecord(*row) for row in rows]
 
@@ -274,6 +275,23 @@ class HistoryStore:
         with self._connect() as conn:
             row = conn.execute("SELECT versions FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return recorded_versions(row[0] if row else None)
+
+    def version_changes(self) -> dict[str, dict[str, str]]:
+        """{run_id: {package: "2.20.0 -> 2.21.0"}} for each run whose recorded versions differ from
+        the newest earlier run's that recorded any, in the history's order (the trend plots' order):
+        the nights from which a score may have moved because the software did."""
+        if not self.path.exists():
+            return {}
+        with self._connect() as conn:
+            rows = conn.execute(f"SELECT run_id, versions FROM runs ORDER BY {_OLDEST_FIRST}").fetchall()
+        changes, before = {}, {}
+        for run_id, text in rows:
+            versions = recorded_versions(text)
+            changed = version_changes(before, versions)
+            if changed:
+                changes[run_id] = changed
+            before = versions or before
+        return changes
 
     def model_status_of(self, run_id: str) -> dict[str, str]:
         with self._connect() as conn:

@@ -412,9 +412,11 @@ def save_plots(folder: Path, losses: pd.DataFrame, summary: pd.DataFrame, rank_b
     return [draw(job, folder, formats) for job in jobs]
 
 
-def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None):
+def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None, version_changes: dict | None = None):
     """A metric across nights (history.table() rows), one line per model; the baseline night is
-    marked, and (model, run) pairs that regressed get a red ring."""
+    marked, (model, run) pairs that regressed get a red ring, and a dotted line stands before each
+    night that ran other versions than the night before it (`version_changes`: {run_id: {package:
+    "2.20.0 -> 2.21.0"}}), named at its top: a step there may be the software's, not the models'."""
     rows = history[history["metric"] == metric].copy()
     runs = rows.drop_duplicates("run_id")[["run_id", "night"]]
     labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]
@@ -428,6 +430,7 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
                 ax.scatter(position[run], value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)
     if baseline_run in position:
         ax.axvline(position[baseline_run], color="grey", linestyle="--", linewidth=1, label="baseline")
+    _mark_version_changes(ax, position, version_changes or {})
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(metric)
@@ -438,7 +441,16 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
     return ax
 
 
-def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None, formats=("png",)) -> list[Path]:
+def _mark_version_changes(ax, position: dict[str, int], version_changes: dict[str, dict[str, str]]) -> None:
+    """A dotted line between a night and the one before it where the versions changed, the
+    packages named at the top (their versions are in nightly.md's notes and `harness history`)."""
+    marked = [(position[run], changed) for run, changed in version_changes.items() if position.get(run, 0) > 0]
+    for i, (x, changed) in enumerate(sorted(marked, key=lambda m: m[0])):
+        ax.axvline(x - 0.5, color="tab:purple", linestyle=":", linewidth=1.5, label="other versions" if i == 0 else None)
+        ax.annotate(", ".join(sorted(changed)), xy=(x - 0.5, 1.0), xycoords=("data", "axes fraction"), xytext=(2, -2), textcoords="offset points", rotation=90, ha="left", va="top", fontsize=7, color="tab:purple")
+
+
+def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], baseline_run: str | None, regressed: set | None = None, formats=("png",), version_changes: dict | None = None) -> list[Path]:
     """trend_<metric>.<format> for each watched metric the history has; returns the first format's
     paths. The caller leaves it uncalled when a run draws no plots (`plot_formats: []`)."""
     written = []
@@ -446,7 +458,7 @@ def save_trend_plots(folder: Path, history: pd.DataFrame, metrics: list[str], ba
         if not (history["metric"] == metric).any():
             continue
         fig, ax = plt.subplots(figsize=(7.5, 4.0))
-        plot_trend(ax, history, metric, baseline_run, regressed)
+        plot_trend(ax, history, metric, baseline_run, regressed, version_changes)
         fig.tight_layout()
         written.append(save_figure(fig, folder, f"trend_{metric}", formats)[0])
     return written
