@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from conftest import tiny_config
 
 from harness.api import run
@@ -124,6 +125,31 @@ def test_across_seeds_the_interval_covers_seed_variation_and_image_noise():
     assert pair.loc[("b", "c"), "diff_high"] - pair.loc[("b", "c"), "diff_low"] > seeds_alone.high - seeds_alone.low
     assert (per_model["low"] < per_model["mean"]).all() and (per_model["std"] > 0).all()
     assert indistinguishable(["a", "b", "c"], pairs) == ["", "c", "b"]
+
+
+@pytest.mark.parametrize("seeds", [2, 3, 5])
+def test_seed_intervals_never_cover_less_than_they_say_whatever_the_mix_of_seed_and_image_noise(seeds):
+    """R seeds' mean, its seed spread estimated from them, its image part known (the bootstrap's
+    standard error). One Student-t of R - 1 degrees of freedom over the whole variance covers at
+    least 95% for every mix, and more once the image part is as large as the seed part (the wider
+    image part is kept on purpose: docs/comparing.md, "Why one t quantile for both parts"). The
+    alternative measured there, each part its own quantile, is computed beside it: narrower, and
+    still about 95% here, where seed effects are normal."""
+    rng = np.random.default_rng(seeds)
+    draws, seed_sd = 3000, 1.0
+    critical = stats.t.ppf(0.975, seeds - 1)
+    for ratio in (0.0, 1.0, 3.0):  # the image part's standard error over the seed part's, sd / sqrt(R)
+        image_se = ratio * seed_sd / math.sqrt(seeds)
+        noise = rng.normal(0, seed_sd, (draws, seeds)) + rng.normal(0, image_se, (draws, 1))  # the images are shared by the seeds
+        intervals = [seed_interval(values, image_se) for values in noise]
+        covered = np.mean([i.low <= 0 <= i.high for i in intervals])
+        assert covered >= 0.94, (ratio, covered)
+        assert all((i.p < 0.05) == (i.low > 0 or i.high < 0) for i in intervals)  # its test and its interval agree
+        seed_part = noise.std(axis=1, ddof=1) / math.sqrt(seeds)
+        own_quantiles = np.hypot(critical * seed_part, 1.959964 * image_se)
+        assert np.mean(np.abs(noise.mean(axis=1)) <= own_quantiles) >= 0.94
+        if ratio >= 1.0:
+            assert covered > 0.985 and all(i.high - i.mean >= w for i, w in zip(intervals, own_quantiles))
 
 
 def test_a_pair_with_one_seed_in_both_gets_no_guess_and_no_share_of_holm():

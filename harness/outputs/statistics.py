@@ -191,7 +191,10 @@ class SeedInterval:
 def seed_interval(values, image_se: float = 0.0, bounds: tuple[float, float] | None = None) -> SeedInterval:
     """The mean of per-seed `values` with its 95% interval: variance s^2/R + image_se^2, Student-t
     with R - 1 degrees of freedom. (Welch-Satterthwaite would raise them as the image part grows,
-    and with few seeds that made the interval narrower than the seeds' alone: not taken.)
+    and with few seeds that made the interval narrower than the seeds' alone: not taken. Nor the
+    image part's own normal quantile in quadrature: on real networks the seed part alone covers
+    less than it says, seed effects having outliers, and the t on the image part absorbs it:
+    docs/comparing.md, "Why one t quantile for both parts".)
 
     `bounds`: the range the true mean lies in (IoU: [0, 1]); the interval is cut to it. Its
     coverage is unchanged (a value it loses is one the true mean cannot take), and it no longer
