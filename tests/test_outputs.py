@@ -154,6 +154,33 @@ def test_a_pair_with_one_seed_finished_in_both_is_said_apart_and_left_out_of_hol
     assert "Too few seeds finished in both for an interval: fcn and flaky (1 seed)." in text
 
 
+def test_the_pair_differences_figure_names_each_pair_as_the_verdict_does_better_first():
+    """The verdict said "unet over fcn (+0.0132 ...)" and the figure beside it drew "fcn - unet" at
+    -0.0132: pairs.csv's order (the config's), which a reader had to turn round."""
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import plot_pair_differences
+
+    pairs = pd.DataFrame({"model_a": ["fcn", "fcn", "unet"], "model_b": ["unet", "deconv", "deconv"], "metric": ["test_iou"] * 3,
+                          "diff": [-0.0132, 0.0010, 0.0142], "diff_low": [-0.0400, -0.0075, -0.0148], "diff_high": [0.0135, 0.0094, 0.0432],
+                          "seeds_a_better": [0, 2, 3], "seeds_b_better": [3, 1, 0], "supported": [False, False, False]})
+    text = verdict(pairs.assign(covers="training seeds and test images", seeds=3, p_t=0.2, p_holm=0.5, repeats_to_resolve=np.inf), "test_iou")
+    assert "unet over fcn (+0.0132 [-0.0135, +0.0400])" in text
+    fig, ax = plt.subplots()
+    plot_pair_differences(ax, pairs)
+    labels = [t.get_text() for t in ax.get_yticklabels()][::-1]  # drawn bottom up
+    assert labels == ["unet - fcn", "fcn - deconv", "unet - deconv"]
+    drawn = sorted(round(float(x), 4) for bars in ax.containers for x in bars.lines[0].get_xdata())  # the points, not the caps
+    assert drawn == [0.001, 0.0132, 0.0142] and "(better - worse)" in ax.get_xlabel()
+    plt.close(fig)
+    # A loss ranks lower first: its better model's difference is below zero.
+    from harness.outputs.verdict_text import better_first
+
+    losses = better_first(pairs.assign(metric="val_loss"))
+    assert losses["model_a"].tolist() == ["fcn", "deconv", "deconv"] and (losses["diff"] <= 0).all()
+    assert losses.loc[1, ["diff_low", "diff_high"]].tolist() == [-0.0094, 0.0075] and losses.loc[1, "seeds_a_better"] == 1
+
+
 def test_a_races_ranking_says_its_finishers_come_first():
     from rich.console import Console
 

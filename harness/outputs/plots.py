@@ -23,6 +23,7 @@ from harness.outputs.axes import compact_number, counts_axis, log_axis  # noqa: 
 from harness.core.scores import mask_classes  # noqa: E402
 from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
 from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
+from harness.outputs.verdict_text import better_first  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
@@ -182,9 +183,10 @@ def pairs_to_draw(pairs: pd.DataFrame, best: str | None) -> tuple[pd.DataFrame, 
 
 
 def plot_pair_differences(ax, pairs: pd.DataFrame, best: str | None = None):
-    """A forest plot: each pair's difference in the ranking metric with its 95% interval; the
-    pairs whose interval excludes zero (a supported difference) are drawn solid."""
-    rows, title = pairs_to_draw(pairs, best)
+    """A forest plot: each pair's difference in the ranking metric with its 95% interval, the
+    better of the pair first (as the verdict names it); the pairs whose interval excludes zero (a
+    supported difference) are drawn solid."""
+    rows, title = pairs_to_draw(better_first(pairs), best)
     rows = rows.iloc[::-1]
     y = np.arange(len(rows))
     supported = rows["supported"].astype(bool).to_numpy()
@@ -196,7 +198,7 @@ def plot_pair_differences(ax, pairs: pd.DataFrame, best: str | None = None):
         )
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, [f"{a} - {b}" for a, b in zip(rows["model_a"], rows["model_b"])])
-    ax.set_xlabel(f"difference in {rows['metric'].iloc[0] if len(rows) else 'metric'} (a - b), 95% interval")
+    ax.set_xlabel(f"difference in {rows['metric'].iloc[0] if len(rows) else 'metric'} (better - worse), 95% interval")
     ax.set_title(f"{title} (solid: supported, grey: not)", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     return ax

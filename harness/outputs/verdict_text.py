@@ -131,6 +131,26 @@ def _a_is_better(row, rank_by: str) -> bool:
     return (row.diff > 0) == higher_is_better(rank_by)
 
 
+def better_first(pairs: pd.DataFrame) -> pd.DataFrame:
+    """pairs.csv's rows turned so that `model_a` is the better of each pair, as the verdict names
+    them ("unet over fcn (+0.0132 ...)"): the difference, its interval and the counts of each side
+    follow. pairs.csv keeps the order the models were configured in; a figure beside the verdict
+    reads this one. A tie keeps its order."""
+    turned = pairs.copy()
+    if not len(turned) or "metric" not in turned:
+        return turned
+    a_better = (turned["diff"] > 0) == turned["metric"].map(higher_is_better)  # as _a_is_better, row by row
+    flip = turned["diff"].notna() & (turned["diff"] != 0) & ~a_better
+    swaps = [("model_a", "model_b"), ("seeds_a_better", "seeds_b_better")]
+    for a, b in swaps:
+        if a in turned and b in turned:
+            turned.loc[flip, [a, b]] = turned.loc[flip, [b, a]].to_numpy()
+    turned.loc[flip, ["diff", "diff_low", "diff_high"]] = -turned.loc[flip, ["diff", "diff_high", "diff_low"]].to_numpy()
+    if "p_a_better" in turned:
+        turned.loc[flip, "p_a_better"] = 1 - turned.loc[flip, "p_a_better"]
+    return turned
+
+
 def _difference(row, rank_by: str) -> str:
     """`better over worse (+diff [low, high])`, better minus worse; a tie is `a against b`."""
     if row.diff == 0:  # neither is better: no order to put them in, and no -0.0000
