@@ -269,7 +269,8 @@ def test_metric_that_a_run_does_not_have_is_named_with_the_columns_it_has(result
     one = run_of(results, "one")
     refused = run_main("compare", one, copy_of(one, tmp_path), "--metric", "val_iuo")
     said = " ".join(refused.stderr.split())
-    assert refused.returncode == 2 and "no val_iuo column" in said and "val_iou" in said and refused.stdout == "", refused.stderr
+    assert refused.returncode == 2 and "no val_iuo column" in said and refused.stdout == "", refused.stderr
+    assert "did you mean 'val_iou'? (its score columns: " in said and "val_f1, val_iou, val_loss" in said and "_low" not in said, said
     with pytest.raises(ConfigError, match="one-seed runs have no per-image scores of ms_per_step"):  # a cost: one value per model
         harness.compare_pairs([one, copy_of(one, tmp_path, "20261102-000000")], metric="ms_per_step")
 

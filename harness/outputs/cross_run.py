@@ -34,7 +34,7 @@ import pandas as pd
 from harness.config.metrics import OWN_LOSS_RANKINGS, column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
-from harness.errors import ConfigError
+from harness.errors import ConfigError, did_you_mean
 from harness.outputs.columns import chosen_rows
 from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
 from harness.outputs.tables import finished, load_summary
@@ -140,9 +140,9 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
     if chosen:
         table = table[table["model"].map(model_of).isin(_chosen_models(summary, run.path))]
     if rank not in table:
-        scores_there = [c for c in table.columns if split_column(c)[0] in ("val", "test")]
+        scores_there = [c for c in table.columns if split_column(c)[0] in ("val", "test") and not c.endswith(("_low", "_high", "_std"))]  # not the intervals
         raise ConfigError(f"{source}: {'missing' if table.empty else f'no {rank} column'}; the run's models cannot be compared on {rank}"
-                          + (f" (its score columns: {', '.join(scores_there)})" if scores_there else ""))
+                          + (did_you_mean(rank, scores_there, listing="its score columns:") if scores_there else ""))
     scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
                                    "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
 
