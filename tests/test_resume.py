@@ -297,3 +297,11 @@ def test_out_of_memory_and_disk_full_are_told_apart():
     assert "out of memory" in str(_translate(oom, Path("run")))
     assert "disk full" in str(_translate(disk, Path("run")))
     assert _translate(OSError(28, "No space left on device", "losses.csv"), Path("run")).exit_code == 4
+    # What TensorFlow 2.21 raises writing a checkpoint to a full disk: the op's wrapping took the
+    # 200 characters quoted, and "No space left on device" was cut off.
+    wrapped = ("{{function_node __wrapped__SaveV2_dtypes_171_device_/job:localhost/replica:0/task:0/device:CPU:0}} "
+               "/r/smoke/20261128-224225/checkpoints/ckpt-24_temp/part-00000-of-00001.data-00000-of-00001.tempstate5903182947269737663; "
+               "No space left on device [Op:SaveV2]")
+    said = str(_translate(tf.errors.ResourceExhaustedError(None, None, wrapped), Path("run")))
+    assert "(/r/smoke/20261128-224225/checkpoints/ckpt-24_temp/part-00000-of-00001" in said and "; No space left on device)" in said
+    assert "function_node" not in said and "[Op:" not in said

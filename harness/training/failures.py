@@ -47,15 +47,27 @@ def translate(exc: BaseException, where: Path) -> BaseException:
         text = str(exc)
         if "No space left" in text or "disk" in text.lower() or "write" in text.lower():
             return ResourceError(
-                f"disk full while writing under {where} ({text.splitlines()[0][:200]}): free some "
+                f"disk full while writing under {where} ({tensorflow_said(text)}): free some "
                 f"space, then harness resume {where}"
             )
         return OutOfMemory(
             "out of memory while training: lower data.batch_size or data.image_size, train fewer "
             "models at once, or use placement.precision mixed_float16 on a GPU. "
-            f"TensorFlow said: {text.splitlines()[0][:200]}"
+            f"TensorFlow said: {tensorflow_said(text)}"
         )
     return exc
+
+
+# TensorFlow's wrapping of an op's error: `{{function_node __wrapped__SaveV2_dtypes_171_device_/job:
+# localhost/...}} ` before it and ` [Op:SaveV2]` after it, which pushed "No space left on device"
+# past the 200 characters a message quotes.
+_OP_WRAPPING = re.compile(r"^\{\{function_node [^}]*\}\}\s*|\s*\[Op:[^\]]*\]$")
+
+
+def tensorflow_said(text: str) -> str:
+    """The first line of a TensorFlow error without its op wrapping, at most 200 characters:
+    `/run/checkpoints/ckpt-24_temp/part-00000-of-00001.data-00000-of-00001...; No space left on device`."""
+    return _OP_WRAPPING.sub("", text.splitlines()[0] if text else "")[:200]
 
 
 def lost_worker(exc: BaseException, where: Path) -> ResourceError:
