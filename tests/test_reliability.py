@@ -138,6 +138,24 @@ def disk_full_for(monkeypatch, should_fail):
     monkeypatch.setattr(rundir, "atomic_write_text", full)
 
 
+def test_a_write_the_disk_refuses_names_the_file_it_was_for(tmp_path, monkeypatch):
+    """A full disk fails write() or fsync() with no file name (OSError(28, ...)): the end of a
+    smoke run on a 1.9 MB tmpfs said "disk full while writing <run folder>", not report.html."""
+    from harness.rundir import files
+
+    report = tmp_path / "report.html"
+    report.write_text("the old report")
+
+    def refused(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", refused)
+    with pytest.raises(OSError) as info:
+        files.atomic_write_text(report, "the new report")
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(report)
+    assert report.read_text() == "the old report" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
+
+
 @pytest.mark.parametrize("first_write", ["config.yaml", "run.json"])
 def test_disk_full_before_the_first_write_exits_4_and_leaves_nothing(tmp_path, monkeypatch, capsys, first_write):
     config = write_yaml(tmp_path / "c.yaml", RAW)
