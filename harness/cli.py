@@ -9,7 +9,7 @@ import re
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, report_bug, report_user_code, user_traceback
+from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, disk_full, report_bug, report_user_code, user_traceback
 from harness.outputs import pool
 from harness.outputs.stdout import ReaderMayLeave
 
@@ -25,13 +25,13 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return args.func(args) or EXIT_OK
-    except HarnessError as exc:
-        print(f"harness: {exc.render()}", file=sys.stderr)
-        return exc.exit_code
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the user's code (a factory, a kind) raising is theirs; anything else is a bug
+        if said := exc if isinstance(exc, HarnessError) else disk_full(exc):
+            print(f"harness: {said.render()}", file=sys.stderr)
+            return said.exit_code
         if frames := user_traceback(exc):
             return report_user_code(exc, frames)
         return report_bug()

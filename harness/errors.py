@@ -6,6 +6,7 @@ Anything that is not a `HarnessError` is a bug in harness: the CLI reports it wi
 from __future__ import annotations
 
 import difflib
+import errno
 import functools
 import re
 import os
@@ -59,6 +60,19 @@ class ResourceError(HarnessError):
     """Disk full or out of memory."""
 
     exit_code = EXIT_RESOURCES
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> ResourceError | None:
+    """A full disk met where nothing nearer said it (a nightly's own report after its run, a
+    report rebuilt): exit 4 naming the file, not an internal error. The run and its checkpoints
+    were written before; the file was written beside its name and renamed, so none is half."""
+    if not is_disk_full(exc):
+        return None
+    return ResourceError(f"disk full while writing {exc.filename or 'a file'}: free some space on that disk, then run the command again")
 
 
 class OutOfMemory(ResourceError):

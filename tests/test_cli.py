@@ -184,3 +184,25 @@ def test_compare_over_a_glob_of_an_experiment_folder_names_its_own_files_and_the
     typed = run_main("compare", experiment / "history.sqlite")
     assert typed.returncode == 2, typed.stderr
     assert f"it lies in the experiment's folder beside its 1 run(s) ({experiment / '2*'} names only the runs)" in typed.stderr, typed.stderr
+
+
+def test_a_full_disk_met_outside_a_runs_own_handling_exits_4_naming_the_file(monkeypatch, capsys):
+    """A nightly whose run had finished met a full disk rewriting report.html with its nightly
+    section: an internal error (exit 1, "a bug in harness") instead of exit 4."""
+    import errno
+
+    import harness.cli as cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "/results/smoke/20261128-224454/report.html")
+
+    monkeypatch.setattr(cli, "cmd_report", full)
+    assert main(["report", "anywhere"]) == 4
+    err = capsys.readouterr().err
+    assert "disk full while writing /results/smoke/20261128-224454/report.html: free some space" in err and "bug" not in err
+
+    def broken(args):
+        raise OSError(errno.EACCES, "Permission denied", "x")  # not a full disk: not said as one
+
+    monkeypatch.setattr(cli, "cmd_report", broken)
+    assert main(["report", "anywhere"]) != 4 and "disk full" not in capsys.readouterr().err

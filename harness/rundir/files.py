@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
+
+from harness.errors import is_disk_full  # noqa: F401  (the rundir's, for its writers and callers)
 
 
 def utc_now() -> str:
@@ -67,10 +68,6 @@ def current_umask() -> int:
     mask = os.umask(0o022)  # the only way to read it is to set it: put it straight back
     os.umask(mask)
     return mask
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def save_table_as(frame, path: Path, option: str) -> None:
