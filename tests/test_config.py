@@ -312,7 +312,10 @@ def test_two_overrides_after_one_set_say_what_was_meant(tmp_path):
 def test_ranking_by_a_test_score_is_refused_with_the_validation_name_to_use():
     with pytest.raises(ConfigError) as error:
         validate_config(tiny_config(output={"rank_by": "test_f1"}))
-    assert "output.rank_by: name the validation score, val_f1" in error.value.render()
+    said = " ".join(error.value.render().split())
+    assert "output.rank_by: name the validation score, val_f1" in said
+    # This config holds out no test split: the message says how to hold one out, not "with a test split".
+    assert "whenever the data hold out a test split (data.test_size, data.test_fraction or a test folder" in said
     with_test = validate_config(tiny_config(data={"test_size": 8}, output={"rank_by": "val_f1"}))
     assert with_test.ranking_column() == "test_f1"
 

@@ -290,8 +290,9 @@ class OutputSpec(Strict):
     def _rank_by_names_validation(cls, value):
         split, _, metric = str(value).partition("_")
         if split == "test" and metric:
-            raise ValueError(f"name the validation score, val_{metric}: with a test split the ranking is on "
-                             f"test_{metric} by itself (each model's weights are chosen on validation and scored once on test)")
+            raise ValueError(f"name the validation score, val_{metric}: the ranking is on test_{metric} by itself whenever "
+                             "the data hold out a test split (data.test_size, data.test_fraction or a test folder; each model's "
+                             "weights are then chosen on validation and scored once on test)")
         return value
 
     @field_validator("compare_loss")
