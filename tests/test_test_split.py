@@ -337,6 +337,20 @@ def test_what_choosing_added_is_above_zero_when_validation_looked_better_for_a_l
     assert "a -0.0500." in chosen_on(worse_on_validation, "test_iou") and "a -0.0500." in chosen_on(worse_on_validation, "test_loss")
 
 
+def test_gaps_below_zero_for_every_model_are_said_to_be_the_splits_not_the_choosing():
+    """real_images with 3 repeats: unet -0.0898, fcn -0.0723, deconv -0.0732 under "What choosing
+    added", though choosing on validation can only flatter validation: its 44 test tiles were
+    easier than its 36 validation tiles for every model."""
+    from harness.outputs.verdict_text import chosen_on
+
+    easier_test = pd.DataFrame({"model": ["unet", "fcn", "deconv"], "selected_val_iou": [0.7869, 0.7912, 0.7893],
+                                "test_iou": [0.8767, 0.8635, 0.8625], "selected_val_loss": [0.60, 0.66, 0.62], "test_loss": [0.61, 0.62, 0.66]})
+    said = chosen_on(easier_test, "test_iou")
+    assert "unet -0.0898, fcn -0.0723, deconv -0.0732. Every gap is below zero, which choosing cannot cause" in said
+    assert "Every gap" not in chosen_on(easier_test, "test_loss")  # on the loss, unet's gap is above zero
+    assert "Every gap" not in chosen_on(easier_test.head(1), "test_iou")  # one model: no pattern to read
+
+
 @pytest.mark.slow
 def test_the_api_gives_the_models_the_ranking_scored_beside_the_end_of_run_ones(tested_run):
     from harness.api import load_run
