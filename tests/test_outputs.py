@@ -176,6 +176,8 @@ def test_the_pair_differences_figure_names_each_pair_as_the_verdict_does_better_
     # A loss ranks lower first: its better model's difference is below zero.
     from harness.outputs.verdict_text import better_first
 
+    turned = better_first(pairs.assign(mean_loss_diff=[0.05, -0.01, -0.02], a_beats_b=[0.25, 0.6, 0.7]))
+    assert turned.loc[0, ["mean_loss_diff", "a_beats_b"]].tolist() == [-0.05, 0.75]  # unet's loss lower on 75% of the batches
     losses = better_first(pairs.assign(metric="val_loss"))
     assert losses["model_a"].tolist() == ["fcn", "deconv", "deconv"] and (losses["diff"] <= 0).all()
     assert losses.loc[1, ["diff_low", "diff_high"]].tolist() == [-0.0094, 0.0075] and losses.loc[1, "seeds_a_better"] == 1

@@ -137,8 +137,8 @@ def _a_is_better(row, rank_by: str) -> bool:
 
 def better_first(pairs: pd.DataFrame) -> pd.DataFrame:
     """pairs.csv's rows turned so that `model_a` is the better of each pair, as the verdict names
-    them ("unet over fcn (+0.0132 ...)"): the difference, its interval and the counts of each side
-    follow. pairs.csv keeps the order the models were configured in; a figure beside the verdict
+    them ("unet over fcn (+0.0132 ...)"): every column that has a side follows (the difference and its
+    interval, the seeds each won, the shares of resamples and steps, the common loss's difference). pairs.csv keeps the order the models were configured in; a figure beside the verdict
     reads this one. A tie keeps its order."""
     turned = pairs.copy()
     if not len(turned) or "metric" not in turned:
@@ -150,8 +150,11 @@ def better_first(pairs: pd.DataFrame) -> pd.DataFrame:
         if a in turned and b in turned:
             turned.loc[flip, [a, b]] = turned.loc[flip, [b, a]].to_numpy()
     turned.loc[flip, ["diff", "diff_low", "diff_high"]] = -turned.loc[flip, ["diff", "diff_high", "diff_low"]].to_numpy()
-    if "p_a_better" in turned:
-        turned.loc[flip, "p_a_better"] = 1 - turned.loc[flip, "p_a_better"]
+    for share in ("p_a_better", "a_beats_b"):  # one seed's share of resamples, the common loss's share of steps
+        if share in turned:
+            turned.loc[flip, share] = 1 - turned.loc[flip, share]
+    if "mean_loss_diff" in turned:
+        turned.loc[flip, "mean_loss_diff"] = -turned.loc[flip, "mean_loss_diff"]
     return turned
 
 
