@@ -21,7 +21,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 from harness.errors import ConfigError, DataError
-from harness.rundir import utc_now, version_changes
+from harness.rundir import utc_now
+from harness.rundir import version_changes as changes_between  # the method below has its name
 
 HISTORY_FILE = "history.sqlite"
 _OLDEST_FIRST = "COALESCE(night, ''), started, run_id"  # the runs' order everywhere: by night, then start
@@ -287,7 +288,7 @@ class HistoryStore:
         changes, before = {}, {}
         for run_id, text in rows:
             versions = recorded_versions(text)
-            changed = version_changes(before, versions)
+            changed = changes_between(before, versions)
             if changed:
                 changes[run_id] = changed
             before = versions or before
