@@ -44,8 +44,10 @@ def test_each_member_is_timed_alone_in_the_runs_own_loop_without_a_new_trace_and
     assert after["traces"] == before["traces"] == 1  # the run's one trace, reused
     assert after["switches"] == before["switches"] and after["global_step"] == before["global_step"]
     assert all(np.array_equal(a, b) for a, b in zip(before["weights"], after["weights"]))
-    # Alone, the 48-wide U-Net costs many times the 2-wide FCN: the probe times each member, not the step.
-    assert seen["ms"]["big"] > 3 * seen["ms"]["small"] > 0, seen["ms"]
+    # Alone, the 48-wide U-Net costs more than the 2-wide FCN: the probe times each member, not the
+    # step, which would give both the same time. (About 3x at 32x32, where each step's fixed cost
+    # weighs; 2.7x in one CI run beside the other worker: the margin is 1.5x, not a benchmark.)
+    assert seen["ms"]["big"] > 1.5 * seen["ms"]["small"] > 0, seen["ms"]
 
 
 def test_over_several_replicas_each_members_step_is_traced_alone(tmp_path):
