@@ -29,13 +29,10 @@ def atomic_write_text(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # a write or fsync on a full disk names no file: name the one meant
+        if isinstance(exc, OSError) and exc.filename is None:  # a write or fsync on a full disk names no file: name the one meant
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
         raise
 
 
