@@ -54,3 +54,25 @@ def test_the_documented_hand_loop_reproduces_a_real_run_bit_for_bit(tmp_path):
 def test_export_batches_of_a_folder_that_is_not_a_run_says_so(tmp_path):
     result = run_main("export-batches", tmp_path, "--steps", 2)
     assert result.returncode == 2 and f"{tmp_path} is not a run directory (no run.json)" in result.stderr
+
+
+def test_export_batches_refuses_data_that_changed_since_the_run(tmp_path):
+    """A file edited in place after the run was read as it is now: the batches written were not
+    the ones the members saw, and a hand loop over them missed the run's losses without a word."""
+    from PIL import Image
+    from pictures import write_folder
+
+    images, masks = write_folder(tmp_path, 10, size=(16, 16))
+    raw = tiny_config(data={"source": "folder", "images": str(images), "masks": str(masks), "image_size": [16, 16], "batch_size": 2,
+                            "train_size": None, "val_size": None, "val_fraction": 0.3}, output={"probe_steps": 0, "progress": "none", "serve_probe": False})
+    raw["train"]["epochs"] = 1
+    assert run_main("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r").returncode == 0
+    (run_dir,) = (tmp_path / "r" / "tiny").glob("2*")
+    assert run_main("export-batches", run_dir, "--steps", 2).returncode == 0  # the data as the run saw it
+    before = (run_dir / "replay" / "batches.npz").read_bytes()
+    edited = images / "ex03.png"
+    Image.fromarray(255 - np.asarray(Image.open(edited))).save(edited)
+    refused = run_main("export-batches", run_dir, "--steps", 2)
+    assert refused.returncode == 3, refused.stderr
+    assert "would not be the ones the run's members saw" in refused.stderr and f"changed: {edited}" in refused.stderr, refused.stderr
+    assert (run_dir / "replay" / "batches.npz").read_bytes() == before  # what the user had is kept

@@ -123,12 +123,13 @@ def resolve_data_sizes(config: ExperimentConfig, results_dir: Path | None = None
     return preflight.resolve_data_sizes(config, results_dir, multiple, say)
 
 
-def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig) -> None:
+def refuse_changed_data(config: ExperimentConfig, rescanned: ExperimentConfig, so: str = "its batches would differ; start a new run instead") -> None:
+    """`so`: what the change means for the command refusing it."""
     if rescanned.data == config.data:
         return
     raise DataError(
-        "the data changed since this run started (files added, removed, now bad or moved to another split), so its batches "
-        "would differ; start a new run instead. What differs (started -> now):",
+        f"the data changed since this run started (files added, removed, now bad or moved to another split), so {so}. "
+        "What differs (started -> now):",
         differences(config.data.model_dump(mode="json"), rescanned.data.model_dump(mode="json"), "data."),
     )
 
@@ -143,20 +144,33 @@ def record_data_fingerprint(run: rd.RunDir, scan, **more: Any) -> None:
         rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints, "splits": scan.splits, **more}, sort_keys=True) + "\n")
 
 
-def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
-    """Exit 3 naming the files whose content changed since the run started (edited in place under
-    the same names: the counts and sizes the config check sees are the same); with `accept`, go on
-    on the new content and record that. A run from before fingerprints is not checked."""
+def changed_data_files(run: rd.RunDir, scan) -> list[str]:
+    """The data files whose content or split differ from data_fingerprint.json's (what the run
+    started on, or what a resume accepted since), each as "<kind>: <name>"; none for a run from
+    before fingerprints."""
     try:
         recorded = json.loads(run.data_fingerprint_json.read_text(encoding="utf-8"))
         before, splits_before = recorded["items"], recorded.get("splits") or {}  # splits: not in a run from before them
     except FileNotFoundError:
-        return
+        return []
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"{run.data_fingerprint_json} cannot be read ({exc}); resume --accept-changed-data trains on the data as it is now") from None
+        raise DataError(f"{run.data_fingerprint_json} cannot be read ({exc}); it is what the data is checked against "
+                        "(resume --accept-changed-data trains on the data as it is now)") from None
     diff = changed_items(before, scan.fingerprints if scan is not None else {})
     found = [f"{kind}: {name}" for kind, names in diff.items() for name in names]
-    found += [f"moved: {said}" for said in moved_items(splits_before, scan.splits if scan is not None and splits_before else {})]
+    return found + [f"moved: {said}" for said in moved_items(splits_before, scan.splits if scan is not None and splits_before else {})]
+
+
+def listed(found: list[str]) -> list[str]:
+    """The first LISTED of many changed files, the rest counted."""
+    return found[:LISTED] + ([f"... and {len(found) - LISTED} more"] if len(found) > LISTED else [])
+
+
+def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
+    """Exit 3 naming the files whose content changed since the run started (edited in place under
+    the same names: the counts and sizes the config check sees are the same); with `accept`, go on
+    on the new content and record that. A run from before fingerprints is not checked."""
+    found = changed_data_files(run, scan)
     if not found:
         return
     if accept:
@@ -164,12 +178,11 @@ def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
               "the resumed steps are not what an uninterrupted run would have trained", file=sys.stderr)
         record_data_fingerprint(run, scan, accepted_change_at=rd.utc_now(), accepted=found[:LISTED])
         return
-    more = [f"... and {len(found) - LISTED} more"] if len(found) > LISTED else []
     raise DataError(
         f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so resuming "
         f"would train its remaining steps on other examples than an uninterrupted run. Start a new run, or resume on the new data "
         f"anyway with: harness resume {run.path} --accept-changed-data. What changed:",
-        found[:LISTED] + more,
+        listed(found),
     )
 
 

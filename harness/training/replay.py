@@ -20,14 +20,14 @@ import numpy as np
 
 from harness import rundir as rd
 from harness.config.naming import repeat_of
-from harness.errors import ConfigError
+from harness.errors import ConfigError, DataError
 
 
 def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     from harness.data.pipeline import build_datasets
     from harness.members.base import member_seed
     from harness.members.registry import build_members
-    from harness.training.entry import prepare_process, resolve_data_sizes
+    from harness.training.entry import changed_data_files, listed, prepare_process, refuse_changed_data, resolve_data_sizes
     from harness.training.export import export_model
 
     run = rd.RunDir(Path(run_dir))
@@ -37,7 +37,17 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
         raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
     out = rd.make_folder(Path(out or run.path / "replay"), "export-batches --out")  # before TensorFlow starts
     prepare_process(config.model_copy(update={"placement": config.placement.model_copy(update={"strategy": "one_device", "device": "/cpu:0", "logical_cpus": None})}))
-    config, scan = resolve_data_sizes(config, run.results_dir)
+    rescanned, scan = resolve_data_sizes(config, run.results_dir, say=False)  # the run said what its scan found
+    # Batches read from files changed since the run would not be the ones its members saw, and a
+    # hand loop over them would not give the run's losses: refused, naming what changed.
+    refuse_changed_data(config, rescanned, so="the batches exported would not be the ones the run's members saw")
+    if found := changed_data_files(run, scan):
+        raise DataError(
+            f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so the batches "
+            "exported would not be the ones the run's members saw. Put them back as they were, or start a new run. What changed:",
+            listed(found),
+        )
+    config = rescanned
     arrays = _batches(build_datasets(config.data, config.training_seeds(), 0, steps, scan).train, steps)
     np.savez(out / "batches.npz", **arrays)
     facts = {}
