@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -314,3 +315,22 @@ def test_a_workers_copy_of_the_run_skips_what_the_chief_may_remove_meanwhile(tmp
     with _scratch_run_dir(None, copy_from=rd.RunDir(source)) as run:
         copied = sorted(str(p.relative_to(run.path)) for p in run.path.rglob("*"))
     assert copied == ["checkpoints", "checkpoints/ckpt-2.index", "run.json"]
+
+
+def test_a_killed_workers_scratch_folder_is_swept_by_the_next_worker_and_a_live_ones_kept(tmp_path):
+    """A worker killed outright (the lost-peer test above kills one) never ran its cleanup, and its
+    scratch folder stayed in the temp folder for good, with a resume's copy of the checkpoints."""
+    from harness.rundir import FolderLock
+    from harness.training.entry import sweep_dead_scratch
+    from harness.training.failures import WORKER_SCRATCH
+
+    dead, live, starting, other = (tmp_path / f"{WORKER_SCRATCH}{name}" for name in ("dead", "live", "starting", "nolock"))
+    for folder in (dead, live, starting, other):
+        (folder / "run" / "checkpoints").mkdir(parents=True)
+    killed = subprocess.run([sys.executable, "-c", "import os, sys; from harness.rundir import FolderLock; "
+                             "FolderLock(sys.argv[1]).acquire(); os._exit(9)", str(dead)], capture_output=True, text=True)
+    assert killed.returncode == 9, killed.stderr  # died holding it: the lock file stays, naming it
+    (starting / ".lock").write_text("")  # created, not yet locked by the worker making it
+    with FolderLock(live):
+        sweep_dead_scratch(tmp_path)
+        assert not dead.exists() and live.exists() and starting.exists() and other.exists()

@@ -247,7 +247,9 @@ class _scratch_run_dir:
         self.config, self.source = config, copy_from
 
     def __enter__(self) -> rd.RunDir:
+        sweep_dead_scratch(Path(tempfile.gettempdir()))
         self.folder = Path(tempfile.mkdtemp(prefix=WORKER_SCRATCH))
+        self.lock = FolderLock(self.folder, purpose="worker's scratch run").acquire()  # held for the worker's life
         if self.source is None:
             return rd.create_run_dir(self.config, self.folder)
         run = rd.RunDir(self.folder / "run")
@@ -259,7 +261,23 @@ class _scratch_run_dir:
         return run
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        shutil.rmtree(self.folder, ignore_errors=True)  # still locked: no sweep takes it meanwhile
+        self.lock.release()
+
+
+def sweep_dead_scratch(root: Path) -> None:
+    """A worker killed outright (SIGKILL, or `harness workers` killing a peer stuck in a collective
+    after another failed) never reached `__exit__`, and its scratch folder stayed in the temp folder
+    for good, a resume's copy of the run's checkpoints in it. Each scratch folder is locked by its
+    worker for its life (the kernel lets go when the process dies): one whose lock file names a
+    holder that no longer holds it is removed. An empty lock file is one being taken: kept."""
+    for folder in root.glob(f"{WORKER_SCRATCH}*"):
+        try:
+            recorded = (folder / ".lock").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):  # no lock (from before it), or another user's folder
+            continue
+        if recorded.strip() and rd.holder_of(folder) is None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _copy_unless_gone(source: str, target: str) -> str:
