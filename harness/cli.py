@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import re
 import sys
 from pathlib import Path
 
 from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, disk_full, report_bug, report_user_code, user_traceback
+from harness.leaving import leave
 from harness.outputs import pool
 from harness.outputs.stdout import ReaderMayLeave
 
@@ -56,20 +55,9 @@ OVERRIDE = re.compile(r"^[A-Za-z_][\w.]*=")  # KEY.PATH=VALUE
 
 
 def command() -> None:
-    """The `harness` command (and `python -m harness`): main(), then out at once. Every file is
-    complete when main() returns; the interpreter's teardown of TensorFlow took seconds after the
-    last line, which a user and a nightly job would wait for. So: flush, stop a Ray instance this
-    process started (its processes would outlive an abrupt exit), and leave."""
+    """The `harness` command (and `python -m harness`): main(), then out at once (leaving.leave)."""
     sys.stdout, sys.stderr = ReaderMayLeave(sys.stdout), ReaderMayLeave(sys.stderr)  # `| head -1`: the command finishes, with its own code
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pool.stop()  # idle output processes: let them go, or they would outlive the abrupt exit
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-    logging.shutdown()
-    os._exit(code)
+    leave(main())
 
 
 def build_parser() -> argparse.ArgumentParser:

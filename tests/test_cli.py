@@ -14,9 +14,12 @@ from harness.cli import build_parser, main
 
 
 def test_smoke_experiment_end_to_end(tmp_path):
-    result = run_cli("run", REPO / "experiments" / "smoke.yaml", "--results", tmp_path, "--set", "train.epochs=2")
+    (tmp_path / "tmp").mkdir()
+    result = run_cli("run", REPO / "experiments" / "smoke.yaml", "--results", tmp_path, "--set", "train.epochs=2", env={"TMPDIR": str(tmp_path / "tmp")})
     assert result.returncode == 0, result.stderr
     (run_dir,) = (tmp_path / "smoke").iterdir()
+    # The exit handlers ran: TensorFlow's removes the source files AutoGraph wrote (each run left them).
+    assert not list((tmp_path / "tmp").glob("__autograph_generated_file*")), list((tmp_path / "tmp").iterdir())
     assert f"results: {run_dir}" in result.stdout
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["steps_done"] == 16 and info["trace_count"] == 1
