@@ -76,3 +76,18 @@ def test_export_batches_refuses_data_that_changed_since_the_run(tmp_path):
     assert refused.returncode == 3, refused.stderr
     assert "would not be the ones the run's members saw" in refused.stderr and f"changed: {edited}" in refused.stderr, refused.stderr
     assert (run_dir / "replay" / "batches.npz").read_bytes() == before  # what the user had is kept
+    # A resume that went on on the changed files (--accept-changed-data) records them as the data:
+    # exported again, the batches are today's files, and the steps before that resume saw others.
+    fingerprint = json.loads((run_dir / "data_fingerprint.json").read_text())
+    (run_dir / "data_fingerprint.json").write_text(json.dumps({**fingerprint, "items": {**fingerprint["items"], **_fingerprints_now(raw, tmp_path / "r")},
+                                                              "accepted_change_at": "2026-11-29T02:00:00+00:00"}))
+    warned = run_main("export-batches", run_dir, "--steps", 2)
+    assert warned.returncode == 0 and "resumed on changed data (accepted 2026-11-29T02:00:00+00:00)" in warned.stderr, warned.stderr
+
+
+def _fingerprints_now(raw: dict, results) -> dict:
+    from harness.config.loading import validate_config
+    from harness.training.preflight import resolve_data_sizes
+
+    _, scan = resolve_data_sizes(validate_config(raw), results, 1, say=False)
+    return scan.fingerprints

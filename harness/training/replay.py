@@ -14,6 +14,7 @@ they are exactly the run's, resumed or not.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +48,10 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
             "exported would not be the ones the run's members saw. Put them back as they were, or start a new run. What changed:",
             listed(found),
         )
+    if when := _accepted_change(run):
+        print(f"harness: warning: this run resumed on changed data (accepted {when}): its steps before that resume read the files "
+              "as they were then, and these batches are read from the files as they are now, so a hand loop over them will not "
+              "give the run's losses", file=sys.stderr)
     config = rescanned
     arrays = _batches(build_datasets(config.data, config.training_seeds(), 0, steps, scan).train, steps)
     np.savez(out / "batches.npz", **arrays)
@@ -64,6 +69,14 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
         }
     (out / "members.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
+
+
+def _accepted_change(run: rd.RunDir) -> str | None:
+    """When a resume went on on changed data (`resume --accept-changed-data`), as its fingerprint says."""
+    try:
+        return json.loads(run.data_fingerprint_json.read_text(encoding="utf-8")).get("accepted_change_at")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _key(name: str, stream: int) -> str:
