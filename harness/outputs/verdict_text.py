@@ -138,8 +138,9 @@ def _a_is_better(row, rank_by: str) -> bool:
 def better_first(pairs: pd.DataFrame) -> pd.DataFrame:
     """pairs.csv's rows turned so that `model_a` is the better of each pair, as the verdict names
     them ("unet over fcn (+0.0132 ...)"): every column that has a side follows (the difference and its
-    interval, the seeds each won, the shares of resamples and steps, the common loss's difference). pairs.csv keeps the order the models were configured in; a figure beside the verdict
-    reads this one. A tie keeps its order."""
+    interval, the seeds each won, the shares of resamples and steps, the common loss's difference).
+    pairs.csv keeps the order the models were configured in; a figure beside the verdict reads this
+    one. A tie keeps its order."""
     turned = pairs.copy()
     if not len(turned) or "metric" not in turned:
         return turned

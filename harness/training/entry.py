@@ -144,33 +144,45 @@ def record_data_fingerprint(run: rd.RunDir, scan, **more: Any) -> None:
         rd.atomic_write_text(run.data_fingerprint_json, json.dumps({"items": scan.fingerprints, "splits": scan.splits, **more}, sort_keys=True) + "\n")
 
 
-def changed_data_files(run: rd.RunDir, scan) -> list[str]:
-    """The data files whose content or split differ from data_fingerprint.json's (what the run
-    started on, or what a resume accepted since), each as "<kind>: <name>"; none for a run from
-    before fingerprints."""
+def recorded_fingerprint(run: rd.RunDir) -> dict | None:
+    """data_fingerprint.json: what the run started on, or what a resume accepted since (then with
+    `accepted_change_at`); None for a run from before fingerprints."""
     try:
         recorded = json.loads(run.data_fingerprint_json.read_text(encoding="utf-8"))
-        before, splits_before = recorded["items"], recorded.get("splits") or {}  # splits: not in a run from before them
+        if not isinstance(recorded.get("items"), dict):
+            raise ValueError("it holds no 'items' mapping")
+        return recorded
     except FileNotFoundError:
-        return []
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return None
+    except (OSError, ValueError, AttributeError) as exc:
         raise DataError(f"{run.data_fingerprint_json} cannot be read ({exc}); it is what the data is checked against "
                         "(resume --accept-changed-data trains on the data as it is now)") from None
-    diff = changed_items(before, scan.fingerprints if scan is not None else {})
+
+
+def changed_data_files(recorded: dict | None, scan) -> list[str]:
+    """The data files whose content or split differ from the recorded fingerprint's, each as
+    "<kind>: <name>"; none without one."""
+    if recorded is None:
+        return []
+    splits_before = recorded.get("splits") or {}  # splits: not in a run from before them
+    diff = changed_items(recorded["items"], scan.fingerprints if scan is not None else {})
     found = [f"{kind}: {name}" for kind, names in diff.items() for name in names]
     return found + [f"moved: {said}" for said in moved_items(splits_before, scan.splits if scan is not None and splits_before else {})]
 
 
-def listed(found: list[str]) -> list[str]:
-    """The first LISTED of many changed files, the rest counted."""
-    return found[:LISTED] + ([f"... and {len(found) - LISTED} more"] if len(found) > LISTED else [])
+def changed_files_error(found: list[str], so: str) -> DataError:
+    """Exit 3 naming the changed files (the first LISTED, the rest counted); `so`: what the change
+    means for the command refusing it, and what to do."""
+    more = [f"... and {len(found) - LISTED} more"] if len(found) > LISTED else []
+    return DataError(f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so {so}. "
+                     "What changed:", found[:LISTED] + more)
 
 
 def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
     """Exit 3 naming the files whose content changed since the run started (edited in place under
     the same names: the counts and sizes the config check sees are the same); with `accept`, go on
     on the new content and record that. A run from before fingerprints is not checked."""
-    found = changed_data_files(run, scan)
+    found = changed_data_files(recorded_fingerprint(run), scan)
     if not found:
         return
     if accept:
@@ -178,12 +190,8 @@ def refuse_changed_content(run: rd.RunDir, scan, accept: bool) -> None:
               "the resumed steps are not what an uninterrupted run would have trained", file=sys.stderr)
         record_data_fingerprint(run, scan, accepted_change_at=rd.utc_now(), accepted=found[:LISTED])
         return
-    raise DataError(
-        f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so resuming "
-        f"would train its remaining steps on other examples than an uninterrupted run. Start a new run, or resume on the new data "
-        f"anyway with: harness resume {run.path} --accept-changed-data. What changed:",
-        listed(found),
-    )
+    raise changed_files_error(found, "resuming would train its remaining steps on other examples than an uninterrupted run. Start a "
+                                     f"new run, or resume on the new data anyway with: harness resume {run.path} --accept-changed-data")
 
 
 def refuse_changed_weights(run: rd.RunDir, record: rd.RunRecord, accept: bool) -> None:

@@ -21,14 +21,14 @@ import numpy as np
 
 from harness import rundir as rd
 from harness.config.naming import repeat_of
-from harness.errors import ConfigError, DataError
+from harness.errors import ConfigError
 
 
 def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     from harness.data.pipeline import build_datasets
     from harness.members.base import member_seed
     from harness.members.registry import build_members
-    from harness.training.entry import changed_data_files, listed, prepare_process, refuse_changed_data, resolve_data_sizes
+    from harness.training.entry import prepare_process, resolve_data_sizes
     from harness.training.export import export_model
 
     run = rd.RunDir(Path(run_dir))
@@ -39,19 +39,7 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     out = rd.make_folder(Path(out or run.path / "replay"), "export-batches --out")  # before TensorFlow starts
     prepare_process(config.model_copy(update={"placement": config.placement.model_copy(update={"strategy": "one_device", "device": "/cpu:0", "logical_cpus": None})}))
     rescanned, scan = resolve_data_sizes(config, run.results_dir, say=False)  # the run said what its scan found
-    # Batches read from files changed since the run would not be the ones its members saw, and a
-    # hand loop over them would not give the run's losses: refused, naming what changed.
-    refuse_changed_data(config, rescanned, so="the batches exported would not be the ones the run's members saw")
-    if found := changed_data_files(run, scan):
-        raise DataError(
-            f"{len(found)} data file(s) changed since this run started (their content, or the split they are in), so the batches "
-            "exported would not be the ones the run's members saw. Put them back as they were, or start a new run. What changed:",
-            listed(found),
-        )
-    if when := _accepted_change(run):
-        print(f"harness: warning: this run resumed on changed data (accepted {when}): its steps before that resume read the files "
-              "as they were then, and these batches are read from the files as they are now, so a hand loop over them will not "
-              "give the run's losses", file=sys.stderr)
+    _refuse_changed_since(run, config, rescanned, scan)
     config = rescanned
     arrays = _batches(build_datasets(config.data, config.training_seeds(), 0, steps, scan).train, steps)
     np.savez(out / "batches.npz", **arrays)
@@ -71,12 +59,22 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     return out
 
 
-def _accepted_change(run: rd.RunDir) -> str | None:
-    """When a resume went on on changed data (`resume --accept-changed-data`), as its fingerprint says."""
-    try:
-        return json.loads(run.data_fingerprint_json.read_text(encoding="utf-8")).get("accepted_change_at")
-    except (OSError, ValueError, AttributeError):
-        return None
+def _refuse_changed_since(run: rd.RunDir, config, rescanned, scan) -> None:
+    """Batches read from files changed since the run would not be the ones its members saw, and a
+    hand loop over them would not give the run's losses: refused (exit 3), naming what changed, as
+    `resume` checks them. A run a resume went on with on changed data is checked against what it
+    accepted, and warned about: its steps before that resume read files that are gone."""
+    from harness.training.entry import changed_data_files, changed_files_error, recorded_fingerprint, refuse_changed_data
+
+    refuse_changed_data(config, rescanned, so="the batches exported would not be the ones the run's members saw")
+    recorded = recorded_fingerprint(run)
+    if found := changed_data_files(recorded, scan):
+        raise changed_files_error(found, "the batches exported would not be the ones the run's members saw. Put them back as they "
+                                         "were, or start a new run")
+    if when := (recorded or {}).get("accepted_change_at"):
+        print(f"harness: warning: this run resumed on changed data (accepted {when}): its steps before that resume read the files "
+              "as they were then, and these batches are read from the files as they are now, so a hand loop over them will not "
+              "give the run's losses", file=sys.stderr)
 
 
 def _key(name: str, stream: int) -> str:
