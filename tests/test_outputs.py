@@ -115,6 +115,13 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
     assert "Seed-to-seed spread (std): unet 0.0141, fcn 0.0100." in text
     close = verdict(pairs, "val_iou", build_summary(members.assign(val_iou=[0.5, 0.5, 0.50002, 0.4, 0.4, 0.4])))
     assert "unet 1.4e-05, fcn 0.0000." in close  # not 0.0000: these seeds are not identical
+    # A model none of whose seeds finished has no spread: diverged seeds frozen alike read as seeds that agree.
+    unet_failed = members.assign(status=["diverged"] * 3 + ["ok"] * 3, val_iou=[0.0, 0.0, 0.0, 0.50, 0.52, 0.51])
+    failed_summary = build_summary(unet_failed).set_index("model")
+    assert failed_summary.loc["unet", ["val_iou_std", "val_iou_low", "val_iou_high"]].isna().all()
+    assert failed_summary.loc["fcn", "val_iou_std"] == pytest.approx(0.01)
+    text = verdict(pairs, "val_iou", failed_summary.reset_index())
+    assert "Seed-to-seed spread (std): fcn 0.0100." in text and "unet diverged (3/3)" in text
 
 
 def test_a_models_cost_over_seeds_is_written_without_binary_noise():
@@ -181,6 +188,14 @@ def test_the_pair_differences_figure_names_each_pair_as_the_verdict_does_better_
     losses = better_first(pairs.assign(metric="val_loss"))
     assert losses["model_a"].tolist() == ["fcn", "deconv", "deconv"] and (losses["diff"] <= 0).all()
     assert losses.loc[1, ["diff_low", "diff_high"]].tolist() == [-0.0094, 0.0075] and losses.loc[1, "seeds_a_better"] == 1
+    # A model none of whose seeds finished has pairs with no metric and no difference (pairs.csv's
+    # common-loss rows): they are kept as they are, and the figure leaves them out.
+    failed = pd.concat([pairs, pd.DataFrame({"model_a": ["fcn"], "model_b": ["gan"], "metric": [np.nan], "diff": [np.nan]})], ignore_index=True)
+    assert better_first(failed).loc[3, ["model_a", "model_b"]].tolist() == ["fcn", "gan"]
+    fig, ax = plt.subplots()
+    plot_pair_differences(ax, failed)
+    assert [t.get_text() for t in ax.get_yticklabels()][::-1] == ["unet - fcn", "fcn - deconv", "unet - deconv"]
+    plt.close(fig)
 
 
 def test_a_races_ranking_says_its_finishers_come_first():

@@ -153,8 +153,10 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
             # members' own figures are rounded, and their mean's binary noise (21.119999999999997)
             # is no measurement. Scores keep every digit (statistics and nightly read them back).
             row[column] = mean if score else float(f"{mean:.12g}")
-            if repeated and score:
+            if repeated and score and len(done):
                 # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
+                # A model none of whose seeds finished has none: as it has no pair (its spread over
+                # diverged seeds, often 0, would read as seeds that agree).
                 interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
         row["repeats"] = len(group)

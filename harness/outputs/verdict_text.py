@@ -144,8 +144,10 @@ def better_first(pairs: pd.DataFrame) -> pd.DataFrame:
     turned = pairs.copy()
     if not len(turned) or "metric" not in turned:
         return turned
-    a_better = (turned["diff"] > 0) == turned["metric"].map(higher_is_better)  # as _a_is_better, row by row
-    flip = turned["diff"].notna() & (turned["diff"] != 0) & ~a_better
+    # A pair with a model that finished on no seed (all diverged) has no metric and no difference: kept as it is.
+    scored = turned["metric"].notna() & turned["diff"].notna()
+    a_better = (turned["diff"] > 0) == turned["metric"].map(higher_is_better, na_action="ignore")  # as _a_is_better
+    flip = scored & (turned["diff"] != 0) & ~a_better
     swaps = [("model_a", "model_b"), ("seeds_a_better", "seeds_b_better")]
     for a, b in swaps:
         if a in turned and b in turned:
