@@ -105,9 +105,11 @@ def test_one_step_per_call_form_equals_the_graph_loop_bitwise(tiny_run, tmp_path
 
 @pytest.mark.slow
 def test_diverging_model_is_skipped_and_others_are_untouched(tiny_run, tmp_path):
-    raw = tiny_config(train={"epochs": 3, "steps_per_call": 5})
+    # With plots: a diverged model's pairs have no metric, which the pair figure once crashed on.
+    raw = tiny_config(train={"epochs": 3, "steps_per_call": 5}, output={"plot_formats": ["png"]})
     raw["models"].insert(1, {"name": "boom", "arch": "factories:nan_after", "options": {"n": 6}})
     result = run(validate_config(raw), results_dir=tmp_path)
+    assert (result.run_dir / "plots" / "pair_differences.png").is_file()
 
     facts = result.info["models"]["boom"]
     assert facts["status"] == "diverged" and facts["changed_at_step"] == 6
