@@ -306,3 +306,28 @@ def test_the_same_networks_in_two_runs_are_named_not_passed_off_as_a_pair_within
     other = SimpleNamespace(label="q/r1", scored=scored(("unet@1", 3.5), ("unet@2", 4.5)))
     assert _same_networks_note([first, copy, other]).endswith(": unet of q/r0 and q/r0-copy.")  # fcn's second seed differs
     assert _same_networks_note([first, other]) is None
+
+
+def test_a_model_that_did_not_finish_is_left_out_and_named_as_in_a_runs_own_pairs(results, tmp_path):
+    """A diverged model's scores come from fewer steps: a run's own pairs leave it out, and so do
+    pairs across runs (they once paired a diverged unet with every model of the other run)."""
+    one = run_of(results, "one")
+    other = copy_of(one, tmp_path)
+    summary = pd.read_csv(other / "summary.csv")
+    summary.loc[summary["model"] == "unet", "status"] = "diverged"
+    summary.to_csv(other / "summary.csv", index=False)
+    found = harness.compare_pairs([one, other])
+    assert len(found.pairs) == 6 and "unet" not in set(found.pairs["model_b"]) and "unet" in set(found.pairs["model_a"])
+    assert f"Not compared, as they did not finish (a score from fewer steps): unet (diverged) of one/{other.name}." in found.notes
+    assert not any(n.startswith("Scored the same") and "unet" in n for n in found.notes)  # fcn, deconv only
+    summary.assign(status="diverged").to_csv(other / "summary.csv", index=False)
+    with pytest.raises(ConfigError, match=f"no model of one/{other.name} finished .*deconv .diverged.*no final scores"):
+        harness.compare_pairs([one, other])
+    # With repeats, a seed that did not finish is left out of its model's seeds, and named.
+    rep_a, rep_b = run_of(results, "rep_a"), run_of(results, "rep_b")
+    copied = copy_of(rep_b, tmp_path)
+    members = pd.read_csv(copied / "summary_members.csv")
+    members.loc[members["model"] == "fcn@2", "status"] = "diverged"
+    members.to_csv(copied / "summary_members.csv", index=False)
+    note = f"Not compared, as they did not finish (a score from fewer steps): fcn@2 (diverged) of rep_b/{copied.name}."
+    assert note in harness.compare_pairs([rep_a, copied]).notes

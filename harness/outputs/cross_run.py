@@ -16,7 +16,9 @@ runs compared on validation may differ in their test split, if the next check ca
 the images scored were the same, image by image (each image's count of true pixels per class,
 from the files: what a changed file, split or size would show). Runs made
 with other library versions are compared, and a note says which versions differ; so is a column of
-each model's own loss over models that trained on different losses.
+each model's own loss over models that trained on different losses. As in a run's own pairs, only
+members that finished are compared (a diverged or dropped one has scores from fewer steps): a note
+names the others, and a run none of whose models finished is refused.
 
 `harness nightly` asks the same of tonight's run and an earlier one, for each watched metric,
 each model against itself (`metric`, `same_model`: nights/paired.py).
@@ -65,6 +67,7 @@ class RunScores:
     label: str = ""  # `<experiment>/<run_id>`, or the run's path where two runs share that
     members: pd.DataFrame | None = None
     scored: dict | None = None
+    unfinished: list[str] | None = None  # members left out: `unet (diverged)`, `unet@2 (dropped)`
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
     for run in runs:
         _read_scores(run, rank, chosen)
     _same_images(runs, split, moved + other_split)
-    notes = [note for note in (_same_networks_note(runs), _own_loss_note(runs, rank), _versions_note(runs)) if note]
+    notes = [note for note in (_unfinished_note(runs), _same_networks_note(runs), _own_loss_note(runs, rank), _versions_note(runs)) if note]
     if moved:
         notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
                      "by their true masks, image by image.")
@@ -126,17 +129,20 @@ def _open(run_dir: Path) -> RunScores:
 
 
 def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
-    """Each member's value of `rank` (with repeats: per seed, the members that finished (trained to the end or stopped early); `chosen`:
-    of the models each group chose) and, for a validation or test metric, each member's
-    per-image quantities on that split."""
+    """Each member's value of `rank`, of the members that finished (trained to the end or stopped
+    early; as a run's own pairs: a diverged or dropped one has scores from fewer steps); `chosen`:
+    of the models each group chose; and, for a validation or test metric, each member's per-image
+    quantities on that split."""
     run, split = scores.run, split_column(rank)[0]
     path = run.test_scores_csv if split == "test" else run.val_scores_csv
     scores.scored = last_evaluations(path, scores.config.data.classes) if split in ("val", "test") else {}
     summary = load_summary(run.summary_csv)
     source = run.member_rows_csv(scores.config.train.repeats)
     table = load_summary(source) if scores.config.train.repeats > 1 else summary
-    if scores.config.train.repeats > 1 and "status" in table:
-        table = table[table["status"].map(finished)]
+    if "status" in table:
+        done = table["status"].map(finished)
+        scores.unfinished = [f"{m} ({s})" for m, s in zip(table.loc[~done, "model"], table.loc[~done, "status"])]
+        table = table[done]
     if chosen:
         table = table[table["model"].map(model_of).isin(_chosen_models(summary, run.path))]
     if rank not in table:
@@ -145,6 +151,10 @@ def _read_scores(scores: RunScores, rank: str, chosen: bool = False) -> None:
                           + (did_you_mean(rank, scores_there, listing="its score columns:") if scores_there else ""))
     scores.members = pd.DataFrame({"model": table["model"].map(model_of), "repeat": table["model"].map(repeat_of),
                                    "member": table["model"], "value": pd.to_numeric(table[rank], errors="coerce")}).dropna(subset=["value"])
+    scores.scored = {m: s for m, s in scores.scored.items() if m in set(scores.members["member"])}
+    if scores.members.empty and scores.unfinished:
+        raise ConfigError(f"compare --pairs: no model of {scores.label} finished ({', '.join(scores.unfinished)}): it has no final "
+                          "scores to compare")
 
 
 def _chosen_models(summary: pd.DataFrame, run_path: Path) -> set[str]:
@@ -272,6 +282,11 @@ def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:
         out[f"run_{side}"], out[f"model_{side}"] = parts.str[0], parts.str[1]
     first = ["run_a", "model_a", "run_b", "model_b"]
     return out[first + [c for c in out.columns if c not in first]]
+
+
+def _unfinished_note(runs: list[RunScores]) -> str | None:
+    left = [f"{', '.join(r.unfinished)} of {r.label}" for r in runs if r.unfinished]
+    return ("Not compared, as they did not finish (a score from fewer steps): " + "; ".join(left) + ".") if left else None
 
 
 def _same_networks_note(runs: list[RunScores]) -> str | None:
