@@ -490,3 +490,27 @@ def test_the_apis_compare_takes_one_run_as_a_string_and_names_an_empty_list(resu
         harness.compare([])
     with pytest.raises(ConfigError, match="compare --pairs compares models of different runs"):
         harness.compare_pairs(run)
+
+
+def test_compare_shows_the_column_the_runs_ranked_by_after_the_model(tmp_path):
+    """A run ranked by test_loss was shown by test_iou and val_iou first, and at 80 columns its
+    ranking column was cut from the table."""
+    import io
+
+    from rich.console import Console
+
+    from harness.outputs.compare import compare_runs, print_comparison, ranking_columns
+    from harness.rundir import RunDir, RunRecord
+
+    run = RunDir(tmp_path / "x" / "r0")
+    run.path.mkdir(parents=True)
+    run.write_record(RunRecord(name="x", run_id="r0"))
+    write_yaml(run.config_file, tiny_config(data={"test_size": 8}, output={"rank_by": "val_loss"}))
+    (run.path / "summary.csv").write_text("model,status,params,ms_per_step,latency_ms,val_loss,val_iou,test_loss,test_iou\n"
+                                          "unet,diverged,14300000,556.9,19.2,0.31,0.88,0.2975,0.87\n")
+    assert ranking_columns([run.path, tmp_path / "not_a_run"]) == ["test_loss"]  # val_loss on the test split; a folder without config adds none
+    out = io.StringIO()
+    print_comparison(compare_runs([run.path]), Console(file=out, width=80), ranked_by=ranking_columns([run.path]))
+    header = next(line for line in out.getvalue().splitlines() if "model" in line)
+    assert re.search(r"model\s*┃\s*test_loss\s*┃\s*status", header), header
+    assert "0.2975" in out.getvalue() and "diverged" in out.getvalue()

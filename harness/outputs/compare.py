@@ -41,7 +41,7 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
         models = table.to_json(orient="records")
         print(models if found is None else f'{{"models": {models}, "pairs": {found.pairs.to_json(orient="records")}, "notes": {json.dumps(found.notes)}}}')
     else:
-        print_comparison(table, pairs_tested=found is not None)
+        print_comparison(table, pairs_tested=found is not None, ranked_by=ranking_columns(run_dirs))
         if len(run_dirs) > 1:
             differing = differing_settings(run_dirs)
             print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
@@ -150,13 +150,28 @@ def best_index(table: pd.DataFrame, column: str) -> int | None:
 PRIORITY = ["run", "model", "test_iou", "val_iou", "status", "params", "ms_per_step", "latency_ms", "test_f1", "val_f1", "val_loss", "best_val_loss", "final_train_loss"]
 
 
-def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False) -> None:
-    """Side by side, as many columns as the terminal is wide (most important first), run and model
-    never cut; the best of each column in bold green, a status other than ok in red."""
+def ranking_columns(run_dirs: list[Path]) -> list[str]:
+    """The columns the runs ranked their models by (test_loss, val_f1, ...), each once, in the runs'
+    order; a run whose config.yaml cannot be read adds none (its table row still shows)."""
+    ranks = []
+    for run_dir in run_dirs:
+        try:
+            ranks.append(RunDir(Path(run_dir)).read_config().ranking_column())
+        except ConfigError:
+            continue
+    return list(dict.fromkeys(ranks))
+
+
+def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False, ranked_by: list[str] | None = None) -> None:
+    """Side by side, as many columns as the terminal is wide (most important first: after run and
+    model the columns the runs ranked by, `ranked_by`, and how each model ended, then PRIORITY's), run and model never cut;
+    the best of each column in bold green, a status other than ok in red."""
     from rich.console import Console
 
     console = console or Console()
-    order = [c for c in PRIORITY if c in table.columns] + [c for c in table.columns if c not in PRIORITY]
+    first = PRIORITY[:2] + [c for c in ranked_by or [] if c in table.columns] + ["status"] + PRIORITY[2:]
+    first = list(dict.fromkeys(c for c in first if c in table.columns))
+    order = first + [c for c in table.columns if c not in first]
     best = {c: best_index(table, c) for c in order}
 
     def style(column: str, row: int) -> str | None:
