@@ -76,6 +76,8 @@ def test_export_batches_refuses_data_that_changed_since_the_run(tmp_path):
     assert refused.returncode == 3, refused.stderr
     assert "would not be the ones the run's members saw" in refused.stderr and f"changed: {edited}" in refused.stderr, refused.stderr
     assert (run_dir / "replay" / "batches.npz").read_bytes() == before  # what the user had is kept
+    refused = run_main("export-batches", run_dir, "--steps", 2, "--out", tmp_path / "fresh")
+    assert refused.returncode == 3 and not (tmp_path / "fresh").exists()  # no empty folder of its own left behind
     # A resume that went on on the changed files (--accept-changed-data) records them as the data:
     # exported again, the batches are today's files, and the steps before that resume saw others.
     fingerprint = json.loads((run_dir / "data_fingerprint.json").read_text())

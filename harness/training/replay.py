@@ -13,6 +13,7 @@ they are exactly the run's, resumed or not.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -25,18 +26,31 @@ from harness.errors import ConfigError
 
 
 def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
+    run = rd.RunDir(Path(run_dir))
+    run.read_info()  # a folder that is not a run says so, before its missing config.yaml is met
+    config = run.read_config()
+    if not 1 <= steps <= config.total_steps:
+        raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
+    target = Path(out or run.path / "replay")
+    made = not target.exists()
+    out = rd.make_folder(target, "export-batches --out")  # before TensorFlow starts: a bad --out is said at once
+    try:
+        _export(run, config, steps, out)
+    except BaseException:
+        if made:  # a refusal (data changed since the run) leaves no empty folder of ours behind
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    return out
+
+
+def _export(run: rd.RunDir, config, steps: int, out: Path) -> None:
     from harness.data.pipeline import build_datasets
     from harness.members.base import member_seed
     from harness.members.registry import build_members
     from harness.training.entry import prepare_process, resolve_data_sizes
     from harness.training.export import export_model
 
-    run = rd.RunDir(Path(run_dir))
-    run.read_info()  # a folder that is not a run says so, before its missing config.yaml is met
-    config = run.read_config()
-    if not 1 <= steps <= config.total_steps:
-        raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
-    out = rd.make_folder(Path(out or run.path / "replay"), "export-batches --out")  # before TensorFlow starts
     prepare_process(config.model_copy(update={"placement": config.placement.model_copy(update={"strategy": "one_device", "device": "/cpu:0", "logical_cpus": None})}))
     rescanned, scan = resolve_data_sizes(config, run.results_dir, say=False)  # the run said what its scan found
     _refuse_changed_since(run, config, rescanned, scan)
@@ -56,7 +70,6 @@ def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
             "global_batch": config.data.batch_size, "deterministic": config.train.deterministic, "steps": steps,
         }
     (out / "members.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return out
 
 
 def _refuse_changed_since(run: rd.RunDir, config, rescanned, scan) -> None:
