@@ -124,6 +124,20 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
     assert "Seed-to-seed spread (std): fcn 0.0100." in text and "unet diverged (3/3)" in text
 
 
+def test_a_seed_far_from_its_models_others_is_named_in_the_summary_and_the_verdict_and_kept_in_its_score():
+    values = [0.586, 0.441, 0.601, 0.612, 0.620, 0.630, 0.644, 0.656]
+    members = pd.DataFrame({"model": [f"deconv@{r}" for r in range(1, 9)] + [f"fcn@{r}" for r in range(1, 9)], "status": "ok",
+                            "test_iou": values + [0.50 + 0.01 * r for r in range(8)]})
+    summary = build_summary(members, "test_iou").set_index("model")
+    assert summary.loc["deconv", "unusual_seeds"].startswith("deconv@2 0.4410 (its others 0.5860-0.6560, p_holm 0.00")
+    assert pd.isna(summary.loc["fcn", "unusual_seeds"]) and summary.loc["deconv", "test_iou"] == pytest.approx(np.mean(values))
+    pairs = pd.DataFrame({"model_a": ["deconv"], "model_b": ["fcn"], "metric": ["test_iou"], "diff": [0.06], "diff_low": [0.01], "diff_high": [0.11],
+                          "covers": ["training seeds and test images"], "supported": [True], "seeds": [8], "seeds_a_better": [7], "seeds_b_better": [1]})
+    text = verdict(pairs, "test_iou", summary.reset_index())
+    assert "Far from their model's other seeds in test_iou (each seed against its others' spread, over 5 seeds or more): deconv@2 0.4410" in text
+    assert "Far from" not in verdict(pairs, "test_iou", build_summary(members.iloc[[0, 1, 2, 8, 9, 10]], "test_iou"))  # 3 seeds cannot tell
+
+
 def test_a_models_cost_over_seeds_is_written_without_binary_noise():
     members = pd.DataFrame({"model": ["unet@1", "unet@2"], "status": ["ok", "ok"], "val_iou": [0.6, 0.7],
                             "ms_per_step": [28.607, 13.633], "images_per_s": [279.7, 239.9]})

@@ -368,3 +368,24 @@ def test_a_nightly_drop_paired_on_the_same_images_is_judged_by_the_interval_of_t
     [small] = compare({("m", "val_loss"): 0.455}, {("m", "val_loss"): 0.45}, status, status, loss, "previous", "r0",
                       paired={("m", "val_loss"): Paired(0.005, 0.002, 0.008, "x")})
     assert not small.regressed and small.note == ""
+
+
+def test_a_seed_far_from_its_models_others_is_named_about_5_percent_of_the_time_when_seeds_vary_normally():
+    """Named against the others' spread (t, R - 2 degrees of freedom), Holm-adjusted across the
+    model's seeds: a model whose seeds vary normally has one named about 5% of the time (20,000
+    models each: 5.0% at 5 seeds, 4.9% at 8, 5.2% at 16), and a seed 8 standard deviations off
+    is named 77% of the time at 5 seeds, 98.5% at 8."""
+    from harness.outputs.unusual_seeds import unusual_seeds
+
+    rng = np.random.default_rng(1)
+    names = [f"unet@{r}" for r in range(1, 9)]
+    normal = np.mean([bool(unusual_seeds(names[:5], rng.normal(0.6, 0.03, 5))) for _ in range(3000)])
+    assert 0.035 <= normal <= 0.065, normal
+    shifted = rng.normal(0.6, 0.03, (400, 8))
+    shifted[:, 1] -= 8 * 0.03
+    assert np.mean([[s.member for s in unusual_seeds(names, x)] == ["unet@2"] for x in shifted]) >= 0.93
+    (far,) = unusual_seeds(names, [0.586, 0.441, 0.601, 0.612, 0.620, 0.630, 0.644, 0.656])  # 8 seeds of a real network
+    assert far.describe().startswith("unet@2 0.4410 (its others 0.5860-0.6560, p_holm 0.00")
+    assert unusual_seeds(names[:4], [0.6, 0.6, 0.6, 0.1]) == []  # 4 seeds: one seed's others have 2 degrees of freedom
+    assert [s.member for s in unusual_seeds(names[:5], [0.0, 0.0, 0.05, 0.0, 0.0])] == ["unet@3"]  # others stuck at one score
+    assert unusual_seeds(names[:5], [0.0] * 5) == [] and unusual_seeds(names[:5], [0.6, np.nan, 0.6, 0.61, 0.1]) == []

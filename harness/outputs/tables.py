@@ -19,6 +19,7 @@ from harness.config.metrics import column as metric_column, split_column
 from harness.config.metrics import bounds as metric_bounds, higher_is_better
 from harness.outputs.columns import is_finite
 from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
+from harness.outputs.unusual_seeds import unusual_seeds
 from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
@@ -160,6 +161,8 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
                 interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
                 row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
         row["repeats"] = len(group)
+        if repeated:
+            row["unusual_seeds"] = _unusual(member_summary.loc[done.index], rank_by)
         rows.append(row)
     summary = pd.DataFrame(rows)
     if intervals is not None and len(intervals):
@@ -170,6 +173,15 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
+
+
+def _unusual(members: pd.DataFrame, rank_by: str) -> str | None:
+    """A model's finished seeds far from its others on the ranking column (unusual_seeds.py),
+    described (`unet@2 0.4410 (its others 0.5860-0.6560, p_holm 0.012)`), or None."""
+    if rank_by not in members:
+        return None
+    found = unusual_seeds(members["model"].tolist(), pd.to_numeric(members[rank_by], errors="coerce"))
+    return "; ".join(seed.describe() for seed in found) or None
 
 
 # A model's status over its seeds names each way a seed ended, worst first (the first word is the

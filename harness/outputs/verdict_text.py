@@ -76,6 +76,10 @@ def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table
     spread = f"{rank_by}_std"
     if summary is not None and spread in summary and summary[spread].notna().any():
         parts.append("Seed-to-seed spread (std): " + ", ".join(f"{m} {_spread(v)}" for m, v in zip(summary["model"], summary[spread]) if pd.notna(v)) + ".")
+    if summary is not None and "unusual_seeds" in summary and (far := [s for s in summary["unusual_seeds"] if isinstance(s, str) and s]):
+        parts.append(f"Far from their model's other seeds in {rank_by} (each seed against its others' spread, over 5 seeds or more): "
+                     f"{'; '.join(far)}. Kept in the model's score and interval: a seed that now and then trains far better or "
+                     "worse than the others is part of the model; its curves (plots/loss_curves) say whether something went wrong.")
     if summary is not None and "status" in summary and (failing := [f"{m} {s}" for m, s in zip(summary["model"], summary["status"]) if failed(s)]):
         parts.append(f"Not every seed finished: {', '.join(failing)}. A model's seeds that did not finish are left out of its "
                      "score, interval and pairs (one none of whose seeds finished has no interval and no pair); a seed that "
