@@ -163,9 +163,9 @@ def ranking_columns(run_dirs: list[Path]) -> list[str]:
 
 
 def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = False, ranked_by: list[str] | None = None) -> None:
-    """Side by side, as many columns as the terminal is wide (most important first: after run and
-    model the columns the runs ranked by, `ranked_by`, and how each model ended, then PRIORITY's), run and model never cut;
-    the best of each column in bold green, a status other than ok in red."""
+    """Side by side, as many columns as the terminal is wide, most important first: after run and
+    model (never cut) the columns the runs ranked by (`ranked_by`) and how each model ended, then
+    PRIORITY's. The best of each column in bold green, a status other than ok in red."""
     from rich.console import Console
 
     console = console or Console()

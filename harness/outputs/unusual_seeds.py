@@ -40,8 +40,8 @@ class UnusualSeed:
 
 
 def unusual_seeds(members: list[str], values) -> list[UnusualSeed]:
-    """The seeds of one model (`members`, their `values` of one score) far from the others, at
-    most 5% of the time for normal seeds; none with fewer than MIN_SEEDS finite values."""
+    """The seeds of one model (`members`, their `values` of one score) far from the others (about
+    5% of the time for seeds that vary normally); none with fewer than MIN_SEEDS finite values."""
     x = np.asarray(values, float)
     keep = np.isfinite(x)
     names, x = [m for m, k in zip(members, keep) if k], x[keep]
