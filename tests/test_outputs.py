@@ -212,6 +212,23 @@ def test_the_pair_differences_figure_names_each_pair_as_the_verdict_does_better_
     plt.close(fig)
 
 
+def test_a_model_that_did_not_finish_ranks_after_those_that_did_whatever_its_score():
+    """A model diverged after a good validation ranked first and `harness runs` named it best,
+    though the verdict compares it with nothing (its scores are from fewer steps)."""
+    from rich.console import Console
+
+    members = pd.DataFrame({"model": ["unet", "fcn", "deconv"], "status": ["diverged", "ok", "stopped"], "val_iou": [0.9, 0.5, 0.6]})
+    summary = build_summary(members)
+    assert summary["model"].tolist() == ["deconv", "fcn", "unet"]
+    console = Console(record=True, width=200)
+    print_summary(summary, "val_iou", console=console)
+    assert "ranked by val_iou, best first, the models that diverged or ran out of memory last" in console.export_text()
+    # With repeats, a model with a seed that finished is ranked by those seeds; one with none comes last.
+    seeds = pd.DataFrame({"model": ["unet@1", "unet@2", "fcn@1", "fcn@2", "psp@1", "psp@2"], "status": ["diverged", "ok", "ok", "ok", "oom", "diverged"],
+                          "val_iou": [0.1, 0.9, 0.5, 0.6, 0.95, 0.97]})
+    assert build_summary(seeds)["model"].tolist() == ["unet", "fcn", "psp"]
+
+
 def test_a_races_ranking_says_its_finishers_come_first():
     from rich.console import Console
 

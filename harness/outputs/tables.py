@@ -215,6 +215,21 @@ def finished(status) -> bool:
     return all(word in FINISHED for word in _ended(status))
 
 
+def none_finished(status) -> bool:
+    """No seed of the model finished (`diverged`, `oom`, `diverged (3/3)`, `diverged (1/3), oom (2/3)`):
+    its scores are all from fewer steps, and it is compared with nothing."""
+    unfinished, total = 0, None
+    for part in (p.strip() for p in str(status).split(",") if p.strip()):
+        word, _, count = part.partition(" ")
+        if word in FINISHED:
+            return False
+        if not count:  # one seed
+            return True
+        done, _, of = count.strip("()").partition("/")
+        unfinished, total = unfinished + int(done), int(of)
+    return total is not None and unfinished >= total
+
+
 def left_the_race(statuses: pd.Series) -> pd.Series:
     """Which summary statuses say a race dropped the model (its seeds go together)."""
     return statuses.astype(str).str.startswith(str(MemberStatus.DROPPED))
@@ -231,12 +246,14 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
         return summary
     ascending = not higher_is_better(rank_by)
     # A race's outcome is its ranking: the models that finished first, then those dropped at later
-    # rungs above those dropped earlier (their scores were measured sooner: not comparable).
+    # rungs above those dropped earlier (their scores were measured sooner: not comparable). A model
+    # none of whose seeds finished otherwise (diverged, out of memory) comes last, whatever its score.
     dropped = left_the_race(summary["status"]) if "status" in summary else pd.Series(False, index=summary.index)
+    failed_all = summary["status"].map(none_finished) & ~dropped if "status" in summary else pd.Series(False, index=summary.index)
     left_at = summary["steps"].where(dropped, 0) if "steps" in summary else pd.Series(0, index=summary.index)
-    order = summary.assign(_dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
-    order = order.sort_values(["_dropped", "_left", rank_by], ascending=[True, True, ascending], na_position="last", kind="stable")
-    summary = order.drop(columns=["_dropped", "_left"]).reset_index(drop=True)
+    order = summary.assign(_failed=failed_all, _dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
+    order = order.sort_values(["_failed", "_dropped", "_left", rank_by], ascending=[True, True, True, ascending], na_position="last", kind="stable")
+    summary = order.drop(columns=["_failed", "_dropped", "_left"]).reset_index(drop=True)
     summary.insert(0, "rank", pd.array(range(1, len(summary) + 1), dtype="Int64"))
     # With one training seed no difference is measured against training randomness: nothing to list.
     if pair_stats is not None and len(pair_stats) and pair_stats["covers"].map(covers_training).any():
