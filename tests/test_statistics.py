@@ -386,6 +386,8 @@ def test_a_seed_far_from_its_models_others_is_named_about_5_percent_of_the_time_
     assert np.mean([[s.member for s in unusual_seeds(names, x)] == ["unet@2"] for x in shifted]) >= 0.93
     (far,) = unusual_seeds(names, [0.586, 0.441, 0.601, 0.612, 0.620, 0.630, 0.644, 0.656])  # 8 seeds of a real network
     assert far.describe().startswith("unet@2 0.4410 (its others 0.5860-0.6560, p_holm 0.00")
+    (small,) = unusual_seeds(names[:5], [0.011962, 0.011998, 0.012041, 0.012010, 0.01041])  # a loss whose seeds differ by 1e-4
+    assert small.describe() == "unet@5 0.010410 (its others 0.011962-0.012041, p_holm < 0.001)"  # not 0.0120-0.0120, p_holm 0.000
     assert unusual_seeds(names[:4], [0.6, 0.6, 0.6, 0.1]) == []  # 4 seeds: one seed's others have 2 degrees of freedom
     assert [s.member for s in unusual_seeds(names[:5], [0.0, 0.0, 0.05, 0.0, 0.0])] == ["unet@3"]  # others stuck at one score
     assert unusual_seeds(names[:5], [0.0] * 5) == [] and unusual_seeds(names[:5], [0.6, np.nan, 0.6, 0.61, 0.1]) == []
