@@ -226,6 +226,8 @@ def none_finished(status) -> bool:
         if not count:  # one seed
             return True
         done, _, of = count.strip("()").partition("/")
+        if not (done.isdigit() and of.isdigit()):
+            return False  # not a status harness writes: ranked by its score
         unfinished, total = unfinished + int(done), int(of)
     return total is not None and unfinished >= total
 
