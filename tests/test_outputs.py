@@ -90,6 +90,8 @@ def test_with_fewer_than_two_finished_models_the_verdict_says_why_there_is_none(
     text = verdict(pd.DataFrame(columns=["model_a", "model_b"]), "val_iou", summary)
     assert text.startswith("No verdict between models: only unet finished") and "fcn: dropped (2/2), deconv: diverged" in text
     assert verdict(pd.DataFrame(), "val_iou", summary.assign(status="ok")).startswith("No interval for val_iou")
+    none = verdict(pd.DataFrame(columns=["model_a", "model_b"]), "val_iou", summary.assign(status="diverged"))
+    assert none.startswith("No verdict between models: none finished (unet: diverged, fcn: diverged, deconv: diverged)") and "the others" not in none
     assert "arch=unet: unet, arch=fcn: none finished." in per_group_lines(summary, tmp_path)
     one_seed = pd.DataFrame({"model_a": ["unet"], "model_b": ["psp"], "diff": [0.1], "diff_low": [0.05], "diff_high": [0.15],
                              "covers": ["validation images only"], "supported": [False], "beyond_image_noise": [True]})

@@ -329,6 +329,20 @@ def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_u
     assert "unreadable run.json" in row and "nan" not in row.lower()
 
 
+def test_runs_names_no_best_model_for_a_run_none_of_whose_models_finished(results, tmp_path):
+    """Every model diverged: the run named the first of them its best (`fcn (test_loss 3.6068)`)."""
+    import pandas as pd
+
+    copy = tmp_path / "results" / "tiny" / "20261120-000000"
+    shutil.copytree(next((results / "tiny").glob("2*")), copy)
+    summary = pd.read_csv(copy / "summary.csv")
+    summary.assign(status="diverged").to_csv(copy / "summary.csv", index=False)
+    (row,) = json.loads(run_main("runs", "--results", tmp_path / "results", "--json").stdout)
+    assert row["best"] == "none finished" and row["best_value"] is None
+    printed = run_main("runs", "--results", tmp_path / "results").stdout
+    assert "none finished" in printed and "<NA>" not in printed and "nan" not in printed.lower()
+
+
 def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_crash(results, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("mine")

@@ -81,7 +81,8 @@ def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
     frame = pd.DataFrame({
         "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
         "status": runs["status"],
-        "best": ["-" if not isinstance(b, str) else f"{b} ({k} {v:.4f})" for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
+        "best": ["-" if not isinstance(b, str) else b if pd.isna(v) else f"{b} ({k} {v:.4f})"  # b: "none finished"
+                 for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
         "steps": [f"{s:.0f}/{t:.0f}" if pd.notna(t) else ("-" if pd.isna(s) else f"{s:.0f}") for s, t in zip(runs["steps"], runs["total_steps"])],
         "members": runs["members"],
         "started": ["-" if pd.isna(s) or not s else str(s)[:16].replace("T", " ") for s in runs["started"]],

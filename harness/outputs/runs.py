@@ -10,6 +10,7 @@ import pandas as pd
 from harness.config.metrics import on_split, split_column
 from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError, did_you_mean
+from harness.outputs.tables import none_finished
 from harness.rundir import RunDir, RunStatus, holder_of, runs_held, runs_in
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
@@ -87,5 +88,8 @@ def _row(run: Path) -> dict | None:
             ranked_by = on_split(ranked_by, "test")  # a run with a test split is ranked on test
         if len(table) and ranked_by in table:
             best = table.iloc[0]
-            row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))
+            if "status" in table and none_finished(best["status"]):  # ranked last: no model finished
+                row.update(best="none finished", ranked_by=ranked_by)
+            else:
+                row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))
     return row

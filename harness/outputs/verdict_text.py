@@ -104,10 +104,12 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
         finishers = summary["status"].map(finished)
         ended, done = summary[~finishers], [str(m) for m in summary.loc[finishers, "model"]]
         if len(done) < 2:
-            who = f"only {done[0]} finished" if done else "no model finished"
-            return (f"No verdict between models: {who}; the others did not ("
-                    + ", ".join(f"{m}: {s}" for m, s in zip(ended["model"], ended["status"]))
-                    + "), and a score from fewer steps is not compared with a finished model's.")
+            how = ", ".join(f"{m}: {s}" for m, s in zip(ended["model"], ended["status"]))
+            if not done:
+                return (f"No verdict between models: none finished ({how}), and scores from fewer steps are not compared: "
+                        "the ranking is of the scores they had when they stopped.")
+            return (f"No verdict between models: only {done[0]} finished; the others did not ({how}), and a score from fewer "
+                    "steps is not compared with a finished model's.")
     return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
 
 
