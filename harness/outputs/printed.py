@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
 from harness.outputs.verdict_text import chosen_on, verdict
-from harness.outputs.tables import left_the_race, none_finished
+from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
 
@@ -36,7 +36,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     raced = "status" in summary and left_the_race(summary["status"]).any()
     order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
     order += ", every model trained to its end" if all_ok else ""
-    failed_all = "status" in summary and (summary["status"].map(none_finished) & ~left_the_race(summary["status"])).any()
+    failed_all = "status" in summary and ranked_last(summary["status"]).any()
     order += ", the models that diverged or ran out of memory last" if failed_all else ""
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
     pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None

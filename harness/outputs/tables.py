@@ -232,6 +232,12 @@ def none_finished(status) -> bool:
     return total is not None and unfinished >= total
 
 
+def ranked_last(statuses: pd.Series) -> pd.Series:
+    """Which summary statuses rank their model after every other: no seed finished, and not
+    because a race dropped it (those rank by rung)."""
+    return statuses.map(none_finished) & ~left_the_race(statuses)
+
+
 def left_the_race(statuses: pd.Series) -> pd.Series:
     """Which summary statuses say a race dropped the model (its seeds go together)."""
     return statuses.astype(str).str.startswith(str(MemberStatus.DROPPED))
@@ -251,7 +257,7 @@ def _rank(summary: pd.DataFrame, rank_by: str, pair_stats: pd.DataFrame | None) 
     # rungs above those dropped earlier (their scores were measured sooner: not comparable). A model
     # none of whose seeds finished otherwise (diverged, out of memory) comes last, whatever its score.
     dropped = left_the_race(summary["status"]) if "status" in summary else pd.Series(False, index=summary.index)
-    failed_all = summary["status"].map(none_finished) & ~dropped if "status" in summary else pd.Series(False, index=summary.index)
+    failed_all = ranked_last(summary["status"]) if "status" in summary else pd.Series(False, index=summary.index)
     left_at = summary["steps"].where(dropped, 0) if "steps" in summary else pd.Series(0, index=summary.index)
     order = summary.assign(_failed=failed_all, _dropped=dropped, _left=-pd.to_numeric(left_at).fillna(0))
     order = order.sort_values(["_failed", "_dropped", "_left", rank_by], ascending=[True, True, True, ascending], na_position="last", kind="stable")
