@@ -374,8 +374,7 @@ def cmd_nightly(args) -> int:
     if result.regressions:
         print(f"harness: {len(result.regressions)} regression(s) on the night of {result.night}:", file=sys.stderr)
         for change in result.regressions:
-            print(f"  - {change.model} {change.metric} vs {change.against} {change.against_run}: "
-                  f"{change.before:.4g} -> {change.now:.4g} (allowed: {change.allowed}) {change.note}".rstrip(), file=sys.stderr)
+            print(f"  - {change.describe()}", file=sys.stderr)
     return result.exit_code
 
 

@@ -98,6 +98,11 @@ def test_threshold_edges_nan_divergence_and_new_models(tmp_path):
     # unet dropped by exactly 0.02 - allowed (within float rounding); fpn's value is gone; psp diverged
     assert flagged == {("fpn", "val_iou"), ("psp", "status")}
     assert not any(c.model in ("new", "old") for c in changes)
+    # What the terminal says of each: a status by its change, a value gone as missing (not "nan").
+    said = {(c.model, c.metric): c.describe() for c in changes}
+    assert said[("psp", "status")] == "psp status vs previous a: ok -> diverged (must not diverge or run out of memory)"
+    assert said[("fpn", "val_iou")] == "fpn val_iou vs previous a: 0.5 -> missing (allowed: abs 0.02) now missing or not finite"
+    assert said[("unet", "val_iou")] == "unet val_iou vs previous a: 0.5 -> 0.48 (allowed: abs 0.02)"
 
 
 def test_a_seed_that_fails_is_a_regression_and_one_that_stops_early_or_leaves_a_race_is_not():

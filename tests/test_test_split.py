@@ -137,9 +137,15 @@ def test_the_runs_samples_are_predicted_with_the_weights_the_test_split_scored(t
 
 @pytest.mark.slow
 def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choosing_images(tmp_path):
-    final = run(validate_config(tiny_config(train={"epochs": 2}, data={"test_size": 4}, output={"select_by": "final"})), results_dir=tmp_path / "f")
-    members = final.info["test"]["members"]
-    assert all(m == {"weights": "final", "step": 8} for m in members.values())
+    # A member that stopped early holds the weights of the step it stopped at, not the run's last.
+    stopping = {"epochs": 4, "early_stopping": {"metric": "val_iou", "patience": 1}}
+    final = run(validate_config(tiny_config(train=stopping, data={"test_size": 4}, output={"select_by": "final"})), results_dir=tmp_path / "f")
+    models, end = final.info["models"], final.info["steps_done"]
+    last = {name: end if m["status"] == "ok" else m["changed_at_step"] for name, m in models.items()}
+    assert min(last.values()) < end, models
+    assert final.info["test"]["members"] == {name: {"weights": "final", "step": step} for name, step in last.items()}
+    assert final.test_scores.groupby("model")["step"].max().to_dict() == last
+    assert final.summary["selected_val_iou"].notna().all()  # what choosing saw, at that step
     plain = run(validate_config(tiny_config(train={"epochs": 1})), results_dir=tmp_path / "p")
     assert not (plain.run_dir / "test_scores.csv").exists() and "test_iou" not in plain.summary
     assert plain.test_scores.empty and plain.summary_members.empty  # no test split, no repeats

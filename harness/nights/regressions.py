@@ -53,6 +53,19 @@ class Change:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def describe(self) -> str:
+        """One line for the terminal: "unet val_iou vs previous RUN: 0.1709 -> missing (allowed:
+        abs 0.02) now missing or not finite"; a status change has no values, only its note
+        ("ok -> diverged")."""
+        head = f"{self.model} {self.metric} vs {self.against} {self.against_run}:"
+        if self.metric == "status":
+            return f"{head} {self.note} ({self.allowed})"
+        return f"{head} {_shown(self.before)} -> {_shown(self.now)} (allowed: {self.allowed}) {self.note}".rstrip()
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}" if columns.is_finite(value) else "missing"
+
 
 def compare(
     now: Mapping[tuple[str, str], float],

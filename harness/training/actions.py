@@ -183,7 +183,10 @@ def score_test(done: FinishedRun) -> None:
     # The run's eval function, already traced, with every member switched on for the call (over
     # several replicas, only when no rebuild dropped any): a new one would cost a trace (about 7 s
     # on the quickstart's four networks).
-    record, predicted = score_test_split(done.members, done.datasets.test, done.config, done.run.path, int(done.global_step.numpy()),
+    final_step = int(done.global_step.numpy())
+    frozen_at = {m.name: done.records[m.name].frozen_at for m in done.members}  # None: trained to the end
+    last_steps = {name: final_step if step is None else step for name, step in frozen_at.items()}
+    record, predicted = score_test_split(done.members, done.datasets.test, done.config, done.run.path, last_steps,
                                          lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
                                          pictured=pictured)
     done.book.update(test=record)

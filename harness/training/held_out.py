@@ -28,21 +28,23 @@ from harness.rundir import RunDir
 tf = import_tf()
 
 
-def score_test_split(members: list, test_dataset, config, run_path: Path, final_step: int, epoch_of, evaluate=None,
+def score_test_split(members: list, test_dataset, config, run_path: Path, last_steps: dict[str, int], epoch_of, evaluate=None,
                      pictured: tuple[Any, list] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Write test_scores.csv (per member and test image, like val_scores.csv; `step` is the step
     whose weights were scored) and return what run.json records under `test`, and the predictions
     of `pictured` = (images, members) with the same weights, made while they are loaded (for
-    samples.png: loading them again took 11 s of backbones.yaml's end). `evaluate`: an eval
-    function over exactly `members` to reuse (it reads their weights when called)."""
+    samples.png: loading them again took 11 s of backbones.yaml's end). `last_steps`: each
+    member's last trained step, whose weights it holds (the run's last, or the step it stopped,
+    diverged or was dropped at). `evaluate`: an eval function over exactly `members` to reuse (it
+    reads their weights when called)."""
     path = RunDir(run_path).test_scores_csv
     path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
-    selected = {m.name: _selected(m.name, config, run_path, final_step) for m in members}
+    selected = {m.name: _selected(m.name, config, run_path, last_steps[m.name]) for m in members}
     with contextlib.ExitStack() as stack:
         for member in members:
             stack.enter_context(preserved_state(member))
-            if selected[member.name]["weights"] == "best" and selected[member.name]["step"] != final_step:
-                _load_best(member, run_path)  # best at the last step: those are the weights in memory
+            if selected[member.name]["weights"] == "best" and selected[member.name]["step"] != last_steps[member.name]:
+                _load_best(member, run_path)  # best at its last step: those are the weights in memory
         evaluate = evaluate or make_eval_fn(members, config.data.classes)
         per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(test_dataset))
         images, shown = pictured or (None, [])
@@ -58,13 +60,15 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, final_
     return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}, predicted
 
 
-def _selected(name: str, config, run_path: Path, final_step: int) -> dict[str, Any]:
+def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, Any]:
+    """Which weights of the member are scored, and the step they are from ("final": those of its
+    last step, which for a member that stopped early is not the run's last)."""
     if config.output.select_by == "final":
-        return {"weights": "final", "step": final_step}
+        return {"weights": "final", "step": last_step}
     record = _best_record(run_path / "models" / name)
     if record is None:
         why = "output.export is off: no best state on disk" if not config.output.export else "no finite validation score"
-        return {"weights": "final", "step": final_step, "note": why}
+        return {"weights": "final", "step": last_step, "note": why}
     return {"weights": "best", "step": int(record["step"])}
 
 
