@@ -146,6 +146,8 @@ def test_final_weights_when_asked_and_no_test_split_says_scores_are_on_the_choos
     assert final.info["test"]["members"] == {name: {"weights": "final", "step": step} for name, step in last.items()}
     assert final.test_scores.groupby("model")["step"].max().to_dict() == last
     assert final.summary["selected_val_iou"].notna().all()  # what choosing saw, at that step
+    report = (final.run_dir / "report.html").read_text()  # not said to be weights chosen on validation
+    assert "weights at the end of its training (not its best on validation)" in report and "What choosing added" not in report
     plain = run(validate_config(tiny_config(train={"epochs": 1})), results_dir=tmp_path / "p")
     assert not (plain.run_dir / "test_scores.csv").exists() and "test_iou" not in plain.summary
     assert plain.test_scores.empty and plain.summary_members.empty  # no test split, no repeats

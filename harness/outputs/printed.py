@@ -11,6 +11,7 @@ from harness.outputs.columns import chosen_rows, format_column, is_missing, term
 from harness.outputs.verdict_text import chosen_on, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
+from harness.rundir import RunDir
 from harness.outputs.tuning_budget import describe_leaders
 
 # The ranking's columns after the ranking metric, most important first; every column is in
@@ -44,7 +45,8 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
         pairs = pd.read_csv(pairs_file)
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
-            console.print(terminal_text(chosen_on(summary, rank_by)), soft_wrap=False)
+            record = RunDir(Path(run_dir)).read_record()
+            console.print(terminal_text(chosen_on(summary, rank_by, any(record.chose_weights(m) for m in record.models))), soft_wrap=False)
     if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir))):
         console.print(terminal_text(groups), soft_wrap=False)
 

@@ -113,23 +113,31 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
     return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
 
 
-def chosen_on(summary: pd.DataFrame, rank_by: str) -> str:
+def chosen_on(summary: pd.DataFrame, rank_by: str, chose_weights: bool = True) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
-    inflated the chosen weights' validation score (how much better it was than their test score)."""
+    inflated the chosen weights' validation score (how much better it was than their test score).
+    `chose_weights`: the test split scored weights chosen on validation (best.keras); else each
+    member's weights at the end of its training (`output.select_by: final`, or no exports)."""
     if split_column(rank_by)[0] != "test":
         return ("No test split: these scores are on the validation images, the same images that chose each model's "
                 "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
                 "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
     metric = metric_of(rank_by)
     chosen = on_split(rank_by, "selected_val")
-    text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
-            "and scored once on test.")
+    if chose_weights:
+        text = ("Ranked on the held-out test split, which nothing chose with: each model's weights were chosen on validation "
+                "and scored once on test.")
+        gap = f"What choosing added (how much better the chosen weights' validation {metric} was than their test {metric}"
+    else:
+        text = ("Ranked on the held-out test split, which nothing chose with: each model's weights at the end of its training "
+                "(not its best on validation) were scored once on test.")
+        gap = (f"How much better those weights' validation {metric} was than their test {metric} (they were not picked as "
+               "the best on validation; an early stop, a race cut or a grid's choice still used it")
     if chosen in summary and summary[chosen].notna().any():
         # Signed so that above zero is always optimism (validation better than test), a loss too.
         sign = 1 if higher_is_better(rank_by) else -1
         gaps = {m: sign * (v - t) for m, v, t in zip(summary["model"], summary[chosen], summary[rank_by]) if pd.notna(v) and pd.notna(t)}
-        text += (f" What choosing added (how much better the chosen weights' validation {metric} was than their test "
-                 f"{metric}; below zero, test was better): {', '.join(f'{m} {g:+.4f}' for m, g in gaps.items())}.")
+        text += f" {gap}; below zero, test was better): {', '.join(f'{m} {g:+.4f}' for m, g in gaps.items())}."
         if len(gaps) >= 2 and all(g < 0 for g in gaps.values()):
             # Choosing can only flatter validation: a gap below zero for every model is the splits' own.
             text += (" Every gap is below zero, which choosing cannot cause: these test images are easier than the "
