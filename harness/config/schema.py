@@ -411,12 +411,11 @@ class ExperimentConfig(Strict):
     def nightly_thresholds(self) -> dict[str, ThresholdSpec]:
         """What `harness nightly` watches: output.nightly.thresholds; left at the defaults and with a
         test split, each watched validation score's test twin too (val_iou -> test_iou, the same
-        threshold): the score the ranking reports, on images nothing chose with."""
+        threshold), first: the score the ranking reports, on images nothing chose with."""
         thresholds = dict(self.output.nightly.thresholds)
         if self.data.has_test and thresholds == _default_thresholds():
-            for name, spec in list(thresholds.items()):
-                if metrics.split_column(name)[0] == "val":
-                    thresholds[metrics.on_split(name, "test")] = spec
+            twins = {metrics.on_split(name, "test"): spec for name, spec in thresholds.items() if metrics.split_column(name)[0] == "val"}
+            return {**twins, **thresholds}
         return thresholds
 
     def mask_losses(self) -> list[str]:

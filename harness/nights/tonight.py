@@ -355,7 +355,9 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 
 def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd.DataFrame:
-    """One row per run (failed ones too), one column per model x metric: what `harness history` prints."""
+    """One row per run (failed ones too), one column per model x metric: what `harness history` prints.
+    Metric by metric (every model's first metric, then every model's second): a terminal shows the
+    first columns that fit, and those then set every model side by side on the first metric."""
     if not len(history):
         return pd.DataFrame(columns=["night", "run_id", "status", "commit", "harness", "regressions"])
     facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "versions", "regressions"]]
@@ -366,8 +368,8 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         measured = measured[measured["metric"].isin(metrics)]
     if len(measured):
         values = measured.pivot_table(index="run_id", columns=["model", "metric"], values="value", aggfunc="first", dropna=False)
-        if metrics:  # each model's metrics in the order asked for (or watched), not alphabetical
-            values = values[sorted(values.columns, key=lambda pair: (pair[0], metrics.index(pair[1])))]
+        # The metrics in the order asked for (or watched), not alphabetical; the models by name.
+        values = values[sorted(values.columns, key=lambda pair: (metrics.index(pair[1]) if metrics else pair[1], pair[0]))]
         values.columns = [f"{model} {metric}" for model, metric in values.columns]
         facts = facts.join(values)
     table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
