@@ -79,7 +79,20 @@ def test_history_fits_the_width_with_night_and_run_whole():
     assert max(len(line) for line in out.splitlines()) <= 80
     assert "4 of 17 columns at this width; --json for all" in " ".join(out.split())
     header = next(line for line in out.splitlines() if "night" in line)
-    assert "regressions" in header and "unet metric_0" in header and "status" not in header  # the metrics before status and commit
+    assert "regressions" in header and "metric_0" in header and "status" not in header  # the metrics before status and commit
+
+
+def test_history_sets_three_models_side_by_side_at_80_columns():
+    """Each model's name above its metric, so a column is as wide as its figures: on one line
+    ("deconv val_iou"), 80 columns held two models' val_iou and not the third's."""
+    metrics = ("val_iou", "best_val_loss")
+    history = pd.DataFrame({"night": ["2026-11-22"], "run_id": ["20261122-010000"], "status": ["completed"], "regressions": [1],
+                            **{f"{model} {metric}": [0.5] for metric in metrics for model in ("deconv", "fcn", "unet")}})
+    out = printed(80, lambda c: print_history(history, "smoke", None, c))
+    lines = out.splitlines()
+    models, names = (next(line for line in lines if word in line) for word in ("deconv", "night"))
+    assert all(model in models for model in ("deconv", "fcn", "unet")) and names.count("val_iou") == 3
+    assert max(len(line) for line in lines) <= 80
 
 
 def test_compare_keeps_run_and_model_whole_even_when_they_alone_are_wider_than_the_terminal():

@@ -41,6 +41,10 @@ class TerminalTable:
     def header(self, column: str) -> str:
         return self.headers.get(column) or label(column)
 
+    def header_width(self, column: str) -> int:
+        """A header may take two lines ("unet\nval_iou"): its widest line counts."""
+        return max(len(line) for line in self.header(column).split("\n"))
+
     def cells(self, column: str) -> list[str]:
         if column not in self._written:
             given = self.texts.get(column)
@@ -49,7 +53,7 @@ class TerminalTable:
         return self._written[column]
 
     def width_of(self, column: str) -> int:
-        return max([len(self.header(column)), *(len(t) for t in self.cells(column))]) + BORDER
+        return max([self.header_width(column), *(len(t) for t in self.cells(column))]) + BORDER
 
     def fitting(self, width: int) -> list[str]:
         """The columns shown at `width`: every identifier, then each other column, in priority
@@ -78,7 +82,7 @@ def print_table(table: TerminalTable, title: str | Callable[[int, int], str], co
 
     console = console or Console()
     shown = table.fitting(console.width)
-    needed = EDGE + sum(table.width_of(c) if c in table.identifiers else len(table.header(c)) + BORDER for c in shown)
+    needed = EDGE + sum(table.width_of(c) if c in table.identifiers else table.header_width(c) + BORDER for c in shown)
     if needed > console.width:  # identifiers alone are wider than the terminal: never cut them
         console = Console(width=needed, file=console.file, force_terminal=console.is_terminal, no_color=console.no_color)
     caption = title(len(shown), len(table.columns())) if callable(title) else title
