@@ -343,6 +343,21 @@ def test_runs_names_no_best_model_for_a_run_none_of_whose_models_finished(result
     assert "none finished" in printed and "<NA>" not in printed and "nan" not in printed.lower()
 
 
+def test_runs_says_a_completed_runs_summary_is_gone_or_damaged_rather_than_showing_no_best(results, tmp_path):
+    """Both showed `-` as the best, as for a run still training."""
+    made = next((results / "tiny").glob("2*"))
+    for run_id, damage in (("20261120-000000", "missing"), ("20261121-000000", "garbage\n")):
+        copy = tmp_path / "results" / "tiny" / run_id
+        shutil.copytree(made, copy)
+        if damage == "missing":
+            (copy / "summary.csv").unlink()
+        else:
+            (copy / "summary.csv").write_text(damage)
+    rows = {row["run_id"]: row for row in json.loads(run_main("runs", "--results", tmp_path / "results", "--json").stdout)}
+    assert rows["20261120-000000"]["best"] == "no summary.csv" and rows["20261121-000000"]["best"] == "unreadable summary.csv"
+    assert all(row["best_value"] is None for row in rows.values())
+
+
 def test_an_output_folder_that_cannot_be_made_is_named_with_its_option_not_a_crash(results, tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("mine")

@@ -78,11 +78,16 @@ def _row(run: Path) -> dict | None:
         "members": len(info.models),
     }
     summary = run / "summary.csv"
+    if info.status == RunStatus.COMPLETED and not summary.is_file():
+        row["best"] = "no summary.csv"  # `harness report RUN` rebuilds it
     if summary.is_file():
         try:
             table = pd.read_csv(summary)
         except (OSError, ValueError, pd.errors.ParserError):
             table = pd.DataFrame()
+        if "model" not in table:  # not a table harness wrote (cut short, or another file)
+            row["best"] = "unreadable summary.csv"
+            return row
         ranked_by = ((info.config or {}).get("output") or {}).get("rank_by")
         if isinstance(ranked_by, str) and split_column(ranked_by)[0] == "val" and on_split(ranked_by, "test") in table:
             ranked_by = on_split(ranked_by, "test")  # a run with a test split is ranked on test
