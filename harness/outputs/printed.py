@@ -11,8 +11,8 @@ from harness.outputs.columns import chosen_rows, format_column, is_missing, term
 from harness.outputs.verdict_text import chosen_on, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
-from harness.rundir import RunDir
 from harness.outputs.tuning_budget import describe_leaders
+from harness.rundir import RunDir
 
 # The ranking's columns after the ranking metric, most important first; every column is in
 # summary.csv, the terminal shows as many as fit.
