@@ -7,6 +7,7 @@ import re
 import shutil
 
 import pytest
+import yaml
 from conftest import run_main, tiny_config, trains_runs, write_yaml
 
 from harness.rundir import FolderLock
@@ -179,6 +180,13 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     other = run_main("compare", runs[0], copy).stdout
     assert "versions that differ between these runs" in other
     assert re.search(r"tensorflow: tiny/\S+ = 2\.21\.\d+, tiny/20261101-000000 = 2\.20\.0", other), other
+    # Of output.*, what changes a score: which weights the test split scored. Where files go does not.
+    settings = yaml.safe_load((copy / "config.yaml").read_text())
+    settings["output"].update(select_by="final", results_dir="elsewhere", probe_steps=1)
+    (copy / "config.yaml").write_text(yaml.safe_dump(settings))
+    scored = run_main("compare", runs[0], copy).stdout
+    assert "output.select_by:" in scored and "= best" in scored and "= final" in scored
+    assert "results_dir" not in scored and "probe_steps" not in scored
 
 
 def test_a_model_in_one_run_only_is_one_line_of_the_settings_that_differ(tmp_path):

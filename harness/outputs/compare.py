@@ -44,7 +44,7 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
         print_comparison(table, pairs_tested=found is not None, ranked_by=ranking_columns(run_dirs))
         if len(run_dirs) > 1:
             differing = differing_settings(run_dirs)
-            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*)")
+            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*, but for its select_by and export)")
             for line in differing:
                 print(f"  {plain_text(line)}")
             if found is None and (versions := version_lines(run_dirs)):  # with --pairs, a note of the pairs says it
@@ -226,9 +226,16 @@ def _images_noise(one_seed: pd.DataFrame) -> str:
     return f"{' or '.join(f'{split}-image' for split in splits)} noise" if splits else "image noise"
 
 
+# The output.* settings that change what a score column holds: which weights the test split scored
+# (the best on validation, or the last: no exports means no best state on disk). The rest of
+# output.* (where files go, which plots, probes) changes no score.
+SCORING_OUTPUT = ("select_by", "export")
+
+
 def differing_settings(run_dirs: list[Path]) -> list[str]:
-    """`key.path: run_a = x, run_b = y` for every config setting (outside output.*) that is not the
-    same in all the compared runs; read from each run's config.yaml, no code imported."""
+    """`key.path: run_a = x, run_b = y` for every config setting (outside output.*, but for
+    SCORING_OUTPUT) that is not the same in all the compared runs; read from each run's
+    config.yaml, no code imported."""
     import yaml
 
     flat, models = {}, {}
@@ -237,7 +244,9 @@ def differing_settings(run_dirs: list[Path]) -> list[str]:
             raw = yaml.safe_load((Path(run_dir) / "config.yaml").read_text(encoding="utf-8")) or {}
         except (OSError, yaml.YAMLError):
             raw = {}
-        raw.pop("output", None)
+        output = raw.pop("output", None)
+        if isinstance(output, dict):
+            raw["output"] = {key: output[key] for key in SCORING_OUTPUT if key in output}
         label = RunDir(Path(run_dir)).label
         flat[label], models[label] = dict(_flatten(raw)), _models_by_name(raw)
     # A model in some runs only is one line (what it is, or `-` where absent), not one per setting.
