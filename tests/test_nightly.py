@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import signal
 import sqlite3
 import subprocess
@@ -385,6 +386,9 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     assert regressed and all(metric in ("val_iou", "best_val_loss") for _, _, metric in regressed)
     assert {a for a, _, _ in regressed} == {"previous"}  # the baseline is the same run: compared once, counted once
     assert any("the baseline is the previous night's run" in note for note in report["notes"])
+    # What changed, not only that something did.
+    assert any(re.search(r"config changed since the previous run \(\S+\): .*train\.optimizer\.learning_rate: tiny/\S+ = 0\.001, "
+                         r"tiny/\S+ = 1e-07", note) for note in report["notes"]), report["notes"]
 
     # Night 3: back to the original config: no regression against night 2 nor the baseline.
     fine = run_cli(*nightly, "--night", "2026-11-21")

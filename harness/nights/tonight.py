@@ -239,8 +239,9 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired, machine)
         added = models_added_or_removed(now_status, before_status) + metrics_added(now, before, thresholds)
         notes += [f"{against} ({reference.run_id}): {n}" for n in added]
-        if reference.fingerprint != store.get(run_id).fingerprint:
-            notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})")
+        changed = config_changes(reference.run_dir, run.path)
+        if reference.fingerprint != store.get(run_id).fingerprint or changed:
+            notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})" + (f": {changed}" if changed else ""))
         notes += _versions_note(store, reference.run_id, run_id, against)
     watched = {metric for _, metric in now}
     notes += [f"threshold for {m!r}, but summary.csv has no such column: it watches nothing{likely_column(m, watched)}"
@@ -257,6 +258,22 @@ def _versions_note(store: HistoryStore, earlier: str, run_id: str, against: str)
     same versions, or a run that recorded none)."""
     changed = rd.version_changes(store.versions_of(earlier), store.versions_of(run_id))
     return [f"other versions than the {against} run ({earlier}): " + ", ".join(f"{p} {c}" for p, c in changed.items())] if changed else []
+
+
+SETTINGS_LISTED = 4  # a note names at most this many changed settings (`harness compare` lists them all)
+
+
+def config_changes(earlier_dir: str | None, tonight: Path) -> str:
+    """Which settings differ from the earlier run's config.yaml ("train.optimizer.learning_rate:
+    a = 0.003, b = 1e-07"), output.select_by and export included; "" when they are the same or
+    that run's folder is gone."""
+    from harness.outputs.compare import differing_settings
+
+    if not earlier_dir or not (Path(earlier_dir) / "config.yaml").is_file():
+        return ""
+    lines = differing_settings([Path(earlier_dir), tonight])
+    more = f"; and {len(lines) - SETTINGS_LISTED} more (harness compare lists them)" if len(lines) > SETTINGS_LISTED else ""
+    return "; ".join(lines[:SETTINGS_LISTED]) + more
 
 
 def other_machine(run: rd.RunDir, earlier_dir: str | None) -> str | None:
