@@ -32,6 +32,7 @@ from harness.nights.regressions import Change, compare, metrics_added, models_ad
 from harness.nights.paired import paired_changes
 from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
+from harness.outputs.compare import differing_settings
 from harness.outputs.derived import write_report_page
 from harness.rundir import FolderLock
 from harness.rundir.hardware import describe as describe_machine, differs, several
@@ -267,8 +268,6 @@ def config_changes(earlier_dir: str | None, tonight: Path) -> str:
     """Which settings differ from the earlier run's config.yaml ("train.optimizer.learning_rate:
     a = 0.003, b = 1e-07"), output.select_by and export included; "" when they are the same or
     that run's folder is gone."""
-    from harness.outputs.compare import differing_settings
-
     if not earlier_dir or not (Path(earlier_dir) / "config.yaml").is_file():
         return ""
     lines = differing_settings([Path(earlier_dir), tonight])
