@@ -68,7 +68,7 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     if samples is not None:
         images, masks, predictors = samples
         shown, title = models_in_samples(list(predictors), summary, config.ranking_column())
-        title = samples_title(title, config.train.repeats, config.seed, any(record.chose_weights(name) for name in record.models))
+        title = samples_title(title, config.train.repeats, config.seed, record.chose_any_weights())
         predictions = {model: np.asarray(predictors[model](images)) for model in shown}
         reconstructions = frozenset(m.name for m in config.models if not m.predicts_masks)
         drawn.append(_draw(FigureJob("samples", "plot_samples", (images, masks, predictions, title, reconstructions)), run, config, record))

@@ -46,7 +46,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
             record = RunDir(Path(run_dir)).read_record()
-            console.print(terminal_text(chosen_on(summary, rank_by, any(record.chose_weights(m) for m in record.models))), soft_wrap=False)
+            console.print(terminal_text(chosen_on(summary, rank_by, record.chose_any_weights())), soft_wrap=False)
     if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir))):
         console.print(terminal_text(groups), soft_wrap=False)
 

@@ -164,7 +164,7 @@ def render_report(
         "<h2>Summary</h2>",
         html_table(main, highlight=rank_by, css="summary"),
         f"<p class='verdict'>{html.escape(verdict(pairs, rank_by, summary))}</p>",
-        f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by, any(record.chose_weights(m) for m in record.models)))}</p>",
+        f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by, record.chose_any_weights()))}</p>",
         f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
     for warning in record.warnings:

@@ -167,6 +167,11 @@ class RunRecord:
         best state on disk) every score the run ranks by is of its end-of-run weights (model.keras)."""
         return ((self.extra.get("test") or {}).get("members", {}).get(member) or {}).get("weights") == "best"
 
+    def chose_any_weights(self) -> bool:
+        """Whether the test split scored some member's weights chosen on validation (`chose_weights`):
+        what the verdict and samples.png say the scores are of."""
+        return any(self.chose_weights(member) for member in self.models)
+
     def scored_file(self, member: str) -> str:
         """The file in models/<member>/ of the weights the ranking scored (`chose_weights`)."""
         return "best.keras" if self.chose_weights(member) else "model.keras"
