@@ -17,10 +17,8 @@ def run(config: ExperimentConfig | str | Path | dict, overrides: Overrides = Non
     `.summary` and `.losses` DataFrames, `.run_dir` and `.info` (run.json)."""
     from harness.training.preflight import before_tensorflow
 
-    if not isinstance(config, ExperimentConfig):
+    if overrides or not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
-    elif overrides:
-        raise ConfigError("overrides apply to a config file; pass the path, or edit the config object")
     results = Path(results_dir) if results_dir else None
     config, scan = before_tensorflow(config, results)  # paths, module names, the data's files: seconds
     pool.start(1)  # one output process loads its libraries while this one loads TensorFlow (the rest: pool.grow)
@@ -35,7 +33,7 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = No
     results/<name>/plan.json."""
     from harness.scale.launch import plan_only
 
-    if not isinstance(config, ExperimentConfig):
+    if overrides or not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
     return plan_only(config, Path(results_dir) if results_dir else None)[0]
 

@@ -327,8 +327,32 @@ def test_the_api_takes_a_dict_and_one_override_as_a_string(tmp_path):
     config = load_config(raw, "train.epochs=7")
     assert config.train.epochs == 7 and raw.get("train", {}).get("epochs") != 7
     assert load_config(write_yaml(tmp_path / "c.yaml", raw), "train.epochs=3").train.epochs == 3
-    with pytest.raises(ConfigError, match="a YAML file's path or a dict of its keys, not a list"):
+    with pytest.raises(ConfigError, match="a YAML file's path, a dict of its keys or a loaded config, not list"):
         load_config([raw])
+
+
+def test_a_loaded_config_takes_overrides_in_load_config_run_and_plan(monkeypatch):
+    """A notebook loads a config once and tries a variant of it: load_config takes the loaded
+    config (its grids already expanded) with overrides and leaves it as it was; `harness.plan`
+    applied none of the overrides given with a loaded config, and `harness.run` refused them."""
+    import harness
+    from harness.outputs import pool
+    from harness.scale import launch
+    from harness.training import preflight
+
+    grid = load_config(tiny_config(models=[{"name": "a", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.1, 0.01]}}]))
+    variant = load_config(grid, {"train.epochs": 7})
+    assert variant.train.epochs == 7 and grid.train.epochs != 7
+    assert [m.name for m in variant.models] == [m.name for m in grid.models] and len(grid.models) == 2
+    assert load_config(grid).to_dict() == grid.to_dict() and load_config(grid).fingerprint() == grid.fingerprint()
+    seen = []
+    monkeypatch.setattr(launch, "plan_only", lambda config, results: seen.append(config) or (None,))
+    monkeypatch.setattr(preflight, "before_tensorflow", lambda config, results: (seen.append(config), (config, None))[1])
+    monkeypatch.setattr(pool, "start", lambda *args: None)
+    monkeypatch.setattr(launch, "start_run", lambda config, *args, **kwargs: None)
+    harness.plan(grid, "train.epochs=5")
+    harness.run(grid, ["train.epochs=6"])
+    assert [config.train.epochs for config in seen] == [5, 6]
 
 
 def test_a_config_error_prints_its_problems_not_only_its_headline():

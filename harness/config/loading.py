@@ -28,15 +28,18 @@ Overrides = str | list[str] | Mapping[str, Any] | None
 # Loading
 
 
-def load_config(path: str | Path | Mapping[str, Any], overrides: Overrides = None) -> ExperimentConfig:
-    """Read a YAML experiment (or take its mapping as a dict, as a notebook builds it), apply
+def load_config(path: str | Path | Mapping[str, Any] | ExperimentConfig, overrides: Overrides = None) -> ExperimentConfig:
+    """Read a YAML experiment (or take its mapping as a dict, as a notebook builds it, or a config
+    loaded before: its settings as config.yaml would hold them, grids expanded), apply
     `key.path=value` overrides (one string or a list of them) and validate it all at once."""
-    if isinstance(path, Mapping):
+    if isinstance(path, ExperimentConfig):
+        raw, path = path.to_dict(), f"the config {path.name!r}"  # a copy: the object given is left as it was
+    elif isinstance(path, Mapping):
         raw, path = copy.deepcopy(dict(path)), "the config given as a dict"  # the caller's dict is left as it was
     elif isinstance(path, (str, Path)):
         raw = _read_yaml(Path(path))
     else:
-        raise ConfigError(f"a config is a YAML file's path or a dict of its keys, not a {type(path).__name__}")
+        raise ConfigError(f"a config is a YAML file's path, a dict of its keys or a loaded config, not {type(path).__name__}")
     problems: list[str] = []
     for override in as_overrides(overrides):
         try:
