@@ -328,7 +328,7 @@ def cmd_report(args) -> int:
 
     pool.start()
     summary = rebuild(args.run_dir)
-    _print_summary(summary, RunDir(args.run_dir).read_config().ranking_column(), args.run_dir)
+    _print_summary(summary, RunDir(args.run_dir).ranking_column(), args.run_dir)
     if note := unfinished_note(args.run_dir):
         print(note)
     print(f"report: {args.run_dir / 'report.html'}")
@@ -474,7 +474,7 @@ def _print_result(result) -> None:
         print(f"harness: worker {(plan.get('task') or {}).get('index', '?')} is done; the chief wrote the run's results")
         return
     if len(result.summary):
-        _print_summary(result.summary, result.config.ranking_column(), result.run_dir)
+        _print_summary(result.summary, result.ranked_by, result.run_dir)
     print(f"results: {result.run_dir}")
 
 

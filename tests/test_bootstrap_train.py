@@ -65,9 +65,9 @@ def test_repeat_r_is_fed_what_a_one_repeat_run_with_that_seed_is_fed():
 
 def test_the_intervals_say_they_cover_the_bootstraps_with_repeats_only():
     config = validate_config(tiny_config(data={"bootstrap_train": True}, train={"repeats": 3}))
-    assert interval_covers(config) == "training seeds, training-set bootstraps and validation images"
+    assert interval_covers(config, config.ranking_column()) == "training seeds, training-set bootstraps and validation images"
     one_seed = validate_config(tiny_config(data={"bootstrap_train": True}))
-    assert interval_covers(one_seed).startswith("validation images only")
+    assert interval_covers(one_seed, one_seed.ranking_column()).startswith("validation images only")
 
 
 def test_a_bootstrap_with_one_training_seed_is_warned_of():

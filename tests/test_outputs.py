@@ -66,7 +66,7 @@ def test_a_model_stopped_early_is_compared_and_one_a_race_dropped_is_not(repeate
     deconv = members["model"].str.startswith("deconv@")
     for status, compared in (("stopped", True), ("dropped", False)):
         marked = members.assign(status=np.where(deconv, status, "ok"))
-        intervals, pairs = ranking_statistics(result.run_dir / "val_scores.csv", config, marked)
+        intervals, pairs = ranking_statistics(result.run_dir / "val_scores.csv", config, marked, config.ranking_column())
         involved = pairs["model_a"].str.startswith("deconv") | pairs["model_b"].str.startswith("deconv")
         assert bool(involved.any()) is compared, status
         assert len(pairs) == {(2, True): 3, (2, False): 1, (1, True): 15, (1, False): 6}[(repeats, compared)]  # 3 models, or 6 members

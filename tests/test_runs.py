@@ -541,7 +541,7 @@ def test_compare_shows_the_column_the_runs_ranked_by_after_the_model(tmp_path):
 
     run = RunDir(tmp_path / "x" / "r0")
     run.path.mkdir(parents=True)
-    run.write_record(RunRecord(name="x", run_id="r0"))
+    run.write_record(RunRecord(name="x", run_id="r0", status="completed", extra={"test": {"members": {"unet": {"weights": "best", "step": 4}}}}))
     write_yaml(run.config_file, tiny_config(data={"test_size": 8}, output={"rank_by": "val_loss"}))
     (run.path / "summary.csv").write_text("model,status,params,ms_per_step,latency_ms,val_loss,val_iou,test_loss,test_iou\n"
                                           "unet,diverged,14300000,556.9,19.2,0.31,0.88,0.2975,0.87\n")

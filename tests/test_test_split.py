@@ -66,6 +66,36 @@ def test_report_without_the_test_scores_a_run_wrote_rewrites_nothing(tested_run,
 
 
 @pytest.mark.slow
+def test_a_run_stopped_before_scoring_its_test_split_ranks_on_validation_until_it_does(tested_run, tmp_path):
+    """The test split is scored at the end: `harness report` of an interrupted run ranked it "by
+    test_iou" with no ranks, said its test split had scored each model's final weights, called every
+    model trained to its end, and `harness runs` named the summary's first model the best. It ranks on
+    validation now (intervals and pairs on val_iou) and says the test split comes at the end."""
+    import shutil
+
+    from conftest import run_main
+
+    copy = tmp_path / "tiny" / tested_run.run_dir.name
+    shutil.copytree(tested_run.run_dir, copy)
+    (copy / "test_scores.csv").unlink()
+    info = json.loads((copy / "run.json").read_text())
+    del info["test"]
+    info.update(status="interrupted", interrupted_by="SIGINT", steps_done=info["total_steps"] - 4)
+    (copy / "run.json").write_text(json.dumps(info))
+    reported = run_main("report", copy)
+    assert reported.returncode == 0, reported.stderr
+    summary = pd.read_csv(copy / "summary.csv")
+    assert "test_iou" not in summary and summary["rank"].tolist() == [1, 2, 3] and summary["val_iou"].is_monotonic_decreasing
+    assert summary["val_iou_low"].notna().all() and set(pd.read_csv(copy / "pairs.csv")["metric"]) == {"val_iou"}
+    said = " ".join(reported.stdout.split())
+    assert "ranked by val_iou, best first (" in said and "trained to its end" not in said
+    assert "The held-out test split is scored when the run completes, and the ranking is on it then" in said
+    assert "The held-out test split is scored when the run completes" in (copy / "report.html").read_text()
+    listed = json.loads(run_main("runs", "--results", tmp_path, "--json").stdout)
+    assert [(r["best"], r["ranked_by"]) for r in listed] == [(summary["model"][0], "val_iou")]
+
+
+@pytest.mark.slow
 def test_test_scores_are_the_best_weights_evaluated_on_images_training_never_saw(tested_run):
     from harness.core.backend import import_keras
     from harness.data.pipeline import build_datasets

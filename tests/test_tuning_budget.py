@@ -133,7 +133,7 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
                             "status": ["ok", "ok", "diverged", "ok", "ok"], "val_iou": [0.5, 0.9, 0.1, 0.72, 0.74]})
     run = RunDir(tmp_path)
     run.plots.mkdir(parents=True, exist_ok=True)
-    table = write_tuning_budget(run, config, summary)
+    table = write_tuning_budget(run, config, summary, config.ranking_column())
     # The diverged member is a trial, ranked below the two that finished: worst to best 0.1, 0.5, 0.9.
     assert table[["group", "trials", "candidates", "unfinished"]].values.tolist() == [
         ["arch=tiny_fcn", 1, 3, 1], ["arch=tiny_fcn", 2, 3, 1], ["arch=tiny_fcn", 3, 3, 1], ["arch=tiny_unet", 1, 2, 0], ["arch=tiny_unet", 2, 2, 0]]
@@ -143,7 +143,7 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
     assert (run.plots / "expected_best.png").stat().st_size > 0
     unplotted = RunDir(tmp_path / "unplotted")  # `plot_formats: []`: the table, no plot
     unplotted.path.mkdir()
-    write_tuning_budget(unplotted, config.model_copy(update={"output": config.output.model_copy(update={"plot_formats": []})}), summary)
+    write_tuning_budget(unplotted, config.model_copy(update={"output": config.output.model_copy(update={"plot_formats": []})}), summary, config.ranking_column())
     assert (unplotted.path / "expected_best.csv").exists() and not (unplotted.plots / "expected_best.png").exists()
     page = render_budget(table)
     assert "0.7300 ± 0.0100" in page

@@ -398,13 +398,15 @@ class ExperimentConfig(Strict):
         """The training seed of each repeat, in order: one input stream each."""
         return tuple(training_seed(self.seed, r) for r in range(1, self.train.repeats + 1))
 
-    def ranking_column(self) -> str:
+    def ranking_column(self, test_scored: bool = True) -> str:
         """The summary column models are ranked by: `output.rank_by`, but on the held-out test split
-        when there is one (a validation metric becomes its test twin: val_iou -> test_iou)."""
+        when there is one (a validation metric becomes its test twin: val_iou -> test_iou).
+        `test_scored`: whether the run scored its test split (`RunRecord.scored_test`; it does at
+        its end): a run stopped before it ranks on validation, by the scores it has."""
         rank_by = self.output.rank_by
         if rank_by == metrics.column("compare_loss") and not self.losses_differ():
             rank_by = metrics.column("loss")  # every member trains on the common loss: the same numbers
-        if self.data.has_test and metrics.split_column(rank_by)[0] == "val":
+        if self.data.has_test and test_scored and metrics.split_column(rank_by)[0] == "val":
             return metrics.on_split(rank_by, "test")
         return rank_by
 

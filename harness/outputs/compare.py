@@ -156,7 +156,7 @@ def ranking_columns(run_dirs: list[Path]) -> list[str]:
     ranks = []
     for run_dir in run_dirs:
         try:
-            ranks.append(RunDir(Path(run_dir)).read_config().ranking_column())
+            ranks.append(RunDir(Path(run_dir)).ranking_column())
         except ConfigError:
             continue
     return list(dict.fromkeys(ranks))

@@ -64,10 +64,11 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     losses = load_losses(run.losses_csv)
     drawn = [_draw(job, run, config, record) for job in curve_figures(losses, out.log_scale, config.compare_loss(), scored_on_common_loss(config))]
     summary, pairs = pool.result(tables)
-    drawn += [_draw(job, run, config, record) for job in summary_figures(summary, config.ranking_column(), pairs)]
+    rank = config.ranking_column(record.scored_test())
+    drawn += [_draw(job, run, config, record) for job in summary_figures(summary, rank, pairs)]
     if samples is not None:
         images, masks, predictors = samples
-        shown, title = models_in_samples(list(predictors), summary, config.ranking_column())
+        shown, title = models_in_samples(list(predictors), summary, rank)
         title = samples_title(title, config.train.repeats, config.seed, record.chose_any_weights())
         predictions = {model: np.asarray(predictors[model](images)) for model in shown}
         reconstructions = frozenset(m.name for m in config.models if not m.predicts_masks)

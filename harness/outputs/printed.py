@@ -28,6 +28,8 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     from rich.console import Console
 
     console = console or Console()
+    run = RunDir(Path(run_dir)) if run_dir is not None else None
+    record = run.read_record() if run is not None and run.run_json.is_file() else None
     texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
     # A status column of "ok" only says nothing a line above it cannot: its place goes to the
     # next cost (at 80 columns, serving latency beside ms/step).
@@ -36,17 +38,17 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     table = TerminalTable(summary, ["rank", "model", rank_by, *priority], identifiers=("model",), required=("rank", rank_by), texts=texts)
     raced = "status" in summary and left_the_race(summary["status"]).any()
     order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
-    order += ", every model trained to its end" if all_ok else ""
+    order += ", every model trained to its end" if all_ok and not (record and record.stopped_short) else ""
     failed_all = "status" in summary and ranked_last(summary["status"]).any()
     order += ", the models that diverged or ran out of memory last" if failed_all else ""
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
-    pairs_file = Path(run_dir) / "pairs.csv" if run_dir is not None else None
+    pairs_file = run.path / "pairs.csv" if run is not None else None
     if pairs_file is not None and pairs_file.is_file():
         pairs = pd.read_csv(pairs_file)
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
-            record = RunDir(Path(run_dir)).read_record()
-            console.print(terminal_text(chosen_on(summary, rank_by, record.chose_any_weights())), soft_wrap=False)
+            said = chosen_on(summary, rank_by, bool(record and record.chose_any_weights()), run.read_config().data.has_test)
+            console.print(terminal_text(said), soft_wrap=False)
     if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir))):
         console.print(terminal_text(groups), soft_wrap=False)
 

@@ -50,16 +50,17 @@ def write_tables(run: RunDir, config: ExperimentConfig, record: RunRecord) -> tu
     for scored in (class_metrics(run.val_scores_csv, config.data.classes), test_metrics(run.test_scores_csv, run.val_scores_csv, config.data.classes)):
         if len(scored):
             member_summary = member_summary.merge(scored, on="model", how="left")
-    intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv)
-    summary = with_settings(build_summary(member_summary, config.ranking_column(), intervals, pair_stats), config.models)
-    if (covers := interval_covers(config)) is not None and len(summary):
-        low = f"{config.ranking_column()}_low"  # said of the rows that have an interval only
+    rank = config.ranking_column(record.scored_test())
+    intervals, pair_stats = ranking_statistics(run.val_scores_csv, config, member_summary, rank, run.test_scores_csv)
+    summary = with_settings(build_summary(member_summary, rank, intervals, pair_stats), config.models)
+    if (covers := interval_covers(config, rank)) is not None and len(summary):
+        low = f"{rank}_low"  # said of the rows that have an interval only
         has_interval = summary[low].notna() if low in summary else pd.Series(False, index=summary.index)
         summary["interval_covers"] = has_interval.map({True: covers, False: None})
     member_summary = with_settings(member_summary, config.member_specs())
     pairs = build_pairs(losses, config.compare_loss(), pair_stats, scored_on_common_loss(config))
     if config.output.compare_by:
-        summary = write_group_verdicts(run, config, summary, member_summary)
+        summary = write_group_verdicts(run, config, summary, member_summary, rank)
     save_table(summary, run.summary_csv)
     save_table(pairs, run.path / "pairs.csv")
     if config.train.repeats > 1:
@@ -73,14 +74,14 @@ def draw(job, folder: Path, formats: tuple[str, ...], record: RunRecord) -> Path
     return plots.draw(job, folder, formats)
 
 
-def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame, member_summary: pd.DataFrame) -> pd.DataFrame:
-    """compare_by.csv: the model chosen on validation in each group, compared pairwise; summary
-    gains `compare_group` and `chosen_in_group`."""
-    keys, rank = config.output.compare_by, config.ranking_column()
+def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame, member_summary: pd.DataFrame, rank: str) -> pd.DataFrame:
+    """compare_by.csv: the model chosen on validation in each group, compared pairwise on `rank`;
+    summary gains `compare_group` and `chosen_in_group`."""
+    keys = config.output.compare_by
     chosen = choose_per_group(summary, config.models, keys, rank)
-    _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
+    _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, rank, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
     save_table(group_pairs(chosen, stats), run.path / "compare_by.csv")
-    write_tuning_budget(run, config, summary)
+    write_tuning_budget(run, config, summary, rank)
     settings = model_settings(config.models)
     summary = summary.copy()
     summary["compare_group"] = [group_label(settings.get(m, {}), keys) for m in summary["model"]]
@@ -91,10 +92,9 @@ def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.Data
 EXPECTED_BEST = "expected_best"  # expected_best.csv and plots/expected_best.png
 
 
-def write_tuning_budget(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame) -> pd.DataFrame:
-    """expected_best.csv and its plot: each group's expected best score against the number of
-    models it tried (harness/outputs/tuning_budget.py)."""
-    rank = config.ranking_column()
+def write_tuning_budget(run: RunDir, config: ExperimentConfig, summary: pd.DataFrame, rank: str) -> pd.DataFrame:
+    """expected_best.csv and its plot: each group's expected best score by `rank` against the
+    number of models it tried (harness/outputs/tuning_budget.py)."""
     by = chosen_by_column(summary, rank)
     reported = rank if by != rank and split_column(rank)[0] == "test" and rank in summary else None
     table = budget_table(group_trials(summary, config.models, config.output.compare_by), by, reported)
@@ -111,6 +111,7 @@ AS_CHARTS = ("loss_curves", "val_metrics", "learning_rates")  # plots/ keeps the
 def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) -> Path:
     """report.html from the tables and plots already on disk."""
     declare(record)
+    rank = config.ranking_column(record.scored_test())
     summary = pd.read_csv(run.summary_csv)
     pairs_file = run.path / "pairs.csv"
     pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
@@ -124,13 +125,13 @@ def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) 
     group_file = run.path / "compare_by.csv"
     if config.output.compare_by and group_file.exists():
         extra.insert(0, (f"Per group: {', '.join(config.output.compare_by)}, each at its best on validation",
-                         render_group_section(summary, _read_or_empty(group_file), config.ranking_column(),
+                         render_group_section(summary, _read_or_empty(group_file), rank,
                                               _read_or_empty(run.path / f"{EXPECTED_BEST}.csv"))))
     nightly_file = run.path / "nightly.json"
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
     charts = report_charts(load_losses(run.losses_csv), config.compare_loss(), scored_on_common_loss(config))
-    page = render_report(record, config.to_yaml(), summary, pairs, drawn, config.ranking_column(), extra, charts)
+    page = render_report(record, config.to_yaml(), summary, pairs, drawn, rank, extra, charts, config.data.has_test)
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path

@@ -30,9 +30,10 @@ BOOTSTRAPPED = ("iou", "f1", "loss")
 SCORE_KEYS = (*VAL_SCORE_BASE, "loss")  # every val_scores.csv and test_scores.csv has these
 
 
-def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, test_scores: Path | None = None, models: set[str] | None = None):
-    """(intervals per model or None, pair statistics of the ranking column or None): for the
-    validation metrics from val_scores.csv and, with a test split, the test metrics from
+def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summary: pd.DataFrame, rank: str, test_scores: Path | None = None,
+                       models: set[str] | None = None):
+    """(intervals per model or None, pair statistics of the ranking column `rank` or None): for the
+    validation metrics from val_scores.csv and, with a scored test split, the test metrics from
     test_scores.csv (the ranking column is then a test metric). `models`: only these models'
     members (Holm's adjustment then runs over their pairs alone)."""
     splits = [("val", val_scores)] + ([("test", test_scores)] if test_scores is not None and test_scores.exists() else [])
@@ -40,7 +41,7 @@ def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summar
         member_summary = member_summary[member_summary["model"].map(model_of).isin(models)]
     intervals, pair_stats = [], None
     for split, path in splits:
-        found, pairs = _split_statistics(path, config, member_summary, split)
+        found, pairs = _split_statistics(path, config, member_summary, split, rank)
         if found is not None:
             intervals.append(found)
         if pairs is not None:
@@ -49,14 +50,13 @@ def ranking_statistics(val_scores: Path, config: ExperimentConfig, member_summar
     return merged, pair_stats
 
 
-def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str):
+def _split_statistics(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str, rank: str):
     """(per-model intervals indexed by model, or None; pairs of the ranking column if it is of this split)."""
     if config.train.repeats > 1:
-        return _across_repeats(path, config, member_summary, split)
+        return _across_repeats(path, config, member_summary, split, rank)
     scored = {n: s for n, s in last_evaluations(path, config.data.classes).items() if n in set(member_summary["model"])}
     if len(scored) == 0:
         return None, None
-    rank = config.ranking_column()
     intervals, pair_stats = [], None
     for metric in BOOTSTRAPPED:
         per_member, per_pair = bootstrap_metric(scored, metric, split=split)
@@ -76,9 +76,8 @@ def finished_pairs(per_pair: pd.DataFrame, member_summary: pd.DataFrame) -> pd.D
     return per_pair[per_pair["model_a"].isin(done) & per_pair["model_b"].isin(done)].reset_index(drop=True) if len(per_pair) else per_pair
 
 
-def interval_covers(config: ExperimentConfig) -> str | None:
-    """What the ranking column's intervals cover, in words (summary.csv `interval_covers`)."""
-    rank = config.ranking_column()
+def interval_covers(config: ExperimentConfig, rank: str) -> str | None:
+    """What the ranking column `rank`'s intervals cover, in words (summary.csv `interval_covers`)."""
     split, _, metric = rank.partition("_")
     bootstrapped = split in ("val", "test") and metric in BOOTSTRAPPED
     if config.train.repeats > 1:
@@ -87,10 +86,9 @@ def interval_covers(config: ExperimentConfig) -> str | None:
     return images_only(split) if bootstrapped else None
 
 
-def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str):
+def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.DataFrame, split: str, rank: str):
     """Per model `<split>_<metric>_low/_high` over seeds and images for every metric of the split
-    with a per-image basis (and the ranking column, over seeds alone, where it has none)."""
-    rank = config.ranking_column()
+    with a per-image basis (and the ranking column `rank`, over seeds alone, where it has none)."""
     done = member_summary[member_summary["status"].map(finished)]  # a race's dropped members, a diverged seed: left out
     scored = {name: s for name, s in last_evaluations(path, config.data.classes).items() if name in set(done["model"])}
     columns = [column(m, split) for m in BOOTSTRAPPED if column(m, split) in done]

@@ -113,15 +113,19 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
     return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
 
 
-def chosen_on(summary: pd.DataFrame, rank_by: str, chose_weights: bool = True) -> str:
+def chosen_on(summary: pd.DataFrame, rank_by: str, chose_weights: bool = True, has_test: bool = False) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
     inflated the chosen weights' validation score (how much better it was than their test score).
     `chose_weights`: the test split scored weights chosen on validation (best.keras); else each
-    member's weights at the end of its training (`output.select_by: final`, or no exports)."""
+    member's weights at the end of its training (`output.select_by: final`, or no exports).
+    `has_test`: the data hold out a test split, which a ranking on validation has not scored yet."""
     if split_column(rank_by)[0] != "test":
-        return ("No test split: these scores are on the validation images, the same images that chose each model's "
-                "best weights (and any early stop, race cut or grid winner), so they lean optimistic. Hold some images "
-                "out with data.test_size (synthetic) or data.test_fraction / a test folder (real data).")
+        on_validation = ("these scores are on the validation images, the same images that chose each model's best weights "
+                         "(and any early stop, race cut or grid winner), so they lean optimistic.")
+        if has_test:
+            return f"The held-out test split is scored when the run completes, and the ranking is on it then; until then {on_validation}"
+        return (f"No test split: {on_validation} Hold some images out with data.test_size (synthetic) or data.test_fraction / "
+                "a test folder (real data).")
     metric = metric_of(rank_by)
     chosen = on_split(rank_by, "selected_val")
     if chose_weights:

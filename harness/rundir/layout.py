@@ -143,6 +143,11 @@ class RunDir:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{self.run_json} is not a run record harness can read: {exc}") from None
 
+    def ranking_column(self) -> str:
+        """The column this run's models are ranked by: its config's, on validation until the run
+        scores its test split (`ExperimentConfig.ranking_column`)."""
+        return self.read_config().ranking_column(self.read_record().scored_test())
+
     def recorded_machine(self) -> dict[str, Any] | None:
         """run.json's `hardware`, or None: not recorded (a run from before it), or run.json
         missing or unreadable (a reader comparing machines then treats them as not known to differ)."""

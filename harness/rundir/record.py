@@ -172,6 +172,11 @@ class RunRecord:
         what the verdict and samples.png say the scores are of."""
         return any(self.chose_weights(member) for member in self.models)
 
+    def scored_test(self) -> bool:
+        """Whether the held-out test split was scored (run.json `test`): a run does at its end, so
+        one stopped before (interrupted, failed) has no test score yet."""
+        return bool(self.extra.get("test"))
+
     def scored_file(self, member: str) -> str:
         """The file in models/<member>/ of the weights the ranking scored (`chose_weights`)."""
         return "best.keras" if self.chose_weights(member) else "model.keras"

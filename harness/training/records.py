@@ -65,6 +65,14 @@ class RunResult:
         return cls(run.path, config, load_summary(run.summary_csv), load_losses(run.losses_csv, growing=growing), info, models)
 
     @property
+    def ranked_by(self) -> str:
+        """The summary column the models are ranked by: on validation until the run scores its test
+        split (at its end: `ExperimentConfig.ranking_column`)."""
+        from harness.rundir import RunRecord
+
+        return self.config.ranking_column(RunRecord.from_dict(self.info).scored_test())
+
+    @property
     def pairs(self) -> "pd.DataFrame":
         """pairs.csv: every pair of members, on the common loss and on the ranking metric."""
         return self._table("pairs.csv")
@@ -116,7 +124,7 @@ class RunResult:
         return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
     def __repr__(self) -> str:
-        rank_by = self.config.ranking_column()
+        rank_by = self.ranked_by
         best = ""
         if len(self.summary) and rank_by in self.summary:
             top = self.summary.iloc[0]
