@@ -202,6 +202,35 @@ def test_a_model_in_one_run_only_is_one_line_of_the_settings_that_differ(tmp_pat
                      "seed: one/20261127-000000 = 0, two/20261127-000000 = 1"], lines
 
 
+def test_a_train_setting_every_model_took_is_one_line_of_the_settings_that_differ(tmp_path):
+    """config.yaml copies `--set train.optimizer.learning_rate=0.01` into each model entry without
+    its own: the rate was listed three times, once for train and once per model. A model's line
+    that differs exactly as train's does is said on train's; one that differs otherwise stays."""
+    from harness.outputs.compare import differing_settings
+
+    def entry(name, rate):
+        return {"name": name, "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": rate}}
+
+    runs = []
+    for name, rate, own in (("one", 0.003, 0.05), ("two", 0.01, 0.05), ("three", 0.01, 0.2)):
+        folder = tmp_path / name / "20261129-000000"
+        folder.mkdir(parents=True)
+        listed = [entry("unet", rate), entry("unet.b", rate), entry("deconv", own)]
+        runs.append(write_yaml(folder / "config.yaml", {"models": listed, "train": {"optimizer": {"name": "adam", "learning_rate": rate}}}).parent)
+    assert differing_settings(runs[:2]) == [
+        "train.optimizer.learning_rate (unet, unet.b took it too): one/20261129-000000 = 0.003, two/20261129-000000 = 0.01"]
+    assert differing_settings(runs[1:]) == [
+        "models.deconv.optimizer.learning_rate: two/20261129-000000 = 0.05, three/20261129-000000 = 0.2"]
+    took_all = []
+    for name, rate in (("four", 0.003), ("five", 0.01)):
+        folder = tmp_path / name / "20261129-000000"
+        folder.mkdir(parents=True)
+        listed = [entry("unet", rate), entry("unet.b", rate), entry("deconv", rate)]
+        took_all.append(write_yaml(folder / "config.yaml", {"models": listed, "train": {"optimizer": {"name": "adam", "learning_rate": rate}}}).parent)
+    assert differing_settings(took_all) == [
+        "train.optimizer.learning_rate (every model's too): four/20261129-000000 = 0.003, five/20261129-000000 = 0.01"]
+
+
 def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results, tmp_path):
     import shutil
 

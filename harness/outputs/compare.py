@@ -255,8 +255,31 @@ def differing_settings(run_dirs: list[Path]) -> list[str]:
     for key in sorted(set().union(*flat.values())):
         if not any(key.startswith(f"models.{name}.") for name in partial):
             settings[key] = {label: values.get(key, "-") for label, values in flat.items()}
-    return [f"{key}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
-            for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1]
+    differing = {key: values for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1}
+    return [f"{key}{took}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
+            for key, (values, took) in _said_with_train(differing, set.intersection(*(set(held) for held in models.values()))).items()]
+
+
+def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, tuple[dict, str]]:
+    """Each differing setting with what its line adds after the key: a model entry's setting that
+    differs exactly as train's does (`--set train.optimizer.learning_rate=...`, which config.yaml
+    copies into every entry that did not set its own) is said once, on train's line, with the
+    models that took it ("every model's too"), not once more per model. `names`: the models in
+    every run (a name may hold dots: the longest that prefixes the key is its model)."""
+    took: dict[str, list[str]] = {}
+    kept = {}
+    for key, values in differing.items():
+        name = next((n for n in sorted(names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
+        default = f"train.{key[len(f'models.{name}.'):]}" if name is not None else None
+        if default is not None and differing.get(default) == values:
+            took.setdefault(default, []).append(name)
+        else:
+            kept[key] = values
+    out = {}
+    for key, values in kept.items():
+        models = took.get(key, [])
+        out[key] = (values, "" if not models else " (every model's too)" if len(models) == len(names) else f" ({', '.join(sorted(models))} took it too)")
+    return out
 
 
 def version_lines(run_dirs: list[Path]) -> list[str]:
