@@ -407,7 +407,7 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
 
     shown = run_cli("history", experiment, "--csv", tmp_path / "history.csv")
     assert shown.returncode == 0, shown.stderr
-    assert "(baseline)" in shown.stdout
+    assert " *" in shown.stdout and "marked *" in shown.stdout
     table = pd.read_csv(tmp_path / "history.csv")
     assert list(table["night"]) == ["2026-11-19", "2026-11-20", "2026-11-21"]
     assert list(table["regressions"]) == [0, len(regressed), 0]

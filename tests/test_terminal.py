@@ -75,9 +75,9 @@ def test_history_fits_the_width_with_night_and_run_whole():
                             "status": ["completed", "completed"], "commit": ["0123abcd", "4567ef01"], "regressions": [0, 1],
                             **{f"unet metric_{i}": [0.5, 0.6] for i in range(12)}})
     out = printed(80, lambda c: print_history(history, "smoke", "20261122-010000", c))
-    assert "20261122-010000 (baseline)" in out and "2026-11-23" in out
+    assert "20261122-010000 *" in out and "marked *" in out and "2026-11-23" in out
     assert max(len(line) for line in out.splitlines()) <= 80
-    assert "4 of 17 columns at this width; --json for all" in " ".join(out.split())
+    assert "5 of 17 columns at this width; --json for all" in " ".join(out.split())  # 4 when the mark was " (baseline)"
     header = next(line for line in out.splitlines() if "night" in line)
     assert "regressions" in header and "metric_0" in header and "status" not in header  # the metrics before status and commit
 

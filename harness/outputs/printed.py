@@ -105,12 +105,14 @@ def print_history(history: pd.DataFrame, name: str, baseline: str | None, consol
     """`harness history`: one row per night, as many metric columns as fit; night and run whole."""
     frame = history.copy()
     frame.columns = [str(c) for c in frame.columns]
-    frame["run_id"] = [f"{r} (baseline)" if r == baseline else r for r in frame["run_id"]]
+    # The baseline's row marked by 2 characters, not " (baseline)": 11 of them widened the run column
+    # and left room for one metric fewer at 80 columns; the title says what the mark means.
+    frame["run_id"] = [f"{r} *" if r == baseline else r for r in frame["run_id"]]
     # "unet val_iou" on two lines: a column as wide as its figures, so more models fit side by side.
     headers = {c: c.replace(" ", "\n", 1) if c not in HISTORY_FIRST + HISTORY_LAST else c for c in frame.columns}
     priority = [*HISTORY_FIRST, *(c for c in frame.columns if c not in HISTORY_FIRST + HISTORY_LAST), *HISTORY_LAST]
     print_table(TerminalTable(frame, priority, identifiers=("night", "run_id"), headers=headers),
-                _title_saying_what_is_left_out(f"history of {name} (baseline: {baseline or 'none'})"), console)
+                _title_saying_what_is_left_out(f"history of {name} (baseline: {f'{baseline}, marked *' if baseline else 'none'})"), console)
 
 
 def _title_saying_what_is_left_out(title: str):
