@@ -580,3 +580,35 @@ def test_compare_shows_the_column_the_runs_ranked_by_after_the_model(tmp_path):
     header = next(line for line in out.getvalue().splitlines() if "model" in line)
     assert re.search(r"model\s*┃\s*test_loss\s*┃\s*status", header), header
     assert "0.2975" in out.getvalue() and "diverged" in out.getvalue()
+
+
+def test_a_run_in_groups_stopped_before_merging_them_is_told_not_crashed_on(tmp_path):
+    """An interrupted run of two groups holds its groups' folders and no table at its top (they are
+    merged when every group is done): `harness report` of it crashed (KeyError 'best_step', exit 1),
+    `compare` called it no run directory, `runs` listed 0 members, and a group's own report said to
+    resume the group's folder, not the run."""
+    from harness.errors import ConfigError
+    from harness.outputs.compare import compare_runs
+    from harness.outputs.derived import rebuild, unfinished_note
+    from harness.outputs.runs import list_runs
+    from harness.rundir import RunDir, RunRecord
+
+    run = RunDir(tmp_path / "results" / "gr" / "20261129-104107")
+    groups = [{"name": "g1", "members": ["fcn", "fcn2"], "status": "completed", "steps_done": 960},
+              {"name": "g2", "members": ["unet", "deconv"], "status": "interrupted", "steps_done": 98}]
+    run.path.mkdir(parents=True)
+    write_yaml(run.config_file, tiny_config())
+    run.write_record(RunRecord(name="gr", run_id=run.run_id, status="interrupted", total_steps=960, steps_done=98, groups=groups))
+    g2 = run.group("g2")
+    g2.path.mkdir(parents=True)
+    g2.write_record(RunRecord(name="gr", run_id="g2", status="interrupted", total_steps=960, steps_done=98))
+    told = f"trains in groups and merges their tables, models and report when every group is done; it stopped before " \
+           f"(g1 completed, g2 interrupted at step 98): harness resume {run.path} finishes it"
+    with pytest.raises(ConfigError, match=re.escape(told)) as refused:
+        rebuild(run.path)
+    assert refused.value.exit_code == 2 and f"harness report {run.group('g1').path}" in str(refused.value)
+    with pytest.raises(ConfigError, match=re.escape(told)):
+        compare_runs([run.path])
+    assert list_runs(tmp_path / "results")["members"].tolist() == [4]
+    assert g2.resumed_from == run.path and run.resumed_from == run.path
+    assert unfinished_note(g2.path).endswith(f"harness resume {run.path} continues it.")

@@ -72,6 +72,9 @@ def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
             frame["compared_on"] = _summary_of(run, frame)
         elif run.run_json.is_file() and run.losses_csv.is_file():
             frame = _so_far(run)
+        elif unmerged := run.groups_not_merged():
+            problems.append(f"{run_dir}: no scores at its top yet: {unmerged}")
+            continue
         else:
             problems.append(run.missing() if not run.path.exists() else
                             f"{run_dir}: no summary.csv, nor run.json and losses.csv to compare on: not a run directory{runs_held(run.path) or beside_runs(run.path)}")

@@ -214,7 +214,7 @@ def unfinished_note(run_dir: Path) -> str | None:
         return None
     where = f"at step {record.steps_done} of {record.total_steps}" if record.total_steps else f"after {record.steps_done} step(s)"
     then = (f"run.json says why ({record.error.splitlines()[0][:200]})" if record.status == RunStatus.FAILED and record.error
-            else f"harness resume {run_dir} continues it")
+            else f"harness resume {RunDir(Path(run_dir)).resumed_from} continues it")
     # Still `running` here means its process is gone: the report took the run's lock, which a live run holds.
     state = "stopped without a word (killed; run.json still says running)" if record.status == RunStatus.RUNNING else record.status
     return f"This run {'is ' if record.status != RunStatus.RUNNING else ''}{state} {where}: the report holds what it had by then; {then}."
@@ -223,6 +223,8 @@ def unfinished_note(run_dir: Path) -> str | None:
 def rebuild(run_dir: Path) -> pd.DataFrame:
     """`harness report RUN_DIR`: everything derived, again, from what the run directory holds."""
     run = RunDir(Path(run_dir))
+    if unmerged := run.groups_not_merged():
+        raise ConfigError(f"nothing to report at the top of this run yet: {unmerged}")
     record = run.read_record()
     config = run.read_config()
     with FolderLock(run.path, purpose="report"):  # a run still writing its rows holds it: exit 5

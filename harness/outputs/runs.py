@@ -75,7 +75,7 @@ def _row(run: Path) -> dict | None:
         "started": info.started,
         "steps": int(info.steps_done or 0),
         "total_steps": info.total_steps,
-        "members": len(info.models),
+        "members": len(info.models) or sum(len(g.get("members") or []) for g in info.groups or []),  # groups: listed before merged
     }
     summary = run / "summary.csv"
     if info.status == RunStatus.COMPLETED and not summary.is_file():

@@ -143,6 +143,33 @@ class RunDir:
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{self.run_json} is not a run record harness can read: {exc}") from None
 
+    @property
+    def resumed_from(self) -> Path:
+        """The folder `harness resume` takes to continue this run: the run a group's folder
+        (<run>/groups/<group>) is part of, which resumes its groups and merges them; else its own."""
+        run = self.path.parent.parent
+        return run if self.path.parent.name == "groups" and (run / "run.json").is_file() else self.path
+
+    def group(self, name: str) -> "RunDir":
+        """The run directory of one of this run's groups (placement's groups: each trains apart)."""
+        return RunDir(self.path / "groups" / name)
+
+    def groups_not_merged(self) -> str | None:
+        """What to say of a run trained in groups that stopped before merging them: each group
+        writes its own folder, and the run's tables, models and report are made from them once every
+        group is done, so its top holds none yet (None for any other run)."""
+        if self.losses_csv.is_file() or not self.run_json.is_file():
+            return None
+        groups = self.read_record().groups or []
+        if not groups:
+            return None
+        done = ", ".join(f"{g.get('name')} {g.get('status')}" + (f" at step {g['steps_done']}" if g.get("status") != "completed" and g.get("steps_done") else "")
+                         for g in groups)
+        first = next((g.get("name") for g in groups if g.get("status") == "completed"), groups[0].get("name"))
+        return (f"{self.path} trains in groups and merges their tables, models and report when every group is done; it stopped "
+                f"before ({done}): harness resume {self.path} finishes it. Each group's folder has its own so far "
+                f"(harness report {self.group(str(first)).path})")
+
     def ranking_column(self) -> str:
         """The column this run's models are ranked by: its config's, on validation until the run
         scores its test split (`ExperimentConfig.ranking_column`)."""

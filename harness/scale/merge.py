@@ -17,7 +17,7 @@ from harness.rundir import RunDir, atomic_write_text
 
 
 def group_dir(run: RunDir, name: str) -> RunDir:
-    return RunDir(run.path / "groups" / name)
+    return run.group(name)
 
 
 def merge_groups(run: RunDir, groups: list[dict[str, Any]]) -> dict[str, Any]:

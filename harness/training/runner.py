@@ -57,7 +57,7 @@ class Runner:
         self.roster = Roster([])
         self.stop = StopFlag(notice=(
             f"the steps in progress finish (up to {config.train.steps_per_call}), then a checkpoint is written and harness "
-            f"exits with 75; harness resume {run.path} continues from it"))
+            f"exits with 75; harness resume {run.resumed_from} continues from it"))
         self.timing = StepTiming()
         self.clock = PhaseClock()
         self.compiled = CompiledMembers(config, placement, None)
@@ -269,5 +269,5 @@ class Runner:
         self.book.mark_interrupted(self.stop.name)
         raise Interrupted(
             f"stopped by {self.stop.name} after step {step}/{self.config.total_steps}{' ' + what if what else ''}; a checkpoint "
-            f"was saved. Continue with: harness resume {self.run_dir.path}"
+            f"was saved. Continue with: harness resume {self.run_dir.resumed_from}"
         )
