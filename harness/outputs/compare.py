@@ -281,7 +281,8 @@ def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, t
     out = {}
     for key, values in kept.items():
         models = took.get(key, [])
-        out[key] = (values, "" if not models else " (every model's too)" if len(models) == len(names) else f" ({', '.join(sorted(models))} took it too)")
+        said = "" if not models else " (every model's too)" if len(models) == len(names) else f" ({', '.join(sorted(models))} took it too)"
+        out[key] = (values, said)
     return out
 
 

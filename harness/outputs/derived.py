@@ -209,12 +209,13 @@ def load_exported_model(path: Path):
 def unfinished_note(run_dir: Path) -> str | None:
     """For `harness report` of a run that did not complete: the table just printed is what it had
     (a run stopped before its first evaluation has no scores at all), and what to do next."""
-    record = RunDir(Path(run_dir)).read_record()
+    run = RunDir(Path(run_dir))
+    record = run.read_record()
     if record.status == RunStatus.COMPLETED:
         return None
     where = f"at step {record.steps_done} of {record.total_steps}" if record.total_steps else f"after {record.steps_done} step(s)"
     then = (f"run.json says why ({record.error.splitlines()[0][:200]})" if record.status == RunStatus.FAILED and record.error
-            else f"harness resume {RunDir(Path(run_dir)).resumed_from} continues it")
+            else f"harness resume {run.resumed_from} continues it")
     # Still `running` here means its process is gone: the report took the run's lock, which a live run holds.
     state = "stopped without a word (killed; run.json still says running)" if record.status == RunStatus.RUNNING else record.status
     return f"This run {'is ' if record.status != RunStatus.RUNNING else ''}{state} {where}: the report holds what it had by then; {then}."

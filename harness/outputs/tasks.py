@@ -79,7 +79,8 @@ def write_group_verdicts(run: RunDir, config: ExperimentConfig, summary: pd.Data
     summary gains `compare_group` and `chosen_in_group`."""
     keys = config.output.compare_by
     chosen = choose_per_group(summary, config.models, keys, rank)
-    _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, rank, run.test_scores_csv, models=set(chosen["model"]) if len(chosen) else set())
+    chosen_models = set(chosen["model"]) if len(chosen) else set()
+    _, stats = ranking_statistics(run.val_scores_csv, config, member_summary, rank, run.test_scores_csv, models=chosen_models)
     save_table(group_pairs(chosen, stats), run.path / "compare_by.csv")
     write_tuning_budget(run, config, summary, rank)
     settings = model_settings(config.models)

@@ -163,8 +163,8 @@ class RunDir:
         groups = self.read_record().groups or []
         if not groups:
             return None
-        done = ", ".join(f"{g.get('name')} {g.get('status')}" + (f" at step {g['steps_done']}" if g.get("status") != "completed" and g.get("steps_done") else "")
-                         for g in groups)
+        stopped_at = {g.get("name"): f" at step {g['steps_done']}" for g in groups if g.get("status") != "completed" and g.get("steps_done")}
+        done = ", ".join(f"{g.get('name')} {g.get('status')}{stopped_at.get(g.get('name'), '')}" for g in groups)
         first = next((g.get("name") for g in groups if g.get("status") == "completed"), groups[0].get("name"))
         return (f"{self.path} trains in groups and merges their tables, models and report when every group is done; it stopped "
                 f"before ({done}): harness resume {self.path} finishes it. Each group's folder has its own so far "
