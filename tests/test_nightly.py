@@ -387,7 +387,7 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     assert {a for a, _, _ in regressed} == {"previous"}  # the baseline is the same run: compared once, counted once
     assert any("the baseline is the previous night's run" in note for note in report["notes"])
     # What changed, not only that something did.
-    assert any(re.search(r"config changed since the previous run \(\S+\): .*train\.optimizer\.learning_rate: tiny/\S+ = 0\.001, "
+    assert any(re.search(r"config changed since the previous run \(\S+\): .*train\.optimizer\.learning_rate \(every model's too\): tiny/\S+ = 0\.001, "
                          r"tiny/\S+ = 1e-07", note) for note in report["notes"]), report["notes"]
 
     # Night 3: back to the original config: no regression against night 2 nor the baseline.

@@ -168,7 +168,8 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
     runs = [next((results / "tiny").iterdir()), next((tmp_path / "r" / "tiny").iterdir())]
     printed = run_main("compare", *runs).stdout
     assert "settings that differ between these runs:" in printed
-    assert "train.optimizer.name:" in printed and "= adam" in printed and "= sgd" in printed
+    assert "train.optimizer.name (fcn, unet took it too):" in printed and "= adam" in printed and "= sgd" in printed
+    assert "models.fcn.optimizer.name" not in printed, "a setting the models took from train is said on its line"
     assert "models.unet.arch" not in printed, "what is the same is not listed"
     copy = tmp_path / "copy" / "tiny" / "20261101-000000"  # the same settings in another run
     shutil.copytree(runs[0], copy)
