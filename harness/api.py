@@ -60,6 +60,8 @@ def load_run(run_dir: str | Path):
 
     run = RunDir(Path(run_dir))
     run.read_info()  # a clear error if this is not a run directory
+    if unmerged := run.groups_not_merged():  # else a result of 0 models, said nowhere why
+        raise ConfigError(f"harness.load_run: nothing to load at the top of this run yet: {unmerged}")
     return load_result(run, run.read_config())
 
 

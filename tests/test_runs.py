@@ -586,8 +586,9 @@ def test_compare_shows_the_column_the_runs_ranked_by_after_the_model(tmp_path):
 def test_a_run_in_groups_stopped_before_merging_them_is_told_not_crashed_on(tmp_path):
     """An interrupted run of two groups holds its groups' folders and no table at its top (they are
     merged when every group is done): `harness report` of it crashed (KeyError 'best_step', exit 1),
-    `compare` called it no run directory, `runs` listed 0 members, and a group's own report said to
-    resume the group's folder, not the run."""
+    `compare` called it no run directory, `harness.load_run` gave 0 models, `runs` listed 0 members,
+    and a group's own report said to resume the group's folder, not the run."""
+    import harness
     from harness.errors import ConfigError
     from harness.outputs.compare import compare_runs
     from harness.outputs.derived import rebuild, unfinished_note
@@ -610,6 +611,8 @@ def test_a_run_in_groups_stopped_before_merging_them_is_told_not_crashed_on(tmp_
     assert refused.value.exit_code == 2 and f"harness report {run.group('g1').path}" in str(refused.value)
     with pytest.raises(ConfigError, match=re.escape(told)):
         compare_runs([run.path])
+    with pytest.raises(ConfigError, match=re.escape(told)):
+        harness.load_run(run.path)  # it gave a result of 0 models, saying nothing
     assert list_runs(tmp_path / "results")["members"].tolist() == [4]
     assert g2.resumed_from == run.path and run.resumed_from == run.path
     assert unfinished_note(g2.path).endswith(f"harness resume {run.path} continues it.")
