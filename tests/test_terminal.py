@@ -95,6 +95,35 @@ def test_history_sets_three_models_side_by_side_at_80_columns():
     assert max(len(line) for line in lines) <= 80
 
 
+def test_a_table_said_to_fit_fits_exactly_with_no_cell_cut():
+    """rich draws n columns in their widths + 3n + 1 characters; the fitting counted 3 more for the
+    outer border, so a column that fitted by 1 to 3 characters was left out (with a test split's
+    test_iou, a third model's column in `harness history` at 80 columns). 400 random tables, 30 to
+    120 columns wide: none wider than the terminal, no cell cut or wrapped, and some exactly as wide."""
+    import random
+
+    from harness.outputs.terminal import print_table
+
+    rng, full = random.Random(1), 0
+    for _ in range(400):
+        frame = pd.DataFrame({f"c{i}" + "x" * rng.randint(0, 10): ["7" * rng.randint(1, 14) for _ in range(3)] for i in range(rng.randint(2, 9))})
+        frame.insert(0, "model", ["m" * rng.randint(1, 12) for _ in range(3)])
+        width, out = rng.randint(30, 120), io.StringIO()
+        print_table(TerminalTable(frame, list(frame.columns), identifiers=("model",), headers={c: c for c in frame.columns}), "t",
+                    Console(file=out, width=width))
+        lines = out.getvalue().splitlines()[1:]
+        assert len(lines) == 7 and "…" not in out.getvalue() and max(map(len, lines)) <= width, out.getvalue()
+        full += max(map(len, lines)) == width
+    assert full > 10
+
+
+def test_history_sets_three_models_test_iou_side_by_side_at_80_columns():
+    history = pd.DataFrame({"night": ["2026-11-22"], "run_id": ["20261122-010000"], "status": ["completed"], "regressions": [1],
+                            "commit": ["-"], **{f"{model} test_iou": [0.1516] for model in ("deconv", "fcn", "unet")}})
+    out = printed(80, lambda c: print_history(history, "nd", None, c))
+    assert all(model in out for model in ("deconv", "fcn", "unet")) and max(len(line) for line in out.splitlines()) <= 80
+
+
 def test_compare_keeps_run_and_model_whole_even_when_they_alone_are_wider_than_the_terminal():
     table = summary().assign(run=RUN)
     out = printed(60, lambda c: print_comparison(table, c))

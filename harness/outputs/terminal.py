@@ -20,7 +20,7 @@ from harness.outputs.columns import format_column, plain_text
 
 TEXT_COLUMNS = frozenset({"run", "model", "status", "night", "run_id", "commit", "harness", "started", "best", "compare_group"})
 BORDER = 3  # rich's separator and padding per column
-EDGE = 4  # the table's outer border
+EDGE = 1  # the table's outer border: rich draws n columns in their widths + 3n + 1
 
 
 @dataclass
