@@ -243,6 +243,23 @@ def test_a_races_ranking_says_its_finishers_come_first():
     assert "ranked by val_iou, best first, every model trained to its end (" in console.export_text()
 
 
+
+def test_the_ranking_of_a_race_stopped_between_rungs_calls_nobody_a_finisher(tmp_path):
+    """An interrupted race's members that were not dropped have not finished it either."""
+    from rich.console import Console
+
+    from harness.rundir import RunDir, RunRecord
+
+    RunDir(tmp_path).write_record(RunRecord(name="race", run_id="r1", status="interrupted", total_steps=320, steps_done=128))
+    summary = pd.DataFrame({"rank": [1, 2], "model": ["unet", "fcn"], "val_iou": [0.4, 0.5], "status": ["ok", "dropped"]})
+    console = Console(record=True, width=200)
+    print_summary(summary, "val_iou", run_dir=tmp_path, console=console)
+    assert "ranked by val_iou, best first: the models still racing, then the dropped, later rungs first (" in console.export_text()
+    console = Console(record=True, width=200)
+    print_summary(summary.assign(status="ok"), "val_iou", run_dir=tmp_path, console=console)
+    assert "ranked by val_iou, best first (" in console.export_text()
+
+
 def test_interval_is_a_student_t_interval_widened_by_image_noise():
     seeds_only = seed_interval([1.0, 2.0, 3.0])
     assert seeds_only.seed_std == pytest.approx(1.0)

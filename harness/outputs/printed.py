@@ -37,8 +37,10 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     priority = [c for c in SUMMARY_PRIORITY if not (all_ok and c == "status")]
     table = TerminalTable(summary, ["rank", "model", rank_by, *priority], identifiers=("model",), required=("rank", rank_by), texts=texts)
     raced = "status" in summary and left_the_race(summary["status"]).any()
-    order = "best first: the race's finishers, then the dropped, later rungs first" if raced else "best first"
-    order += ", every model trained to its end" if all_ok and not (record and record.stopped_short) else ""
+    stopped = bool(record and record.stopped_short)  # interrupted or failed: no model has reached its end
+    racing = "the models still racing" if stopped else "the race's finishers"
+    order = f"best first: {racing}, then the dropped, later rungs first" if raced else "best first"
+    order += ", every model trained to its end" if all_ok and not stopped else ""
     failed_all = "status" in summary and ranked_last(summary["status"]).any()
     order += ", the models that diverged or ran out of memory last" if failed_all else ""
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
