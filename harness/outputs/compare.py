@@ -271,8 +271,9 @@ def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, t
     every run (a name may hold dots: the longest that prefixes the key is its model)."""
     took: dict[str, list[str]] = {}
     kept = {}
+    longest_first = sorted(names, key=len, reverse=True)
     for key, values in differing.items():
-        name = next((n for n in sorted(names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
+        name = next((n for n in longest_first if key.startswith(f"models.{n}.")), None)
         default = f"train.{key[len(f'models.{name}.'):]}" if name is not None else None
         if default is not None and differing.get(default) == values:
             took.setdefault(default, []).append(name)

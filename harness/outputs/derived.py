@@ -33,7 +33,7 @@ def missing_score_tables(run: RunDir, record: RunRecord) -> list[str]:
     its test split (run.json `test`); val_scores.csv of a run whose summary.csv has intervals
     (`interval_covers`: every run since the per-image scores writes both)."""
     missing = []
-    if record.extra.get("test") and not run.test_scores_csv.is_file():
+    if record.scored_test() and not run.test_scores_csv.is_file():
         missing.append(f"{run.test_scores_csv.name}: every test image's scores (the test_* columns and the ranking on test)")
     if not run.val_scores_csv.is_file() and "interval_covers" in _first_line(run.summary_csv):
         missing.append(f"{run.val_scores_csv.name}: every validation image's scores (the intervals' image part, selected_val_*)")
