@@ -545,6 +545,23 @@ def test_the_reports_run_facts_are_labelled_lines_not_json():
     assert "these are)</td><td>vm: Xeon x2, no GPU<br>box: EPYC x64, A100<" in spread  # a run of groups Ray placed on two machines
 
 
+def test_the_reports_settings_leave_out_what_the_source_and_the_optimizers_do_not_read():
+    from harness.outputs.html_tables import settings_tables
+
+    config = validate_config({"name": "t", "data": {"source": "synthetic", "train_size": 16, "val_size": 8}, "models": [
+        {"name": "a", "arch": "tiny_fcn", "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}},
+        {"name": "b", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.1}},
+        {"name": "g", "kind": "gan", "arch": "tiny_unet"}]}).model_dump(mode="json")
+    differing, shared = settings_tables(config)
+    assert "data.val_fraction" not in shared and "data.test_fraction" not in shared  # synthetic: val_size, test_size
+    assert shared["data.val_size"] == 8 and shared["data.max_shapes"] == 4
+    by_model = differing.set_index("model")
+    assert by_model.loc["a", "optimizer.momentum"] == 0.9 and pd.isna(by_model.loc["b", "optimizer.momentum"])  # Adam reads none
+    assert pd.isna(by_model.loc["a", "optimizer.beta_1"]) and by_model.loc["b", "optimizer.beta_1"] == 0.9
+    assert by_model.loc["g", "gan.discriminator_optimizer.beta_1"] == 0.5
+    assert "gan.discriminator_optimizer.momentum" not in differing and "gan.discriminator_optimizer.momentum" not in shared
+
+
 def test_samples_show_every_model_when_they_fit_else_the_best_in_ranking_order():
     from harness.outputs.derived import SAMPLE_MODELS, models_in_samples
 

@@ -13,6 +13,12 @@ from harness.config.metrics import WATCHABLE
 ACCEPTED = "accepted"
 
 
+def not_read_by(chosen: str, read_by: dict[str, tuple[str, ...]]) -> frozenset[str]:
+    """The settings of `read_by` (setting -> who reads it) that `chosen` (a data source, an
+    optimizer) does not read: left out where a run's settings are listed, as they changed nothing."""
+    return frozenset(name for name, readers in read_by.items() if chosen not in readers)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

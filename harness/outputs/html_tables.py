@@ -11,8 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from harness.config.metrics import WATCHABLE, on_split
-from harness.config.metrics import higher_is_better
+from harness.config.data_spec import READ_ONLY_BY
+from harness.config.metrics import WATCHABLE, higher_is_better, on_split
+from harness.config.recipes import not_read_by
+from harness.config.schema import OPTIMIZER_READS
 from harness.outputs.columns import flat_settings, format_column, is_finite
 from harness.outputs.tables import SETTINGS
 
@@ -56,14 +58,26 @@ def _interval(low: Any, high: Any) -> str:
 def settings_tables(config: dict[str, Any]) -> tuple[pd.DataFrame, dict[str, Any]]:
     """(one row per model with the settings that differ between models; the settings every model
     shares, with the run's train and data settings). Unset (null) settings are left out."""
-    models = [flat_settings(m) for m in config.get("models", [])]
+    models = [_read_settings(m) for m in config.get("models", [])]
     keys = list(dict.fromkeys(k for m in models for k in m))
     differing = [k for k in keys if k != "name" and len({repr(m.get(k)) for m in models}) > 1]
     shared = {k: models[0][k] for k in keys if k != "name" and k not in differing and models[0].get(k) is not None}
+    data = config.get("data") or {}
+    unread = {f"data.{k}" for k in not_read_by(data.get("source", "synthetic"), READ_ONLY_BY)}
     for section in ("train", "data"):
-        shared.update({f"{section}.{k}": v for k, v in flat_settings(config.get(section) or {}).items() if v is not None and not k.startswith("optimizer")})
+        shared.update({f"{section}.{k}": v for k, v in flat_settings(config.get(section) or {}).items()
+                       if v is not None and not k.startswith("optimizer") and f"{section}.{k}" not in unread})
     frame = pd.DataFrame([{"model": m.get("name"), **{k: m.get(k) for k in differing}} for m in models])
     return frame, shared
+
+
+def _read_settings(model: dict[str, Any]) -> dict[str, Any]:
+    """A model entry's settings as dotted names, less those its optimizers do not read (Adam's
+    momentum, SGD's beta_1): listed, they would read as settings of the run."""
+    optimizers = {"optimizer": model.get("optimizer"), "gan.discriminator_optimizer": (model.get("gan") or {}).get("discriminator_optimizer")}
+    unread = {f"{key}.{name}" for key, optimizer in optimizers.items() if isinstance(optimizer, dict)
+              for name in not_read_by(optimizer.get("name", "adam"), OPTIMIZER_READS)}
+    return {k: v for k, v in flat_settings(model).items() if k not in unread}
 
 
 def html_table(frame: pd.DataFrame, highlight: str | None = None, sortable: bool = True, css: str = "") -> str:
