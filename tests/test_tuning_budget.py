@@ -159,6 +159,17 @@ def test_the_terminal_names_each_groups_choice_and_the_leaders(tmp_path):
     assert per_group_lines(summary, tmp_path) == "Each group at its best on validation (compare_by.csv; the report's Per group section): arch=wide: w2, arch=narrow: n2."
     budget_table(candidates(), "val_iou", None).to_csv(tmp_path / "expected_best.csv", index=False)
     assert per_group_lines(summary, tmp_path).endswith(describe_leaders(budget_table(candidates(), "val_iou", None)))
+    # What the chosen models' pairs support: the question a run with compare_by asks, said at the terminal too.
+    pd.DataFrame({"group_a": ["arch=narrow"], "group_b": ["arch=wide"], "model_a": ["n2"], "model_b": ["w2"], "metric": ["test_iou"],
+                  "seeds": [3], "diff": [-0.02], "diff_low": [-0.05], "diff_high": [0.01], "covers": ["training seeds and test images"],
+                  "seeds_a_better": [1], "seeds_b_better": [2], "supported": [False]}).to_csv(tmp_path / "compare_by.csv", index=False)
+    said = per_group_lines(summary, tmp_path, "test_iou")
+    assert ("arch=narrow: n2. Between the chosen, on test_iou (intervals cover training seeds and test images; Holm-adjusted "
+            "across 1 pair): w2 over n2 (+0.0200 [-0.0100, +0.0500]), better in 2 of 3 seeds: not supported. Which group") in said
+    pd.DataFrame({"model_a": ["n2"], "model_b": ["w2"], "metric": ["val_iou"], "diff": [0.03], "diff_low": [0.01], "diff_high": [0.05],
+                  "covers": ["validation images only"], "supported": [False], "beyond_image_noise": [True]}).to_csv(tmp_path / "compare_by.csv", index=False)
+    assert ("(one training seed: intervals cover validation-image noise only, so none is called supported): n2 over w2 "
+            "(+0.0300 [+0.0100, +0.0500]): beyond image noise.") in per_group_lines(summary, tmp_path, "val_iou")
 
 
 def test_a_trial_that_did_not_finish_ranks_below_every_finished_one_whatever_its_score():

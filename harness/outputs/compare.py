@@ -334,7 +334,7 @@ def print_cross_run(found, console=None) -> None:
     Each run is numbered (`unet [2]`): run labels are too long for a row and a sentence."""
     from rich.console import Console
 
-    from harness.outputs.verdict_text import signed_interval, verdict
+    from harness.outputs.verdict_text import pair_word, signed_interval, verdict
 
     console = console or Console()
     pairs = found.pairs
@@ -347,7 +347,7 @@ def print_cross_run(found, console=None) -> None:
                          model_b=[f"{m} [{number[r]}]" for r, m in zip(pairs["run_b"], pairs["model_b"])])
     texts = {
         "difference": [signed_interval(d, lo, hi) for d, lo, hi in zip(pairs["diff"], pairs["diff_low"], pairs["diff_high"])],
-        "verdict": [_pair_word(row) for row in pairs.itertuples(index=False)],
+        "verdict": [pair_word(row) for row in pairs.itertuples(index=False)],
     }
     view = TerminalTable(short, PAIR_PRIORITY, identifiers=("model_a", "model_b"), texts=texts,
                          headers={"difference": f"{found.rank} a - b [95%]", "verdict": "verdict", "model_a": "a", "model_b": "b"})
@@ -356,9 +356,3 @@ def print_cross_run(found, console=None) -> None:
         console.print(escape(text))
 
 
-def _pair_word(row) -> str:
-    if getattr(row, "supported", False):
-        return "supported"
-    if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
-        return "beyond image noise" if row.beyond_image_noise else "within image noise"
-    return "not supported"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
-from harness.outputs.verdict_text import chosen_on, verdict
+from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
@@ -51,13 +51,14 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
             said = chosen_on(summary, rank_by, bool(record and record.chose_any_weights()), run.read_config().data.has_test)
             console.print(terminal_text(said), soft_wrap=False)
-    if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir))):
+    if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir), rank_by)):
         console.print(terminal_text(groups), soft_wrap=False)
 
 
-def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
-    """With `output.compare_by`: the model each group chose on validation, and which group is
-    ahead at which tuning budget (the report's Per group section has the rest)."""
+def per_group_lines(summary: pd.DataFrame, run_dir: Path, rank_by: str = "val_iou") -> str:
+    """With `output.compare_by`: the model each group chose on validation, what their pairs
+    support (the question such a run asks: this architecture or that, each at its best), and which
+    group is ahead at which tuning budget (the report's Per group section has the rest)."""
     if "chosen_in_group" not in summary:
         return ""
     picked = chosen_rows(summary)
@@ -65,6 +66,9 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path) -> str:
     groups = dict.fromkeys(summary["compare_group"].dropna())  # in ranking order; a group none of whose models finished says so
     text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
         f"{group}: {chosen.get(group, 'none finished')}" for group in groups) + "."
+    pairs_file = run_dir / "compare_by.csv"
+    if pairs_file.is_file() and pairs_file.stat().st_size > 1 and (between := chosen_pairs_text(pd.read_csv(pairs_file), rank_by)):
+        text += " " + between
     budget_file = run_dir / "expected_best.csv"
     if budget_file.is_file() and budget_file.stat().st_size > 1:
         text += " " + describe_leaders(pd.read_csv(budget_file))

@@ -87,6 +87,30 @@ def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table
     return " ".join(parts)
 
 
+def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
+    """compare_by.csv in a sentence: each pair of the models their groups chose, the larger
+    differences first, and what each is (supported or not; with one seed, beyond image noise or
+    within it, none supported)."""
+    rows = [row for row in pairs.itertuples(index=False) if "diff" in pairs and pd.notna(row.diff)] if len(pairs) else []
+    if not rows:
+        return ""
+    seeds = any(covers_training(row.covers) for row in rows)
+    images = "test" if rank_by.startswith("test_") else "validation"
+    covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(len(rows))}" if seeds else \
+        f"one training seed: intervals cover {images}-image noise only, so none is called supported"
+    listed = _listed(rows, rank_by, "compare_by.csv", lambda row: (_seeds_better(row, rank_by) if seeds else "") + f": {pair_word(row)}")
+    return f"Between the chosen, on {rank_by} ({covers}): {listed}."
+
+
+def pair_word(row) -> str:
+    """A pair's verdict in a word or three, as a table column shows it."""
+    if getattr(row, "supported", False):
+        return "supported"
+    if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
+        return "beyond image noise" if row.beyond_image_noise else "within image noise"
+    return "not supported"
+
+
 def _pairs(count: int) -> str:
     return f"{count} pair{'' if count == 1 else 's'}"
 
