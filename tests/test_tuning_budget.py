@@ -170,6 +170,8 @@ def test_the_terminal_names_each_groups_choice_and_the_leaders(tmp_path):
                   "covers": ["validation images only"], "supported": [False], "beyond_image_noise": [True]}).to_csv(tmp_path / "compare_by.csv", index=False)
     assert ("(one training seed: intervals cover validation-image noise only, so none is called supported): n2 over w2 "
             "(+0.0300 [+0.0100, +0.0500]): beyond image noise.") in per_group_lines(summary, tmp_path, "val_iou")
+    pd.DataFrame({"model_a": ["n2"], "model_b": ["w2"], "diff": [0.03]}).to_csv(tmp_path / "compare_by.csv", index=False)
+    assert "Between" not in per_group_lines(summary, tmp_path, "val_iou")  # a table without `covers`: no sentence, no error
 
 
 def test_a_trial_that_did_not_finish_ranks_below_every_finished_one_whatever_its_score():

@@ -91,7 +91,9 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
     """compare_by.csv in a sentence: each pair of the models their groups chose, the larger
     differences first, and what each is (supported or not; with one seed, beyond image noise or
     within it, none supported)."""
-    rows = [row for row in pairs.itertuples(index=False) if "diff" in pairs and pd.notna(row.diff)] if len(pairs) else []
+    if not len(pairs) or not {"diff", "covers"} <= set(pairs.columns):  # no pairs, or a table written before these columns
+        return ""
+    rows = [row for row in pairs.itertuples(index=False) if pd.notna(row.diff)]
     if not rows:
         return ""
     seeds = any(covers_training(row.covers) for row in rows)
