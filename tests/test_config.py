@@ -316,6 +316,11 @@ def test_ranking_by_a_test_score_is_refused_with_the_validation_name_to_use():
     assert "output.rank_by: name the validation score, val_f1" in said
     # This config holds out no test split: the message says how to hold one out, not "with a test split".
     assert "whenever the data hold out a test split (data.test_size, data.test_fraction or a test folder" in said
+    for written, told in (("test_iuo", "name the validation score, val_iou: the ranking is on test_iou"),  # not val_iuo
+                          ("test_xyz", "name a validation score (val_iou, val_f1, val_loss, val_compare_loss): the ranking is on its test score")):
+        with pytest.raises(ConfigError) as error:
+            validate_config(tiny_config(output={"rank_by": written}))
+        assert told in " ".join(error.value.render().split())
     with_test = validate_config(tiny_config(data={"test_size": 8}, output={"rank_by": "val_f1"}))
     assert with_test.ranking_column() == "test_f1"
 

@@ -24,7 +24,7 @@ from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
 from harness.config.losses import parse_loss
-from harness.errors import did_you_mean
+from harness.errors import closest, did_you_mean
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NAME_RULE = ("a name is letters, digits, '_', '.' and '-', starting with a letter or digit (it names folders and "
@@ -290,7 +290,11 @@ class OutputSpec(Strict):
     def _rank_by_names_validation(cls, value):
         split, _, metric = str(value).partition("_")
         if split == "test" and metric:
-            raise ValueError(f"name the validation score, val_{metric}: the ranking is on test_{metric} by itself whenever "
+            scores = [score for split_of, score in map(metrics.split_column, metrics.RANK_METRICS) if split_of == "val"]
+            metric = metric if metric in scores else closest(metric, scores)  # test_iuo: val_iou, not val_iuo
+            named, on = (f"the validation score, val_{metric}", f"test_{metric}") if metric else \
+                (f"a validation score ({', '.join('val_' + score for score in scores)})", "its test score")
+            raise ValueError(f"name {named}: the ranking is on {on} by itself whenever "
                              "the data hold out a test split (data.test_size, data.test_fraction or a test folder; each model's "
                              "weights are then chosen on validation and scored once on test)")
         return value
