@@ -89,6 +89,26 @@ def test_serving_timing_stops_early_for_slow_models_but_never_below_its_least_ca
     assert slow.calls == 2 * WARMUP_CALLS + 10 + stopped
 
 
+def test_latency_at_batch_1_is_timed_over_every_one_of_its_calls_however_long_they_take():
+    """The median and the 90th percentile of 50 calls: stopping after 10 once they took a second
+    made a slow model's p90 the largest but one of 10 timings."""
+    from harness.core.backend import import_keras, import_tf
+    from harness.training.serve import WARMUP_CALLS, measure_serving
+
+    tf, keras = import_tf(), import_keras()
+    called = []
+
+    class Counted(keras.layers.Layer):
+        def call(self, images):  # a host call per run of the compiled function: counts the calls
+            return tf.py_function(lambda x: called.append(1) or x, [images], images.dtype)
+
+    inputs = keras.Input((8, 8, 1))
+    model = keras.Model(inputs, Counted()(inputs))
+    figures = measure_serving(model, (8, 8, 1), serve_batch=2, calls=50, seconds=0.0)  # every call "too long"
+    assert len(called) == WARMUP_CALLS + 50 + WARMUP_CALLS + 3  # latency: all 50; throughput: its least 3
+    assert 0 < figures["latency_ms"] <= figures["latency_p90_ms"]
+
+
 def test_a_saved_model_alone_is_sized_and_named_when_asked_for_as_a_keras_model(tmp_path):
     """`output.export_formats: [saved_model]`: model_mb was left empty and load_run said the run
     exported nothing."""
