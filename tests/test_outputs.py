@@ -732,6 +732,29 @@ def test_quality_vs_cost_names_points_on_the_right_to_their_left_inside_the_axes
     plt.close(fig)
 
 
+def test_quality_vs_cost_draws_each_models_interval_and_says_what_it_covers():
+    """A Pareto front through values 0.003 apart, with intervals of +-0.04 left undrawn, read as a
+    verdict the ranking does not make."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.plots import plot_quality_vs_cost
+
+    summary = pd.DataFrame({"model": ["fcn", "unet"], "latency_ms": [1.2, 1.9], "test_iou": [0.161, 0.164], "test_iou_low": [0.12, 0.12],
+                            "test_iou_high": [0.20, 0.21], "interval_covers": ["training seeds and test images"] * 2})
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary, "latency_ms", "test_iou")
+    drawn = [container for container in ax.containers if type(container).__name__ == "ErrorbarContainer"]
+    assert len(drawn) == 2 and ax.get_ylim()[0] < 0.12 and ax.get_ylim()[1] > 0.21
+    assert ax.get_title() == "test_iou vs latency_ms (dashed: the Pareto front)\nbars: 95% interval of training seeds and test images"
+    assert ax.get_legend() is None  # a legend box covered the top model's bar
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    plot_quality_vs_cost(ax, summary.drop(columns=["test_iou_low", "test_iou_high"]), "latency_ms", "test_iou")
+    assert not ax.containers and "bars" not in ax.get_title()  # no interval, no bars
+    plt.close(fig)
+
+
 def test_quality_vs_cost_on_linear_axes_names_the_leftmost_points_to_their_right():
     # backbones.yaml: latency 18.5-25.2 ms; the names were placed as if the axis ran from 0 to 1
     # (matplotlib's limits before it settles them), every one to the left, out of the axes.

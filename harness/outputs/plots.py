@@ -145,10 +145,7 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     values = summary[metric].astype(float)
     errors, label = None, ""
     if f"{metric}_low" in summary:
-        low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
-        errors = np.vstack([(values - low).clip(lower=0).fillna(0), (high - values).clip(lower=0).fillna(0)])
-        covers = summary["interval_covers"].dropna().iloc[0] if "interval_covers" in summary and summary["interval_covers"].notna().any() else "validation images"
-        label = "\n95% interval of " + covers.replace(" (", "\n(")  # the parenthesis on a line of its own
+        errors, label = _interval_bars(summary, metric), "\n" + _interval_label(summary)
     elif f"{metric}_ci95" in summary:
         half = summary[f"{metric}_ci95"].astype(float).fillna(0)
         errors, label = np.vstack([half, half]), " (95% interval across seeds)"
@@ -167,6 +164,19 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
         ax.figure.tight_layout()
     return ax
+
+
+def _interval_bars(summary: pd.DataFrame, metric: str) -> np.ndarray:
+    """Error bars (below, above) of each model's 95% interval of `metric`; 0 where it has none."""
+    values = summary[metric].astype(float)
+    low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
+    return np.vstack([(values - low).clip(lower=0).fillna(0).to_numpy(), (high - values).clip(lower=0).fillna(0).to_numpy()])
+
+
+def _interval_label(summary: pd.DataFrame) -> str:
+    """`95% interval of <what it covers>` (summary.csv `interval_covers`), the parenthesis on a line of its own."""
+    covers = summary["interval_covers"].dropna().iloc[0] if "interval_covers" in summary and summary["interval_covers"].notna().any() else "validation images"
+    return "95% interval of " + covers.replace(" (", "\n(")
 
 
 MAX_PAIRS_DRAWN = 40  # beyond this, the best model against each other one (every pair is in pairs.csv)
@@ -221,10 +231,18 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     data = summary.dropna(subset=[cost, quality])
     colours = _colours(list(summary["model"]))
     ax.scatter(data[cost], data[quality], s=60, color=[colours[m] for m in data["model"]], zorder=3)
+    title, bars_said = f"{quality} vs {cost}", ""
+    if f"{quality}_low" in data and len(data):
+        # The front joins the values; a model off it may be as good within its interval.
+        bars = _interval_bars(data, quality)
+        for i, (model, x, y) in enumerate(zip(data["model"], data[cost], data[quality])):  # one colour each: errorbar takes one
+            ax.errorbar([x], [y], yerr=bars[:, i : i + 1], fmt="none", ecolor=colours[model], capsize=4, alpha=0.6, zorder=2)
+        bars_said = "\nbars: " + _interval_label(data)
     front = pareto_front(data, cost, quality, higher)
     if len(front):
-        ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2, label="Pareto front")
-        _legend(ax)
+        # Named in the title, not a legend: a legend box covered the top model's interval bar.
+        ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2)
+        title += " (dashed: the Pareto front)"
     ax.set_xlabel(cost)
     ax.set_ylabel(quality)
     if cost in ("params", "flops_per_example"):
@@ -235,7 +253,7 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     for names, at, (x, _) in named_together(list(data["model"]), list(zip(data[cost], data[quality])), across):
         left = x > 0.6  # a name to the right would run out of the axes
         ax.annotate(", ".join(names), at, xytext=(-5 if left else 5, 4), textcoords="offset points", ha="right" if left else "left")
-    ax.set_title(f"{quality} vs {cost}")
+    ax.set_title(title + bars_said, fontsize=10)
     ax.grid(alpha=0.3)
     return ax
 
