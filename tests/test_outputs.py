@@ -214,6 +214,29 @@ def test_the_pair_differences_figure_names_each_pair_as_the_verdict_does_better_
     plt.close(fig)
 
 
+def test_the_pair_differences_figure_says_what_its_intervals_cover_and_what_supports_a_pair():
+    """An interval clear of 0 drawn grey, under a title that said only "solid: supported": the
+    adjustment across pairs, and that one seed supports nothing, were nowhere on the figure."""
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import plot_pair_differences
+
+    pairs = pd.DataFrame({"model_a": ["fcn", "fcn", "unet"], "model_b": ["unet", "deconv", "deconv"], "metric": ["test_iou"] * 3,
+                          "diff": [0.004, 0.001, 0.014], "diff_low": [0.001, -0.007, -0.014], "diff_high": [0.007, 0.009, 0.043],
+                          "covers": ["training seeds and test images"] * 3, "p_holm": [0.12, 0.9, 0.9], "supported": [False] * 3})
+    fig, ax = plt.subplots()
+    plot_pair_differences(ax, pairs)
+    assert ax.get_title().splitlines()[1:] == ["95% intervals of training seeds and test images",
+                                               "supported: Holm-adjusted across 3 pairs (a bar clear of 0 may not be)"]
+    plt.close(fig)
+    one_seed = pairs.assign(covers="validation images only (one training seed: training randomness not measured)", p_holm=np.nan)
+    fig, ax = plt.subplots()
+    plot_pair_differences(ax, one_seed)
+    assert ax.get_title().splitlines()[1:] == ["95% intervals of validation images only",
+                                               "(one training seed: training randomness not measured): none is supported"]
+    plt.close(fig)
+
+
 def test_a_model_that_did_not_finish_ranks_after_those_that_did_whatever_its_score():
     """A model diverged after a good validation ranked first and `harness runs` named it best,
     though the verdict compares it with nothing (its scores are from fewer steps)."""

@@ -22,6 +22,7 @@ from harness.config.metrics import higher_is_better  # noqa: E402
 from harness.outputs.axes import compact_number, counts_axis, log_axis  # noqa: E402
 from harness.core.scores import mask_classes  # noqa: E402
 from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
+from harness.outputs.statistics import covers_training  # noqa: E402
 from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
 from harness.outputs.verdict_text import better_first  # noqa: E402
 
@@ -194,8 +195,9 @@ def pairs_to_draw(pairs: pd.DataFrame, best: str | None) -> tuple[pd.DataFrame, 
 
 def plot_pair_differences(ax, pairs: pd.DataFrame, best: str | None = None):
     """A forest plot: each pair's difference in the ranking metric with its 95% interval, the
-    better of the pair first (as the verdict names it); the pairs whose interval excludes zero (a
-    supported difference) are drawn solid."""
+    better of the pair first (as the verdict names it); supported pairs are drawn solid. The title
+    says what the intervals cover and what "supported" takes: Holm's adjustment across the pairs
+    (an interval of its own can exclude zero without it), and with one seed nothing is."""
     rows, title = pairs_to_draw(better_first(pairs), best)
     rows = rows.iloc[::-1]
     y = np.arange(len(rows))
@@ -209,9 +211,22 @@ def plot_pair_differences(ax, pairs: pd.DataFrame, best: str | None = None):
     ax.axvline(0, color="black", linewidth=0.8)
     ax.set_yticks(y, [f"{a} - {b}" for a, b in zip(rows["model_a"], rows["model_b"])])
     ax.set_xlabel(f"difference in {rows['metric'].iloc[0] if len(rows) else 'metric'} (better - worse), 95% interval")
-    ax.set_title(f"{title} (solid: supported, grey: not)", fontsize=10)
+    ax.set_title(f"{title} (solid: supported, grey: not)" + _pairs_note(pairs.dropna(subset=["diff"])), fontsize=10)  # Holm: over all, not the drawn
     ax.grid(axis="x", alpha=0.3)
     return ax
+
+
+def _pairs_note(rows: pd.DataFrame) -> str:
+    """The lines under a forest plot's title: what its intervals cover, and what supports a pair
+    (`rows`: every pair with a difference, also those a plot of many leaves out)."""
+    covers = rows["covers"].dropna() if "covers" in rows else pd.Series(dtype=object)
+    if not len(covers):
+        return ""
+    note = "\n95% intervals of " + str(covers.iloc[0]).replace(" (", "\n(")
+    if not covers_training(covers.iloc[0]):
+        return note + ": none is supported"
+    tested = int(rows["p_holm"].notna().sum()) if "p_holm" in rows else len(rows)
+    return note + f"\nsupported: Holm-adjusted across {tested} pair{'s' if tested != 1 else ''} (a bar clear of 0 may not be)"
 
 
 def pareto_front(points: pd.DataFrame, cost: str, quality: str, higher_is_better: bool = True) -> pd.DataFrame:
