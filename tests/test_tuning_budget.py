@@ -214,3 +214,18 @@ def test_the_expected_best_is_unbiased_where_drawing_with_replacement_was_low():
         truth = rng.normal(0, 1, (400_000, k)).max(axis=1).mean()
         assert (searches @ best_of_k_weights(5, k)).mean() == pytest.approx(truth, abs=0.01)
         assert (searches @ spread_weights(5, k)).mean() < truth - 0.1  # the form with replacement: biased low
+
+
+def test_the_reports_per_group_verdict_points_to_compare_by_csv_for_the_pairs_it_does_not_name():
+    """Four chosen models make six pairs; the sentence names three and sent the reader to pairs.csv,
+    whose Holm adjustment is over every pair of the run, not over the chosen ones."""
+    from harness.outputs.report import render_group_section
+
+    models = ["a", "b", "c", "d"]
+    summary = pd.DataFrame({"model": models, "compare_group": [f"arch={m}" for m in models], "chosen_in_group": [True] * 4,
+                            "selected_val_iou": [0.8, 0.7, 0.6, 0.5], "test_iou": [0.8, 0.7, 0.6, 0.5]})
+    pairs = pd.DataFrame([{"model_a": a, "model_b": b, "metric": "test_iou", "diff": 0.01 * (i + 1), "diff_low": -0.1, "diff_high": 0.1,
+                           "covers": "training seeds and test images", "seeds": 3, "p_t": 0.5, "p_holm": 1.0, "supported": False,
+                           "repeats_to_resolve": np.inf} for i, (a, b) in enumerate(itertools.combinations(models, 2))])
+    page = render_group_section(summary, pairs, "test_iou")
+    assert "and 3 more (compare_by.csv)" in page and "pairs.csv)" not in page.replace("compare_by.csv", "")

@@ -198,7 +198,7 @@ def render_group_section(summary: pd.DataFrame, pairs: pd.DataFrame, rank_by: st
     if unchosen := [g for g in dict.fromkeys(summary["compare_group"].dropna()) if g not in set(chosen["compare_group"])]:
         parts.append(f"<p>No model finished in {html.escape(', '.join(unchosen))}: nothing chosen there (each of its trials is in the tuning budget below).</p>")
     if len(pairs):
-        parts.append(f"<p class='verdict'>{html.escape(verdict(pairs, rank_by))}</p>")
+        parts.append(f"<p class='verdict'>{html.escape(verdict(pairs, rank_by, table='compare_by.csv'))}</p>")
     if budget is not None and len(budget):
         parts.append(render_budget(budget))
     return "\n".join(parts)
