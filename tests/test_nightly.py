@@ -251,6 +251,39 @@ def test_trend_plots_mark_the_nights_whose_versions_changed(tmp_path):
     plt.close(fig)
 
 
+def test_trend_plots_draw_each_nights_interval_and_say_what_it_covers(tmp_path):
+    """A drop between two nights was drawn as a line alone, though each night's summary.csv (and so
+    the history) held its interval: whether it was beyond noise could not be seen."""
+    import matplotlib.pyplot as plt
+
+    from harness.outputs.plots import plot_trend
+
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.50, ("unet", "val_iou_low"): 0.45, ("unet", "val_iou_high"): 0.56})
+    record(store, "b", "2026-11-02", {("unet", "val_iou"): 0.47, ("unet", "val_iou_low"): 0.40, ("unet", "val_iou_high"): 0.52})
+    fig, ax = plt.subplots()
+    plot_trend(ax, store.table(), "val_iou")
+    (bars,) = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    spans = sorted(tuple(round(float(v), 2) for v in segment[:, 1]) for segment in bars.lines[2][0].get_segments())
+    assert spans == [(0.4, 0.52), (0.45, 0.56)]
+    assert ax.get_title().endswith("bars: each night's 95% interval, of images only (one training seed)")
+    plt.close(fig)
+    record(store, "c", "2026-11-03", {("unet", "val_iou"): 0.5, ("unet", "val_iou_low"): 0.4, ("unet", "val_iou_high"): 0.6, ("unet", "val_iou_std"): 0.02,
+                                      ("fcn", "val_iou"): 0.3, ("fcn", "val_iou_low"): 0.2, ("fcn", "val_iou_high"): 0.4})
+    fig, ax = plt.subplots()
+    plot_trend(ax, store.table(), "val_iou", regressed={("unet", "c")})
+    assert ax.get_title().endswith("of seeds and images on nights with repeats, images only on the others")
+    lines = {line.get_label(): line for line in ax.get_lines() if line.get_label() in ("fcn", "unet")}
+    assert lines["unet"].get_xdata()[-1] < 2 < lines["fcn"].get_xdata()[0]  # side by side, in the order the history first names them
+    (ring,) = [c for c in ax.collections if c.get_offsets().shape == (1, 2) and len(c.get_edgecolors()) and tuple(c.get_edgecolors()[0][:3]) == (1.0, 0.0, 0.0)]
+    assert tuple(ring.get_offsets()[0]) == (lines["unet"].get_xdata()[-1], 0.5)  # the regression's ring on its point
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    plot_trend(ax, store.table(), "best_val_loss")  # no interval recorded: no bars, nothing said
+    assert not ax.containers and ax.get_title() == "best_val_loss across nights"
+    plt.close(fig)
+
+
 def test_history_of_a_metric_no_run_recorded_is_refused_with_the_recorded_ones(tmp_path):
     """`history --metric val_dice` printed the table without a metric column and said nothing."""
     store = HistoryStore(tmp_path / "results" / "tiny" / "history.sqlite")

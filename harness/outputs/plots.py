@@ -457,23 +457,49 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
     labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]
     position = {run: i for i, run in enumerate(runs["run_id"])}
     colours = _colours(list(rows["model"].unique()))
+    bounds = _nightly_bounds(history, metric)
+    models = list(rows["model"].unique())
+    # With bars, each model a little aside of the night (at most 0.3 of a night's width in all), or
+    # every model's bar at one x hides the others'.
+    dodge = {m: (i - (len(models) - 1) / 2) * min(0.08, 0.3 / max(len(models), 1)) for i, m in enumerate(models)} if len(bounds) else {}
     for model, group in rows.groupby("model"):
-        x = group["run_id"].map(position)
+        x = group["run_id"].map(position) + dodge.get(model, 0.0)
         ax.plot(x, group["value"], marker="o", color=colours[model], label=model)
+        if len(bounds):
+            night = group.merge(bounds, on=["run_id", "model"], how="left")
+            below, above = (night["value"] - night["low"]).clip(lower=0).fillna(0), (night["high"] - night["value"]).clip(lower=0).fillna(0)
+            ax.errorbar(x, group["value"], yerr=[below.to_numpy(), above.to_numpy()], fmt="none", ecolor=colours[model], capsize=3, alpha=0.5)
         for run, value in zip(group["run_id"], group["value"]):
             if regressed and (model, run) in regressed:
-                ax.scatter(position[run], value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)
+                ax.scatter(position[run] + dodge.get(model, 0.0), value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)
     if baseline_run in position:
         ax.axvline(position[baseline_run], color="grey", linestyle="--", linewidth=1, label="baseline")
     _mark_version_changes(ax, position, version_changes or {})
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} across nights")
+    ax.set_title(f"{metric} across nights" + (_nightly_bounds_said(history, bounds, metric) if len(bounds) else ""), fontsize=10)
     ax.grid(alpha=0.3)
     if len(rows):
         _legend(ax, fontsize=8)
     return ax
+
+
+def _nightly_bounds(history: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """run_id, model, low, high: each night's own 95% interval of `metric` (summary.csv's
+    `<metric>_low` and `_high`, which the history keeps with every numeric column)."""
+    sides = [history[history["metric"] == f"{metric}_{side}"][["run_id", "model", "value"]].rename(columns={"value": side})
+             for side in ("low", "high")]
+    return sides[0].merge(sides[1], on=["run_id", "model"]).dropna(subset=["low", "high"], how="all")
+
+
+def _nightly_bounds_said(history: pd.DataFrame, bounds: pd.DataFrame, metric: str) -> str:
+    """What the nights' bars cover: a night with repeats has `<metric>_std` (seed-to-seed)."""
+    seeded = set(history.loc[(history["metric"] == f"{metric}_std") & history["value"].notna(), "run_id"])
+    nights = set(bounds["run_id"])
+    covers = ("training seeds and images" if nights <= seeded else "images only (one training seed)" if not nights & seeded
+              else "seeds and images on nights with repeats, images only on the others")
+    return f"\nbars: each night's 95% interval, of {covers}"
 
 
 def _mark_version_changes(ax, position: dict[str, int], version_changes: dict[str, dict[str, str]]) -> None:
