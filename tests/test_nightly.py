@@ -234,7 +234,7 @@ def test_trend_plots_mark_the_nights_whose_versions_changed(tmp_path):
     notes said it on that night only, the plots never."""
     import matplotlib.pyplot as plt
 
-    from harness.outputs.plots import plot_trend
+    from harness.outputs.trend_plots import plot_trend
 
     store = HistoryStore(tmp_path / "history.sqlite")
     record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.5}, versions={"harness": "0.1.0", "tensorflow": "2.21.0"})
@@ -256,7 +256,7 @@ def test_trend_plots_draw_each_nights_interval_and_say_what_it_covers(tmp_path):
     the history) held its interval: whether it was beyond noise could not be seen."""
     import matplotlib.pyplot as plt
 
-    from harness.outputs.plots import plot_trend
+    from harness.outputs.trend_plots import plot_trend
 
     store = HistoryStore(tmp_path / "history.sqlite")
     record(store, "a", "2026-11-01", {("unet", "val_iou"): 0.50, ("unet", "val_iou_low"): 0.45, ("unet", "val_iou_high"): 0.56})

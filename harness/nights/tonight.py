@@ -302,7 +302,7 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
     plots = []
     if config.output.plot_formats:
         formats = tuple(dict.fromkeys(["png", *config.output.plot_formats]))
-        plots = pool.run("harness.outputs.plots:save_trend_plots", run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed, formats, store.version_changes())
+        plots = pool.run("harness.outputs.trend_plots:save_trend_plots", run.plots / TREND_FOLDER, history, sorted(config.nightly_thresholds()), store.baseline(), regressed, formats, store.version_changes())
     report = {
         "night": result.night,
         "run_id": run.path.name,
