@@ -234,6 +234,11 @@ def test_nightly_verdict_can_ignore_drops_within_the_bootstrap_noise():
     plain = compare(now, before, status, status, {"val_iou": ThresholdSpec(abs=0.02)}, "previous", "r0")
     noisy = compare(now, before, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
     assert plain[0].regressed and not noisy[0].regressed and "noise" in noisy[0].note
+    # Without beyond_noise the threshold alone decides, and the reader is told the drop may be noise.
+    assert plain[0].note == ("within tonight's 95% interval [0.76, 0.84] of validation-image noise only (one training seed: training "
+                             "randomness not measured): it may be noise (beyond_noise: true judges that)")
+    assert compare(now, {("m", "val_iou"): 0.86}, status, status, {"val_iou": ThresholdSpec(abs=0.02)}, "previous", "r0")[0].note == ""
+    assert compare({("m", "val_iou"): 0.80}, before, status, status, {"val_iou": ThresholdSpec(abs=0.02)}, "previous", "r0")[0].note == ""  # no interval
     outside = compare(now, {("m", "val_iou"): 0.86}, status, status, {"val_iou": ThresholdSpec(abs=0.02, beyond_noise=True)}, "previous", "r0")
     assert outside[0].regressed and "validation-image noise only (one training seed" in outside[0].note
 

@@ -147,6 +147,9 @@ def _change(against: str, run: str, model: str, metric: str, before: float, now:
             regressed, note = False, f"within tonight's 95% interval [{low:.4g}, {high:.4g}] of {covers}: noise"
         elif regressed:
             note = f"beyond tonight's 95% interval [{low:.4g}, {high:.4g}] of {covers}"
+    elif regressed and not threshold.beyond_noise and interval[0] <= before <= interval[1]:  # NaN bounds: no note
+        # Still a regression, as the threshold alone decides; but the reader is told it may be noise.
+        note = f"within tonight's 95% interval [{interval[0]:.4g}, {interval[1]:.4g}] of {covers}: it may be noise (beyond_noise: true judges that)"
     return Change(against, run, model, metric, before, now, worse_by, allowed, regressed, note)
 
 
