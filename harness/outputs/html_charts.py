@@ -17,7 +17,7 @@ import pandas as pd
 from matplotlib.colors import to_hex
 from matplotlib.ticker import MaxNLocator
 
-from harness.outputs.plots import SMOOTHING, _colours, _per_model, merge_identical
+from harness.outputs.plots import SMOOTHING, model_colours, _per_model, merge_identical
 from harness.outputs.tables import charted_val_metrics, common_loss_rows
 
 MAX_POINTS = 400
@@ -65,7 +65,7 @@ def line_chart(title: str, series: dict[str, tuple], x_label: str, y_label: str,
     def py(y: float) -> float:
         return TOP + (y_hi_s - scale_y(y)) / (y_hi_s - y_lo_s) * (HEIGHT - TOP - BOTTOM)
 
-    colours = {m: to_hex(c) for m, c in _colours(list(series)).items()}  # the PNG plots' colours, as CSS takes them
+    colours = {m: to_hex(c) for m, c in model_colours(list(series)).items()}  # the PNG plots' colours, as CSS takes them
     last_x = x_hi
     body = [_axes(x_lo, x_hi, y_lo_s, y_hi_s, log_y, px, x_label, y_label)]
     data = {}

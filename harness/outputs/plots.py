@@ -29,7 +29,7 @@ from harness.outputs.verdict_text import better_first  # noqa: E402
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
 
-def _colours(models: list[str]) -> dict[str, Any]:
+def model_colours(models: list[str]) -> dict[str, Any]:
     """A model keeps its colour in every plot (and every run): colours follow the sorted names,
     not the order a plot happens to draw them in (ranking order differs from config order)."""
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -39,7 +39,7 @@ def _colours(models: list[str]) -> dict[str, Any]:
 LEGEND_INSIDE = 8  # entries a legend may hold inside the axes; more go beside them
 
 
-def _legend(ax, **options) -> None:
+def place_legend(ax, **options) -> None:
     """A legend inside the axes where it hides least (a few entries), or beside them (many: inside
     it would cover the curves, and finding the place that hides least took matplotlib 1.2 s of the
     40-member run's 8.8 s of plots)."""
@@ -81,7 +81,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     """Train loss per step on the common loss (`compared_on`: the loss every member is scored on,
     on the same batches): raw (faint), smoothed (solid), and the band across repeats."""
     curves = _per_model(common_loss_rows(losses, members).assign(metric="loss"), "train", "loss")
-    colours = _colours(list(curves))
+    colours = model_colours(list(curves))
     for model, stats in curves.items():
         colour = colours[model]
         ax.plot(stats.index, stats["mean"], color=colour, alpha=0.25, linewidth=0.8)
@@ -101,7 +101,7 @@ def plot_loss_curves(ax, losses: pd.DataFrame, log_scale: bool = False, smoothin
     seeds = _seeds_drawn(curves)
     band = f"\nfaint: mean of {seeds} training seeds, solid: smoothed, shaded: their range" if seeds > 1 else ""
     ax.set_title(f"training loss: {compared_on or 'each model its own'} (same batches for every model){band}", fontsize=10)
-    _legend(ax)
+    place_legend(ax)
     ax.grid(alpha=0.3)
     return ax
 
@@ -123,7 +123,7 @@ def _mark_departures(ax, curves: dict[str, tuple], colours: dict[str, Any]) -> N
 def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
     """A validation metric at each epoch end, with the band across repeats."""
     curves = _per_model(losses, "val", metric, x="epoch")
-    colours = _colours(list(curves))
+    colours = model_colours(list(curves))
     for model, stats in curves.items():
         ax.plot(stats.index, stats["mean"], marker="o", color=colours[model], label=model)
         if stats["count"].max() > 1:
@@ -135,14 +135,14 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
     seeds = _seeds_drawn(curves)
     ax.set_title(f"validation {metric}" + (f"\nmean of {seeds} training seeds, shaded: their range" if seeds > 1 else ""), fontsize=10 if seeds > 1 else None)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    place_legend(ax)
     return ax
 
 
 def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     """The ranking metric per model, best first, with its 95% interval, titled with what the
     interval covers (summary.csv `interval_covers`; runs written before it: `_ci95` across seeds)."""
-    colours = _colours(list(summary["model"]))
+    colours = model_colours(list(summary["model"]))
     values = summary[metric].astype(float)
     errors, label = None, ""
     if f"{metric}_low" in summary:
@@ -244,7 +244,7 @@ def pareto_front(points: pd.DataFrame, cost: str, quality: str, higher_is_better
 def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     higher = higher_is_better(quality)
     data = summary.dropna(subset=[cost, quality])
-    colours = _colours(list(summary["model"]))
+    colours = model_colours(list(summary["model"]))
     ax.scatter(data[cost], data[quality], s=60, color=[colours[m] for m in data["model"]], zorder=3)
     title, bars_said = f"{quality} vs {cost}", ""
     if f"{quality}_low" in data and len(data):
@@ -300,7 +300,7 @@ def plot_expected_best(table: pd.DataFrame):
     if "expected_reported" in table:
         panels.append(("expected_reported", "reported", "expected test score of the model chosen on validation"))
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
-    colours = _colours(list(dict.fromkeys(table["group"])))
+    colours = model_colours(list(dict.fromkeys(table["group"])))
     for ax, (value, metric, title) in zip(axes[0], panels):
         for group, rows in table.groupby("group", sort=False):
             mean, spread = rows[value].to_numpy(), rows[f"{value}_std"].to_numpy()
@@ -311,7 +311,7 @@ def plot_expected_best(table: pd.DataFrame):
         ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
         ax.set_title(f"{title}, by tuning budget\nshaded: one standard deviation of the best of that many trials either way", fontsize=10)
         ax.grid(alpha=0.3)
-        _legend(ax, fontsize=8)
+        place_legend(ax, fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -378,7 +378,7 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     """Each model's learning rate per step (the `lr` train rows): warmups and decays side by side,
     and where a member stopped, was dropped or diverged (its curve ends there)."""
     curves = merge_identical(_per_model(losses, "train", "lr"))
-    colours = _colours(list(curves))
+    colours = model_colours(list(curves))
     for model, stats in curves.items():
         ax.plot(stats.index, stats["mean"], color=colours[model], linewidth=1.8, label=model)
     _mark_departures(ax, {m: (s.index, s["mean"]) for m, s in curves.items()}, colours)
@@ -389,7 +389,7 @@ def plot_learning_rates(ax, losses: pd.DataFrame):
     ax.set_title("learning rate per step")
     ax.grid(alpha=0.3)
     if curves:
-        _legend(ax, fontsize=8)
+        place_legend(ax, fontsize=8)
     return ax
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.outputs.plots import _colours, _legend, plt, save_figure
+from harness.outputs.plots import model_colours, place_legend, plt, save_figure
 
 
 def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None, version_changes: dict | None = None):
@@ -20,7 +20,7 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
     runs = rows.drop_duplicates("run_id")[["run_id", "night"]]
     labels = [n if isinstance(n, str) and n else r for r, n in zip(runs["run_id"], runs["night"])]
     position = {run: i for i, run in enumerate(runs["run_id"])}
-    colours = _colours(list(rows["model"].unique()))
+    colours = model_colours(list(rows["model"].unique()))
     bounds = _nightly_bounds(history, metric)
     models = list(rows["model"].unique())
     # With bars, each model a little aside of the night (at most 0.3 of a night's width in all), or
@@ -45,7 +45,7 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
     ax.set_title(f"{metric} across nights" + (_nightly_bounds_said(history, bounds, metric) if len(bounds) else ""), fontsize=10)
     ax.grid(alpha=0.3)
     if len(rows):
-        _legend(ax, fontsize=8)
+        place_legend(ax, fontsize=8)
     return ax
 
 
