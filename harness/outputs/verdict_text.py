@@ -98,7 +98,8 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
         return ""
     seeds = any(covers_training(row.covers) for row in rows)
     images = "test" if rank_by.startswith("test_") else "validation"
-    covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(len(rows))}" if seeds else \
+    tested = sum(pd.notna(row.p_holm) for row in rows) if "p_holm" in pairs else len(rows)  # a pair of one seed has no test
+    covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(tested)}" if seeds else \
         f"one training seed: intervals cover {images}-image noise only, so none is called supported"
     listed = _listed(rows, rank_by, "compare_by.csv", lambda row: (_seeds_better(row, rank_by) if seeds else "") + f": {pair_word(row)}")
     return f"Between the chosen, on {rank_by} ({covers}): {listed}."
