@@ -574,7 +574,7 @@ def test_the_reports_settings_leave_out_what_the_source_and_the_optimizers_do_no
     config = validate_config({"name": "t", "data": {"source": "synthetic", "train_size": 16, "val_size": 8}, "models": [
         {"name": "a", "arch": "tiny_fcn", "optimizer": {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}},
         {"name": "b", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.1}},
-        {"name": "g", "kind": "gan", "arch": "tiny_unet"}]}).model_dump(mode="json")
+        {"name": "g", "kind": "gan", "arch": "tiny_unet"}, {"name": "c", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.1, 0.2]}}]}).model_dump(mode="json")
     differing, shared = settings_tables(config)
     assert "data.val_fraction" not in shared and "data.test_fraction" not in shared  # synthetic: val_size, test_size
     assert shared["data.val_size"] == 8 and shared["data.max_shapes"] == 4
@@ -583,6 +583,7 @@ def test_the_reports_settings_leave_out_what_the_source_and_the_optimizers_do_no
     assert pd.isna(by_model.loc["a", "optimizer.beta_1"]) and by_model.loc["b", "optimizer.beta_1"] == 0.9
     assert by_model.loc["g", "gan.discriminator_optimizer.beta_1"] == 0.5
     assert "gan.discriminator_optimizer.momentum" not in differing and "gan.discriminator_optimizer.momentum" not in shared
+    assert by_model.loc["c-lr0.2", "optimizer.learning_rate"] == 0.2 and not any("grid_values" in k for k in [*differing, *shared])  # once
 
 
 def test_samples_show_every_model_when_they_fit_else_the_best_in_ranking_order():

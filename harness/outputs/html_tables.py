@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from harness.config.data_spec import READ_ONLY_BY
+from harness.config.grid import GRID_VALUES
 from harness.config.metrics import WATCHABLE, higher_is_better, on_split
 from harness.config.recipes import not_read_by
 from harness.config.schema import OPTIMIZER_READS
@@ -77,7 +78,8 @@ def _read_settings(model: dict[str, Any]) -> dict[str, Any]:
     optimizers = {"optimizer": model.get("optimizer"), "gan.discriminator_optimizer": (model.get("gan") or {}).get("discriminator_optimizer")}
     unread = {f"{key}.{name}" for key, optimizer in optimizers.items() if isinstance(optimizer, dict)
               for name in not_read_by(optimizer.get("name", "adam"), OPTIMIZER_READS)}
-    return {k: v for k, v in flat_settings(model).items() if k not in unread}
+    # grid_values repeats what the grid set, under the setting's own name: listed once.
+    return {k: v for k, v in flat_settings(model).items() if k not in unread and not k.startswith(f"{GRID_VALUES}.")}
 
 
 def html_table(frame: pd.DataFrame, highlight: str | None = None, sortable: bool = True, css: str = "") -> str:
