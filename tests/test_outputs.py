@@ -614,6 +614,15 @@ def test_compare_shows_a_test_split_first_beside_the_validation_that_chose(tmp_p
     print_comparison(table, console)
     header = next(line for line in console.export_text().splitlines() if "model" in line)
     assert header.index("test_iou") < header.index("val_iou")  # ranked on test: its column first
+    # The ranking column with each model's interval (in --csv and --json as columns of their own).
+    pd.DataFrame({"rank": [1, 2], "model": ["a", "b"], "status": ["ok", "ok"], "val_iou": [0.50, 0.60], "test_iou": [0.55, 0.45],
+                  "test_iou_low": [0.50, 0.40], "test_iou_high": [0.60, 0.50]}).to_csv(run / "summary.csv", index=False)
+    table = compare_runs([run])
+    assert table["test_iou_low"].tolist() == [0.50, 0.40]
+    console = Console(record=True, width=220)
+    print_comparison(table, console, ranked_by=["test_iou"])
+    shown = console.export_text()
+    assert "0.5500 [0.5000, 0.6000]" in shown and "0.4500 [0.4000, 0.5000]" in shown and "test_iou_low" not in shown
 
 
 def test_the_samples_figure_keeps_its_title_and_shows_ignored_pixels_grey():

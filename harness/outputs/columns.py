@@ -90,3 +90,14 @@ def human_count(value: float) -> str:
         if abs(value) >= limit:
             return f"{value / limit:.1f} {suffix}"
     return f"{value:.0f}"
+
+
+def interval_text(table: pd.DataFrame, i: int, column: str) -> str:
+    """` [low, high]` of row i's 95% interval of `column` (`<column>_low`/`_high`; ` ± half` from a
+    table written with `_ci95`), formatted as the column is; "" where it has none."""
+    low, high, ci = f"{column}_low", f"{column}_high", f"{column}_ci95"
+    if low in table and not is_missing(table[low].iloc[i]):
+        return f" [{format_column(column, table[low].iloc[i])}, {format_column(column, table[high].iloc[i])}]"
+    if ci in table and not is_missing(table[ci].iloc[i]):
+        return f" ± {format_column(column, table[ci].iloc[i])}"
+    return ""

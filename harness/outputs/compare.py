@@ -16,12 +16,16 @@ from rich.markup import escape
 
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
-from harness.outputs.columns import plain_text
+from harness.outputs.columns import format_column, interval_text, plain_text
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "flops_per_example", "ms_per_step",
            "latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb",  # what each model costs to serve
-           "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "test_loss", "test_iou", "test_f1", "repeats", "interval_covers", "machine"]
+           "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "test_loss", "test_iou", "test_f1",
+           # each score's 95% interval: in --csv and --json, and at the terminal beside a ranking column's value
+           *(f"{split}_{score}_{side}" for split in ("val", "test") for score in ("loss", "iou", "f1") for side in ("low", "high")),
+           "repeats", "interval_covers", "machine"]
+INTERVAL_SIDES = ("_low", "_high")
 FINISHED = "summary.csv"
 STOPPED = "summary.csv of a run not at its end"
 
@@ -174,7 +178,7 @@ def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = Fal
     console = console or Console()
     first = PRIORITY[:2] + [c for c in ranked_by or [] if c in table.columns] + ["status"] + PRIORITY[2:]
     first = list(dict.fromkeys(c for c in first if c in table.columns))
-    order = first + [c for c in table.columns if c not in first]
+    order = first + [c for c in table.columns if c not in first and not c.endswith(INTERVAL_SIDES)]  # intervals: in their column's text
     best = {c: best_index(table, c) for c in order}
 
     def style(column: str, row: int) -> str | None:
@@ -184,7 +188,10 @@ def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = Fal
             return "red"
         return None
 
-    view = TerminalTable(table, order, identifiers=("run", "model"), headers={c: c for c in order}, style=style)
+    # The ranking columns with each model's own interval, as the run's ranking shows them: a best in
+    # bold green whose interval overlaps the others' is read for what it is.
+    texts = {c: [format_column(c, v) + interval_text(table, i, c) for i, v in enumerate(table[c])] for c in ranked_by or [] if c in table}
+    view = TerminalTable(table, order, identifiers=("run", "model"), headers={c: c for c in order}, style=style, texts=texts)
     print_table(view, lambda shown, total: f"harness compare: best of each column in bold green ({shown} of {total} columns; --csv or --json for all)", console)
     console.print(escape(comparison_note(table, pairs_tested)))
 

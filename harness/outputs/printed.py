@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.outputs.columns import chosen_rows, format_column, is_missing, terminal_text
+from harness.outputs.columns import chosen_rows, format_column, interval_text, terminal_text
 from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
@@ -30,7 +30,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     console = console or Console()
     run = RunDir(Path(run_dir)) if run_dir is not None else None
     record = run.read_record() if run is not None and run.run_json.is_file() else None
-    texts = {rank_by: [format_column(rank_by, v) + _interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
+    texts = {rank_by: [format_column(rank_by, v) + interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
     # A status column of "ok" only says nothing a line above it cannot: its place goes to the
     # next cost (at 80 columns, serving latency beside ms/step).
     all_ok = "status" in summary and summary["status"].astype(str).eq("ok").all()
@@ -73,15 +73,6 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path, rank_by: str = "val_io
     if budget_file.is_file() and budget_file.stat().st_size > 1:
         text += " " + describe_leaders(pd.read_csv(budget_file))
     return text.rstrip()
-
-
-def _interval_text(summary: pd.DataFrame, i: int, rank_by: str) -> str:
-    low, high, ci = f"{rank_by}_low", f"{rank_by}_high", f"{rank_by}_ci95"
-    if low in summary and not is_missing(summary[low].iloc[i]):
-        return f" [{format_column(rank_by, summary[low].iloc[i])}, {format_column(rank_by, summary[high].iloc[i])}]"
-    if ci in summary and not is_missing(summary[ci].iloc[i]):
-        return f" ± {format_column(rank_by, summary[ci].iloc[i])}"
-    return ""
 
 
 def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
