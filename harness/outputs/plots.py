@@ -177,7 +177,12 @@ def _interval_bars(summary: pd.DataFrame, metric: str) -> np.ndarray:
 def _interval_label(summary: pd.DataFrame) -> str:
     """`95% interval of <what it covers>` (summary.csv `interval_covers`), the parenthesis on a line of its own."""
     covers = summary["interval_covers"].dropna().iloc[0] if "interval_covers" in summary and summary["interval_covers"].notna().any() else "validation images"
-    return "95% interval of " + covers.replace(" (", "\n(")
+    return "95% interval of " + _on_lines(covers)
+
+
+def _on_lines(covers: str) -> str:
+    """What an interval covers, for a title: its parenthesis on a line of its own."""
+    return covers.replace(" (", "\n(")
 
 
 MAX_PAIRS_DRAWN = 40  # beyond this, the best model against each other one (every pair is in pairs.csv)
@@ -222,7 +227,7 @@ def _pairs_note(rows: pd.DataFrame) -> str:
     covers = rows["covers"].dropna() if "covers" in rows else pd.Series(dtype=object)
     if not len(covers):
         return ""
-    note = "\n95% intervals of " + str(covers.iloc[0]).replace(" (", "\n(")
+    note = "\n95% intervals of " + _on_lines(str(covers.iloc[0]))
     if not covers_training(covers.iloc[0]):
         return note + ": none is supported"
     tested = int(rows["p_holm"].notna().sum()) if "p_holm" in rows else len(rows)

@@ -39,7 +39,7 @@ def verdict(pairs: pd.DataFrame, rank_by: str, summary: pd.DataFrame | None = No
 
 def _one_seed_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table: str) -> str:
     beyond = [row for row in rows if getattr(row, "beyond_image_noise", False)]
-    noise = f"{'test' if rank_by.startswith('test_') else 'validation'}-image noise"
+    noise = _image_noise(rank_by)
     text = (f"One training seed: the intervals of {rank_by} cover {noise} only. Training randomness "
             "(initial weights, data order) was not measured, and it often moves differences between models more than "
             "image noise does, so no difference between these models is called supported. To measure it, set "
@@ -97,10 +97,9 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
     if not rows:
         return ""
     seeds = any(covers_training(row.covers) for row in rows)
-    images = "test" if rank_by.startswith("test_") else "validation"
     tested = sum(pd.notna(row.p_holm) for row in rows) if "p_holm" in pairs else len(rows)  # a pair of one seed has no test
     covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(tested)}" if seeds else \
-        f"one training seed: intervals cover {images}-image noise only, so none is called supported"
+        f"one training seed: intervals cover {_image_noise(rank_by)} only, so none is called supported"
     listed = _listed(rows, rank_by, "compare_by.csv", lambda row: (_seeds_better(row, rank_by) if seeds else "") + f": {pair_word(row)}")
     return f"Between the chosen, on {rank_by} ({covers}): {listed}."
 
@@ -112,6 +111,11 @@ def pair_word(row) -> str:
     if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
         return "beyond image noise" if row.beyond_image_noise else "within image noise"
     return "not supported"
+
+
+def _image_noise(rank_by: str) -> str:
+    """The images a one-seed interval of `rank_by` resamples: "test-image noise" or "validation-image noise"."""
+    return f"{'test' if rank_by.startswith('test_') else 'validation'}-image noise"
 
 
 def _pairs(count: int) -> str:
