@@ -121,3 +121,28 @@ def test_a_save_stopped_by_a_full_disk_leaves_the_old_file_and_no_partial(tmp_pa
     assert raised.value.errno == errno.ENOSPC
     assert sorted(p.name for p in path.parent.iterdir()) == ["best.keras"]
     assert path.read_bytes() == before
+
+
+def test_a_save_skips_the_legacy_metadata_and_writes_what_tf_keras_writes_itself(tmp_path, monkeypatch):
+    # The .keras writer reads every layer's attributes looking for state; `_tracking_metadata`
+    # builds the legacy SavedModel's JSON (35-45% of a save) and is never state: skipped, with the
+    # same files as a plain tf_keras save, and tf_keras's own skip list as it was afterwards.
+    from tf_keras.src.engine.base_layer import Layer
+    from tf_keras.src.saving import saving_lib
+
+    keras = import_keras()
+    inputs = keras.Input((8, 8, 3))
+    hidden = keras.layers.BatchNormalization()(keras.layers.Conv2D(4, 3, padding="same")(inputs))
+    model = keras.Model(inputs, keras.layers.Conv2D(1, 1, activation="sigmoid")(hidden))
+    model.save(str(tmp_path / "plain.keras"), save_format="keras_v3")
+    skipped_before = saving_lib.ATTR_SKIPLIST
+    reads = []
+    metadata = Layer._tracking_metadata
+    monkeypatch.setattr(Layer, "_tracking_metadata", property(lambda layer: reads.append(layer.name) or metadata.fget(layer)))
+    export_model(model, tmp_path / "harness.keras")
+    assert reads == []
+    assert saving_lib.ATTR_SKIPLIST is skipped_before
+    plain, ours = zipfile.ZipFile(tmp_path / "plain.keras"), zipfile.ZipFile(tmp_path / "harness.keras")
+    assert sorted(plain.namelist()) == sorted(ours.namelist())
+    assert plain.read("config.json") == ours.read("config.json")
+    assert plain.read("model.weights.h5") == ours.read("model.weights.h5")
