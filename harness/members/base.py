@@ -115,6 +115,13 @@ class Member:
 
     @property
     def params(self) -> int:
+        """The served network's: what model.keras holds, as FLOPs, latency and model_mb are of
+        it (a GAN's generator; its discriminator trains beside it and is never served)."""
+        return int(self.model.count_params())
+
+    @property
+    def trained_params(self) -> int:
+        """Every network the step trains (a GAN's generator and discriminator): run.json's."""
         return sum(int(m.count_params()) for m in self.exported_models().values())
 
     # -- one step: maths only -------------------------------------------------------------------

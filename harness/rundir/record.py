@@ -53,7 +53,7 @@ class MemberStatus(str, Enum):
 class MemberRecord:
     """One member in run.json `models`: its status and the step it changed, and its cost figures."""
 
-    params: int | None = None
+    params: int | None = None  # the served network's (summary.csv, plots, compare)
     status: MemberStatus = MemberStatus.OK
     changed_at_step: int = 0
     diverged_step: int | None = None
@@ -67,6 +67,7 @@ class MemberRecord:
     serve_peak_mb: float | None = None
     model_mb: float | None = None
     higher_is_better: list[str] = field(default_factory=list)  # the kind's own metrics that go up when better
+    trained_params: int | None = None  # every network trained: more than params for a GAN (its discriminator)
 
     def __post_init__(self):
         self.status = MemberStatus(self.status)

@@ -13,7 +13,7 @@ class Roster:
     def __init__(self, members: list):
         self.members = members
         self.records: dict[str, MemberRecord] = {
-            m.name: MemberRecord(params=m.params, higher_is_better=sorted(m.higher_is_better)) for m in members
+            m.name: MemberRecord(params=m.params, trained_params=m.trained_params, higher_is_better=sorted(m.higher_is_better)) for m in members
         }
 
     def keep_ended(self, previous: dict[str, MemberRecord], start: int) -> None:
