@@ -84,6 +84,11 @@ class TensorBoardWriter:
         from harness.core.backend import import_tf
 
         self.tf = import_tf()
+        # tf.summary.scalar builds the same plugin metadata (a protobuf) at every call: half its
+        # 0.7 ms. Written with it made once, the events are the same (tags, steps, values, plugin).
+        from tensorboard.plugins.scalar import metadata
+
+        self.scalar = metadata.create_summary_metadata(display_name=None, description=None)
         self.writers = {}
         for name, params in hparams.items():
             writer = self.tf.summary.create_file_writer(str(folder / name))
@@ -103,7 +108,7 @@ class TensorBoardWriter:
                 continue
             with writer.as_default():
                 for r in mine:
-                    self.tf.summary.scalar(f"{r.split}/{r.metric}", r.value, step=r.step)
+                    self.tf.summary.write(f"{r.split}/{r.metric}", self.tf.constant(r.value, self.tf.float32), step=r.step, metadata=self.scalar)
             writer.flush()
 
     def close(self) -> None:
