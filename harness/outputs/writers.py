@@ -84,8 +84,9 @@ class TensorBoardWriter:
         from harness.core.backend import import_tf
 
         self.tf = import_tf()
-        # tf.summary.scalar builds the same plugin metadata (a protobuf) at every call: half its
-        # 0.7 ms. Written with it made once, the events are the same (tags, steps, values, plugin).
+        # tf.summary.scalar builds the same plugin metadata (a protobuf) at every call, about half
+        # its time (smoke's 340 rows: 0.31-0.43 s -> 0.16-0.19 s). Made once, the events are the
+        # same (tags, steps, values, plugin: tested).
         from tensorboard.plugins.scalar import metadata
 
         self.scalar = metadata.create_summary_metadata(display_name=None, description=None)
