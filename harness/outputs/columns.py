@@ -92,6 +92,11 @@ def human_count(value: float) -> str:
     return f"{value:.0f}"
 
 
+def with_intervals(table: pd.DataFrame, column: str) -> list[str]:
+    """Each row's `column` as shown in a ranking: its value, then its 95% interval (`interval_text`)."""
+    return [format_column(column, v) + interval_text(table, i, column) for i, v in enumerate(table[column])]
+
+
 def interval_text(table: pd.DataFrame, i: int, column: str) -> str:
     """` [low, high]` of row i's 95% interval of `column` (`<column>_low`/`_high`; ` ± half` from a
     table written with `_ci95`), formatted as the column is; "" where it has none."""

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
-from harness.outputs.columns import format_column, interval_text, plain_text
+from harness.outputs.columns import plain_text, with_intervals
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "flops_per_example", "ms_per_step",
@@ -190,7 +190,7 @@ def print_comparison(table: pd.DataFrame, console=None, pairs_tested: bool = Fal
 
     # The ranking columns with each model's own interval, as the run's ranking shows them: a best in
     # bold green whose interval overlaps the others' is read for what it is.
-    texts = {c: [format_column(c, v) + interval_text(table, i, c) for i, v in enumerate(table[c])] for c in ranked_by or [] if c in table}
+    texts = {c: with_intervals(table, c) for c in ranked_by or [] if c in table}
     view = TerminalTable(table, order, identifiers=("run", "model"), headers={c: c for c in order}, style=style, texts=texts)
     print_table(view, lambda shown, total: f"harness compare: best of each column in bold green ({shown} of {total} columns; --csv or --json for all)", console)
     console.print(escape(comparison_note(table, pairs_tested)))

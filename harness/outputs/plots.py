@@ -24,7 +24,7 @@ from harness.core.scores import mask_classes  # noqa: E402
 from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
 from harness.outputs.statistics import covers_training  # noqa: E402
 from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
-from harness.outputs.verdict_text import better_first  # noqa: E402
+from harness.outputs.verdict_text import better_first, holm_tested  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
 
@@ -169,8 +169,13 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
 
 def _interval_bars(summary: pd.DataFrame, metric: str) -> np.ndarray:
     """Error bars (below, above) of each model's 95% interval of `metric`; 0 where it has none."""
-    values = summary[metric].astype(float)
-    low, high = summary[f"{metric}_low"].astype(float), summary[f"{metric}_high"].astype(float)
+    return error_bars(summary[metric], summary[f"{metric}_low"], summary[f"{metric}_high"])
+
+
+def error_bars(values: pd.Series, low: pd.Series, high: pd.Series) -> np.ndarray:
+    """[below, above] lengths for matplotlib's `yerr` from an interval's bounds; 0 where a bound is
+    missing or on the wrong side of the value (an interval clipped at a metric's limit)."""
+    values, low, high = (pd.Series(s).astype(float).reset_index(drop=True) for s in (values, low, high))
     return np.vstack([(values - low).clip(lower=0).fillna(0).to_numpy(), (high - values).clip(lower=0).fillna(0).to_numpy()])
 
 
@@ -230,7 +235,7 @@ def _pairs_note(rows: pd.DataFrame) -> str:
     note = "\n95% intervals of " + _on_lines(str(covers.iloc[0]))
     if not covers_training(covers.iloc[0]):
         return note + ": none is supported"
-    tested = int(rows["p_holm"].notna().sum()) if "p_holm" in rows else len(rows)
+    tested = holm_tested(rows)
     return note + f"\nsupported: Holm-adjusted across {tested} pair{'s' if tested != 1 else ''} (a bar clear of 0 may not be)"
 
 

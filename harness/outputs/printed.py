@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.outputs.columns import chosen_rows, format_column, interval_text, terminal_text
+from harness.outputs.columns import chosen_rows, terminal_text, with_intervals
 from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
@@ -30,7 +30,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     console = console or Console()
     run = RunDir(Path(run_dir)) if run_dir is not None else None
     record = run.read_record() if run is not None and run.run_json.is_file() else None
-    texts = {rank_by: [format_column(rank_by, v) + interval_text(summary, i, rank_by) for i, v in enumerate(summary[rank_by])]} if rank_by in summary else {}
+    texts = {rank_by: with_intervals(summary, rank_by)} if rank_by in summary else {}
     # A status column of "ok" only says nothing a line above it cannot: its place goes to the
     # next cost (at 80 columns, serving latency beside ms/step).
     all_ok = "status" in summary and summary["status"].astype(str).eq("ok").all()

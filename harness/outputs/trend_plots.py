@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.outputs.plots import model_colours, place_legend, plt, save_figure
+from harness.outputs.plots import error_bars, model_colours, place_legend, plt, save_figure
 
 
 def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None = None, regressed: set | None = None, version_changes: dict | None = None):
@@ -31,8 +31,7 @@ def plot_trend(ax, history: pd.DataFrame, metric: str, baseline_run: str | None 
         ax.plot(x, group["value"], marker="o", color=colours[model], label=model)
         if len(bounds):
             night = group.merge(bounds, on=["run_id", "model"], how="left")
-            below, above = (night["value"] - night["low"]).clip(lower=0).fillna(0), (night["high"] - night["value"]).clip(lower=0).fillna(0)
-            ax.errorbar(x, group["value"], yerr=[below.to_numpy(), above.to_numpy()], fmt="none", ecolor=colours[model], capsize=3, alpha=0.5)
+            ax.errorbar(x, group["value"], yerr=error_bars(night["value"], night["low"], night["high"]), fmt="none", ecolor=colours[model], capsize=3, alpha=0.5)
         for run, value in zip(group["run_id"], group["value"]):
             if regressed and (model, run) in regressed:
                 ax.scatter(position[run] + dodge.get(model, 0.0), value, s=160, facecolors="none", edgecolors="red", linewidths=2, zorder=4)

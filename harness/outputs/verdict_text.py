@@ -97,8 +97,7 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
     if not rows:
         return ""
     seeds = any(covers_training(row.covers) for row in rows)
-    tested = sum(pd.notna(row.p_holm) for row in rows) if "p_holm" in pairs else len(rows)  # a pair of one seed has no test
-    covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(tested)}" if seeds else \
+    covers = f"intervals cover {rows[0].covers}; Holm-adjusted across {_pairs(holm_tested(pairs))}" if seeds else \
         f"one training seed: intervals cover {_image_noise(rank_by)} only, so none is called supported"
     listed = _listed(rows, rank_by, "compare_by.csv", lambda row: (_seeds_better(row, rank_by) if seeds else "") + f": {pair_word(row)}")
     return f"Between the chosen, on {rank_by} ({covers}): {listed}."
@@ -111,6 +110,13 @@ def pair_word(row) -> str:
     if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
         return "beyond image noise" if row.beyond_image_noise else "within image noise"
     return "not supported"
+
+
+def holm_tested(pairs: pd.DataFrame) -> int:
+    """The pairs with a difference that Holm's adjustment ran over (`p_holm`; a pair of one seed
+    has no test): the N of "Holm-adjusted across N pairs"."""
+    rows = pairs.dropna(subset=["diff"])
+    return int(rows["p_holm"].notna().sum()) if "p_holm" in rows else len(rows)
 
 
 def _image_noise(rank_by: str) -> str:
