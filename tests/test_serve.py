@@ -143,3 +143,20 @@ def test_a_saved_model_alone_is_sized_and_named_when_asked_for_as_a_keras_model(
         ExportedModels(tmp_path)["unet"]
     (member / "model.keras").write_bytes(b"x" * 2**21)
     assert exported_mb(member) == 2.0  # the .keras file, when there is one
+
+
+def test_flops_count_a_multiply_add_as_two_as_docs_comparing_says():
+    """docs/comparing.md's convention, by hand: a 3x3 convolution from 3 to 16 channels over 32x32
+    pixels is 32*32*16*27 multiply-adds and 32*32*16 bias adds; a transposed one is counted by its
+    input pixels; batch normalization and activations are not counted."""
+    from harness.core.backend import import_keras
+    from harness.training.flops import forward_flops
+
+    layers = import_keras().layers
+
+    def counted(*stack):
+        return forward_flops(import_keras().Sequential([import_keras().Input((32, 32, 3)), *stack]), (32, 32, 3))
+
+    assert counted(layers.Conv2D(16, 3, padding="same")) == 2 * 32 * 32 * 16 * 27 + 32 * 32 * 16
+    assert counted(layers.Conv2DTranspose(16, 3, strides=2, padding="same")) == 2 * 32 * 32 * 16 * 27 + 64 * 64 * 16
+    assert counted(layers.Conv2D(16, 3, padding="same", use_bias=False), layers.BatchNormalization(), layers.ReLU()) == 2 * 32 * 32 * 16 * 27
