@@ -44,6 +44,21 @@ def test_serving_memory_is_the_allocators_peak_of_the_served_batch_on_a_cpu_too(
     assert peaks[128] > 3 * peaks[32]
 
 
+def test_where_tensorflow_keeps_no_peak_for_the_device_the_resident_set_is_read(monkeypatch):
+    from harness.training import serve
+
+    def unsupported(device):
+        raise ValueError(f"memory info is not supported for {device}")
+
+    monkeypatch.setattr(serve.tf.config.experimental, "get_memory_info", unsupported)
+    peak = serve.PeakMemory("/cpu:0")
+    assert peak.device is None
+    kept = b"\x01" * (64 * 2**20)  # written, so resident
+    added = peak.added_mb()
+    assert added is None or added >= 60  # None: a system without /proc/self/clear_refs
+    del kept
+
+
 @pytest.mark.slow
 def test_a_run_reports_serving_columns_and_its_results_do_not_depend_on_the_probe(tmp_path):
     raw = tiny_config(train={"epochs": 1}, output={"serve_probe": True, "serve_batch": 4})
