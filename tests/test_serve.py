@@ -167,10 +167,11 @@ def test_flops_count_a_multiply_add_as_two_as_docs_comparing_says():
     from harness.core.backend import import_keras
     from harness.training.flops import forward_flops
 
-    layers = import_keras().layers
+    keras = import_keras()
+    layers = keras.layers
 
     def counted(*stack):
-        return forward_flops(import_keras().Sequential([import_keras().Input((32, 32, 3)), *stack]), (32, 32, 3))
+        return forward_flops(keras.Sequential([keras.Input((32, 32, 3)), *stack]), (32, 32, 3))
 
     assert counted(layers.Conv2D(16, 3, padding="same")) == 2 * 32 * 32 * 16 * 27 + 32 * 32 * 16
     assert counted(layers.Conv2DTranspose(16, 3, strides=2, padding="same")) == 2 * 32 * 32 * 16 * 27 + 64 * 64 * 16
