@@ -81,13 +81,15 @@ class PeakMemory:
     20.2, 72.0, 12.7 and 27.9-29.6 MB for the same networks, measured twice."""
 
     def __init__(self, device: str | None):
-        self.device = _allocator_device(device)
+        self.device: str | None = _allocator_device(device)
         self.start: float | None = None
-        if self.device is not None:
+        try:
             tf.config.experimental.reset_memory_stats(self.device)
             self.start = tf.config.experimental.get_memory_info(self.device)["current"]
-        elif _reset_peak_rss():
-            self.start = _rss_kb("VmRSS")
+        except (ValueError, RuntimeError, tf.errors.OpError):  # TensorFlow keeps no peak for this device
+            self.device = None
+            if _reset_peak_rss():
+                self.start = _rss_kb("VmRSS")
 
     def added_mb(self) -> float | None:
         if self.start is None:
@@ -98,21 +100,13 @@ class PeakMemory:
         return None if peak is None else max(0.0, (peak - self.start) / 1024)
 
 
-def _allocator_device(device: str | None) -> str | None:
-    """The device whose allocator the model's calls use ("GPU:0", "CPU:0"; unpinned: the first
-    GPU, else the CPU), or None when TensorFlow keeps no peak for it (then the resident set)."""
+def _allocator_device(device: str | None) -> str:
+    """The device whose allocator the model's calls use: "GPU:1" for "/gpu:1"; unpinned, the first
+    GPU, else the CPU (logical CPUs share one allocator)."""
     if device:
         name = tf.DeviceSpec.from_string(device)
-        kind, index = (name.device_type or "CPU").upper(), name.device_index or 0
-    else:
-        kind, index = ("GPU", 0) if tf.config.list_logical_devices("GPU") else ("CPU", 0)
-    chosen = f"{kind}:{index}"
-    try:
-        tf.config.experimental.reset_memory_stats(chosen)
-        tf.config.experimental.get_memory_info(chosen)
-    except (ValueError, RuntimeError, tf.errors.OpError):
-        return None
-    return chosen
+        return f"{(name.device_type or 'CPU').upper()}:{name.device_index or 0}"
+    return "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
 
 
 def _reset_peak_rss() -> bool:
