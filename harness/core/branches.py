@@ -6,7 +6,7 @@ branches into the step's graph before Grappler optimizes it. The guard's branch 
 gradient, variable and optimizer slot of its member: lowered, each gets a Switch, and Grappler's
 passes over the whole graph at the first call grow with them. Kept whole, the branch is a
 function the If op calls, optimized on its own. Measured on this project's 2-core CPU machine
-(docs/benchmarks.md): the quickstart's step (four resnet18 networks) traced in 28-29 s against
+(docs/fixed_costs_log.md): the quickstart's step (four resnet18 networks) traced in 28-29 s against
 41 s lowered, as fast as the hand loop's (27-33 s), smoke's first call 4.1-4.6 s against 5.5-5.6 s,
 a 12-member grid's 18.5-18.8 s against 20.0-23.0 s; steps no slower (the quickstart's 1.000x and
 1.004x the hand loop against 0.978x and 1.002x, intervals overlapping).
