@@ -23,7 +23,7 @@ def test_tiny_bench_measures_every_section(tmp_path):
     statistics = table[table["section"] == "statistics"]
     assert (statistics["seconds"] > 0).all() and statistics["pairs"].tolist() == [15, 15]  # 6 members
     loop = table[table["section"] == "loop"].set_index("contender")
-    assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10"]
+    assert list(loop.index) == ["hand_loop", "harness_k1", "harness_k1_no_isolation", "harness_k10", "harness_k10_switched"]
     assert loop.loc["hand_loop", "ratio"] == 1.0 and (loop["median_ms_per_step"] > 0).all()
     overhead = table[table["section"] == "overhead"]
     assert overhead["contender"].tolist() == [
@@ -139,3 +139,34 @@ def test_the_printed_bench_is_one_table_per_section_with_only_its_own_columns():
     assert loop.splitlines()[0] == "== loop ==" and "rss_mb" not in loop and "0.8869" in loop and loop.splitlines()[2].rstrip().endswith(" -")
     assert memory.splitlines()[0] == "== memory ==" and "trace_s" not in memory and "goal" not in memory and "641.6" in memory
     assert where == "bench.csv and its plots: /out/2026-11-27 (machine.json: where they were measured)"
+
+
+def test_the_switched_loop_contender_puts_each_member_behind_its_switch_as_a_run_does(monkeypatch):
+    """`harness_k10_switched` measures the step a run on one replica builds: each member behind a
+    switch (its first call traces 4-5 s longer on the quickstart's networks: docs/benchmarks.md)."""
+    import harness.core.step as step_module
+    from harness.bench.contenders import _fused_loop
+    from harness.bench.suites import TINY
+    from harness.bench.timing import _with
+
+    switched, real = [], step_module.switched
+    monkeypatch.setattr(step_module, "switched", lambda fragment, switch, names: switched.append(switch.name) or real(fragment, switch, names))
+    _fused_loop(_with(TINY), 2)
+    assert switched == []
+    _fused_loop(_with(TINY), 2, switched=True)
+    assert switched == ["switch_0:0", "switch_1:0"]
+
+
+def test_a_fed_contender_runs_exactly_the_steps_it_is_timed_for():
+    """Its ms per step is the call's time over n: a ten-step contender asked for 2 steps ran 10."""
+    from harness.bench.contenders import _fed
+    from harness.core.backend import import_tf
+
+    tf = import_tf()
+    chunks = []
+    contender = _fed("k10", lambda iterator, k: chunks.append(k) or {"loss": tf.zeros([k])}, iter(()), 10)
+    assert chunks == [10]  # the first call, timed apart
+    for steps, expected in ((2, [2]), (10, [10]), (25, [10, 10, 5])):
+        chunks.clear()
+        contender.call(steps)
+        assert chunks == expected and sum(chunks) == steps

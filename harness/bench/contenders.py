@@ -59,11 +59,13 @@ def _one_stream(dataset):
     return dataset.map(lambda images, masks: ((images, masks),))
 
 
-def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, graph_loop: bool = False, placement=None) -> Contender:
+def make_fused_contender(config: ExperimentConfig, name: str, steps_per_call: int = 1, expensive: bool = False, graph_loop: bool = False, placement=None,
+                         switched: bool = False) -> Contender:
     """The harness's own fused loop, `steps_per_call` steps per compiled call; `graph_loop`: at one
     step per call, use the graph-loop form anyway (what a run compiled for k > 1 does for a 1-step
-    call); `placement`: instead of the config's."""
-    placement, loop = _fused_loop(config, steps_per_call, graph_loop, placement)
+    call); `placement`: instead of the config's; `switched`: a switch per member, all on, as a run
+    on one replica builds its step (a race drops members by them, the probes time each alone)."""
+    placement, loop = _fused_loop(config, steps_per_call, graph_loop, placement, switched)
     return _fed(name, loop, placement.input_iterator(_one_stream(_endless_batches(config, expensive))), steps_per_call)
 
 
@@ -79,12 +81,16 @@ def make_input_contenders(config: ExperimentConfig, steps_per_call: int, expensi
     )
 
 
-def _fused_loop(config: ExperimentConfig, steps_per_call: int, graph_loop: bool = False, placement=None):
+def _fused_loop(config: ExperimentConfig, steps_per_call: int, graph_loop: bool = False, placement=None, switched: bool = False):
     from harness.core.step import make_train_loop
 
     placement, members, step = _members(config, placement)
     compiled_for = max(steps_per_call, 2) if graph_loop else steps_per_call
-    return placement, make_train_loop(members, placement, step, config.data.batch_size, compiled_for)
+    switches = None
+    if switched:
+        with placement.strategy.scope():
+            switches = {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
+    return placement, make_train_loop(members, placement, step, config.data.batch_size, compiled_for, switches=switches)
 
 
 def _held(batches):
@@ -95,8 +101,11 @@ def _fed(name: str, loop, iterator, steps_per_call: int) -> Contender:
     """A contender calling `loop` on `iterator`; its first call (the trace, or filling a cache) is timed apart."""
 
     def call(n: int) -> None:
-        for _ in range(max(1, n // steps_per_call)):
-            tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, steps_per_call))
+        # n steps exactly, as the timing divides by n: whole calls of steps_per_call, then one
+        # call of the rest (the same compiled loop, fewer trips). `--steps 2` used to run a
+        # ten-step contender for 10 steps and divide by 2.
+        for chunk in [steps_per_call] * (n // steps_per_call) + [n % steps_per_call] * bool(n % steps_per_call):
+            tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, chunk))
 
     began = time.perf_counter()
     call(steps_per_call)
