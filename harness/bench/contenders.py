@@ -82,14 +82,11 @@ def make_input_contenders(config: ExperimentConfig, steps_per_call: int, expensi
 
 
 def _fused_loop(config: ExperimentConfig, steps_per_call: int, graph_loop: bool = False, placement=None, switched: bool = False):
-    from harness.core.step import make_train_loop
+    from harness.core.step import make_switches, make_train_loop
 
     placement, members, step = _members(config, placement)
     compiled_for = max(steps_per_call, 2) if graph_loop else steps_per_call
-    switches = None
-    if switched:
-        with placement.strategy.scope():
-            switches = {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
+    switches = make_switches(members, placement.strategy) if switched else None
     return placement, make_train_loop(members, placement, step, config.data.batch_size, compiled_for, switches=switches)
 
 
@@ -104,7 +101,8 @@ def _fed(name: str, loop, iterator, steps_per_call: int) -> Contender:
         # n steps exactly, as the timing divides by n: whole calls of steps_per_call, then one
         # call of the rest (the same compiled loop, fewer trips). `--steps 2` used to run a
         # ten-step contender for 10 steps and divide by 2.
-        for chunk in [steps_per_call] * (n // steps_per_call) + [n % steps_per_call] * bool(n % steps_per_call):
+        whole, rest = divmod(n, steps_per_call)
+        for chunk in [steps_per_call] * whole + ([rest] if rest else []):
             tf.nest.map_structure(lambda t: t.numpy(), loop(iterator, chunk))
 
     began = time.perf_counter()

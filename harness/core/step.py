@@ -78,6 +78,12 @@ def make_train_loop(members, placement, global_step, global_batch: int, steps_pe
     return TrainLoop(tf.autograph.experimental.do_not_convert(one_step), names, steps_per_call)
 
 
+def make_switches(members, strategy) -> dict:
+    """A switch per member for `switched`: a boolean variable, on, made in `strategy`'s scope."""
+    with strategy.scope():
+        return {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
+
+
 def switched(fragment, switch, metric_names):
     """A fragment behind an on/off switch read at every step: on, the member's step exactly as
     without it (the same ops, in a branch of its own); off, none of its ops run and its metrics are

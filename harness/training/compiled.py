@@ -18,7 +18,7 @@ from typing import Any, Callable
 from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
 from harness.core.losses import make_loss
-from harness.core.step import make_train_loop
+from harness.core.step import make_switches, make_train_loop
 from harness.training.failures import explain_jit_failure, raise_injected_oom
 
 
@@ -62,9 +62,7 @@ class CompiledMembers:
         switches, 7.89 s with them, +1.8%, the mean of three runs each, whose spreads overlap)."""
         if self.placement.strategy.num_replicas_in_sync > 1:
             return None
-        tf = import_tf()
-        with self.placement.strategy.scope():
-            return {m.name: tf.Variable(True, trainable=False, name=f"switch_{i}") for i, m in enumerate(members)}
+        return make_switches(members, self.placement.strategy)
 
     def _members_may_leave(self) -> bool:
         """Whether members may leave mid-run (a race, early stopping): only then does the eval
