@@ -170,3 +170,37 @@ def test_a_fed_contender_runs_exactly_the_steps_it_is_timed_for():
         chunks.clear()
         contender.call(steps)
         assert chunks == expected and sum(chunks) == steps
+
+
+
+def test_the_trace_section_rotates_its_contenders_and_pairs_each_round_with_the_hand_loop_of_that_round(monkeypatch):
+    """Medians over fresh processes (faked here), and each trace's ratio to the hand loop's in the
+    same round: the machine's speed moves between rounds more than between contenders."""
+    import harness.bench.trace as trace
+
+    traces = {"hand_loop": [10.0, 20.0, 12.0], "harness_k10_switched": [15.0, 22.0, 12.0]}
+    seen = []
+
+    def fake(suite, name):
+        seen.append(name)
+        steps = trace.CONTENDERS[name][0]
+        t = traces[name][sum(n == name for n in seen) - 1]
+        return {"steps_per_call": steps, "first_call_s": t + steps, "second_call_s": float(steps), "trace_s": t}
+
+    monkeypatch.setattr(trace, "_in_fresh_process", fake)
+    table = trace.bench_trace("tiny", rounds=3, contenders=list(traces)).set_index("contender")
+    assert seen == ["hand_loop", "harness_k10_switched", "harness_k10_switched", "hand_loop", "hand_loop", "harness_k10_switched"]
+    row = table.loc["harness_k10_switched"]
+    assert row["trace_s"] == 15.0 and (row["trace_s_min"], row["trace_s_max"]) == (12.0, 22.0) and row["rounds"] == 3
+    assert row["trace_ratio"] == 1.1  # 1.5, 1.1, 1.0 paired by round; the medians' ratio would be 1.25
+    assert row["first_call_s"] == 25.0 and row["steps_per_call"] == 10 and table.loc["hand_loop", "trace_ratio"] == 1.0
+
+
+@pytest.mark.slow
+def test_the_trace_section_times_a_first_call_in_a_fresh_process():
+    from harness.bench.trace import bench_trace
+
+    (row,) = bench_trace("tiny", rounds=1, contenders=["harness_k10_switched"]).to_dict("records")
+    assert row["section"] == "trace" and row["steps_per_call"] == 10 and row["second_call_s"] > 0
+    assert row["first_call_s"] > row["second_call_s"]  # the first call traces
+    assert abs(row["trace_s"] - (row["first_call_s"] - row["second_call_s"])) < 0.02 and "trace_ratio" not in row

@@ -47,6 +47,11 @@ Sections (rows of bench.csv):
              share, scan pairs/s, store size; the input share of the quickstart's networks on
              the same files held in memory vs streamed (8 alternating rounds); the store's
              random reads vs a memory map
+  fixed      (when named) whole commands phase by phase, each a fresh process: `harness run` of
+             smoke, a 12- and a 40-member grid (the quickstart with --suite quickstart) against
+             the seed-003 loop doing the same steps and validations (harness/bench/fixed.py)
+  trace      (when named) the first call of the hand loop and of the fused step at one and ten
+             steps per call, with and without the members' switches, each in a fresh process
   gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
@@ -74,6 +79,7 @@ from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
 from harness.bench.suites import SUITES
 from harness.bench.fixed import bench_fixed
+from harness.bench.trace import bench_trace
 
 tf = import_tf()
 # A check that the section works: two tiny models, 4 seeds, a few steps (no calibration figure).
@@ -173,6 +179,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
         "calibration_images": lambda: bench_calibration_images(folder, **(TINY_CALIBRATION_IMAGES if tiny else {})),
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
+        "trace": lambda: bench_trace(suite, asked_rounds or (1 if tiny else 3)),  # a fresh process per first call
     }
     return work, on_request
 
