@@ -172,7 +172,6 @@ def test_a_fed_contender_runs_exactly_the_steps_it_is_timed_for():
         assert chunks == expected and sum(chunks) == steps
 
 
-
 def test_the_trace_section_rotates_its_contenders_and_pairs_each_round_with_the_hand_loop_of_that_round(monkeypatch):
     """Medians over fresh processes (faked here), and each trace's ratio to the hand loop's in the
     same round: the machine's speed moves between rounds more than between contenders."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from harness.bench.timing import _section
+from harness.bench.timing import _section, rotated
 
 # Runs a command and prints its wall time and the peak RSS of its process tree (RUSAGE_CHILDREN
 # covers every descendant that was waited for: the driver and each group's process).
@@ -57,7 +57,7 @@ def bench_scale(base: dict, widths: tuple[int, ...], steps: int, rounds: int, fo
     names = list(arrangements(len(members)))
     _warm_plan_cache(config, arrangements(len(members))[names[-1]], results, folder)  # probes are paid once, not timed
     for round_index in range(rounds):
-        for name in names[round_index % len(names):] + names[: round_index % len(names)]:  # rotate the order
+        for name in rotated(names, round_index):
             measured.setdefault(name, []).append(_run(config, arrangements(len(members))[name], results, folder))
     rows = _arrangement_rows(measured, names[0])
     rows += _plan_accuracy_rows(results / "scale")

@@ -20,6 +20,13 @@ tf = import_tf()
 
 
 
+def rotated(items: list, round_index: int) -> list:
+    """The order of round `round_index`: A B C, then B C A, then C A B, ... (every item in every
+    position equally often over len(items) rounds)."""
+    shift = round_index % len(items)
+    return items[shift:] + items[:shift]
+
+
 def alternate(contenders: list[Contender], rounds: int, steps: int) -> pd.DataFrame:
     """Rows (round, contender, ms_per_step), contenders interleaved within every round. The order
     rotates from round to round (A B C, B C A, C A B, ...): every contender runs in every position
@@ -27,8 +34,7 @@ def alternate(contenders: list[Contender], rounds: int, steps: int) -> pd.DataFr
     another contender's models) does not favour one of them."""
     rows = []
     for r in range(rounds):
-        shift = r % len(contenders)
-        for c in contenders[shift:] + contenders[:shift]:
+        for c in rotated(contenders, r):
             began = time.perf_counter()
             c.call(steps)
             rows.append({"round": r, "contender": c.name, "ms_per_step": 1000 * (time.perf_counter() - began) / steps})

@@ -22,7 +22,7 @@ import time
 
 import pandas as pd
 
-from harness.bench.timing import _section
+from harness.bench.timing import _section, rotated
 
 # name -> (steps per call, a switch per member)
 CONTENDERS = {
@@ -39,8 +39,7 @@ def bench_trace(suite: str, rounds: int, contenders: list[str] | None = None) ->
     names = contenders or list(CONTENDERS)
     measured: dict[str, list[dict]] = {name: [] for name in names}
     for r in range(rounds):
-        shift = r % len(names)
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(names, r):
             print(f"bench: trace: {name} (round {r + 1} of {rounds}) ...", file=sys.stderr, flush=True)
             measured[name].append(_in_fresh_process(suite, name))
     return _section("trace", [_row(name, runs, measured.get("hand_loop")) for name, runs in measured.items()])
