@@ -3,6 +3,8 @@ no new trace, every variable put back), and, over several replicas, each member'
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from conftest import tiny_config
@@ -67,6 +69,7 @@ def test_a_probe_times_fewer_steps_when_one_step_already_fills_its_seconds():
     assert steps_within(2.0, settle_s=0.5, most=5) == 4
     assert steps_within(2.0, settle_s=2.6, most=5) == 1  # the quickstart's fused step: once
     assert steps_within(2.0, settle_s=0.0, most=5) == 5
+    assert steps_within(math.inf, settle_s=2.6, most=5) == 5  # no limit: the probes' default
 
 
 class _Flag:
@@ -138,3 +141,33 @@ def test_the_batches_held_in_memory_are_the_pipelines_first_ones_repeated_withou
     assert held.options().autotune.enabled is False and pipeline.options().autotune.enabled is not False
     assert held.element_spec == pipeline.element_spec  # the same structure and shapes: no new trace
     assert [int(i) for _, i in held.take(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+class _RecordingPlacement:
+    """A placement whose iterators are the datasets' own, recording each dataset it was given."""
+
+    def __init__(self):
+        self.datasets: list = []
+
+    def input_iterator(self, dataset):
+        self.datasets.append(dataset)
+        return iter(dataset)
+
+
+def test_the_input_share_probe_reads_the_real_pipeline_without_autotuning_too():
+    """Dropping an autotuned iterator waited for its tuning thread: 4.1-4.5 s at the end of the
+    quickstart's probe. Both of the probe's iterators carry no autotuning; the run's pipeline keeps its own."""
+    from harness.core.backend import import_tf
+    from harness.training.probe import held_in_memory, probe_input_wait_share
+
+    tf = import_tf()
+    pipeline = tf.data.Dataset.range(100).map(lambda i: tf.cast(i, tf.float32), num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    placement, step = _RecordingPlacement(), tf.Variable(5, dtype=tf.int64)
+
+    def train_loop(iterator, steps):
+        return [next(iterator) for _ in range(steps)]
+
+    share = probe_input_wait_share(train_loop, placement, [], step, pipeline, held_in_memory(pipeline, 2), steps=2)
+    assert share is not None and 0.0 <= share <= 1.0 and int(step.numpy()) == 5
+    assert len(placement.datasets) == 2 and all(d.options().autotune.enabled is False for d in placement.datasets)
+    assert pipeline.options().autotune.enabled is not False

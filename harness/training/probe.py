@@ -39,8 +39,10 @@ def probe_ms_per_step(members, strategy, images, masks, steps: int, seconds: flo
 def steps_within(seconds: float, settle_s: float, most: int) -> int:
     """How many steps a timed call takes: `most`, or fewer when the settling step shows that fewer
     fill `seconds` (a 1.6-s step is timed once, not five times: the noise of a per-step mean over
-    seconds of work is already small, and every timed step is a step the user waits for)."""
-    return max(1, min(most, math.ceil(seconds / max(settle_s, 1e-6))))
+    seconds of work is already small, and every timed step is a step the user waits for). With
+    no limit (`seconds` infinite, the probes' default) always `most`."""
+    fill = seconds / max(settle_s, 1e-6)
+    return most if fill >= most else max(1, math.ceil(fill))
 
 
 def probe_switched_ms_per_step(train_loop, switches: dict, members, global_step, batches, steps: int, seconds: float = math.inf, rounds: int = 1) -> dict[str, float]:
@@ -109,11 +111,18 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
 
     Measured by difference because on a CPU the pipeline does not only make the step wait: its
     threads also take cores from the models. State (weights, optimizer slots, flags, the global
-    step) is put back afterwards, so the run's results are unchanged."""
+    step) is put back afterwards, so the run's results are unchanged.
+
+    Both iterators run without tf.data's autotuning (`without_autotuning`): a parallel map then
+    runs one call per core (16 calls of 0.1 s took 0.82 s on 2 cores with autotuning and without),
+    and the probe's few steps are too few for the tuning to move. With it, dropping the real
+    pipeline's iterator waited for its tuning thread (a native stack: `RootDataset::Iterator::
+    ~Iterator` joining `Model::OptimizeLoop`): 4.1 and 4.5 s timed, the probe 12.0-12.8 s in 8 runs
+    on the quickstart's networks against 7.4-8.6 s where it did not wait (it depends on timing)."""
     if steps <= 0:
         return None
-    real = placement.input_iterator(dataset)
-    in_memory = placement.input_iterator(in_memory_dataset)  # `held_in_memory(dataset, steps)`
+    real = placement.input_iterator(without_autotuning(dataset))
+    in_memory = placement.input_iterator(in_memory_dataset)  # `held_in_memory(dataset, steps)`: none either
     step_before = global_step.numpy()
     with contextlib.ExitStack() as stack:
         for member in members:
@@ -140,6 +149,12 @@ def held_in_memory(dataset, steps: int):
     native stack `RootDataset::Iterator::~Iterator`; 0.00 s in three runs without it)."""
     batches = list(dataset.take(steps))
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
+    return without_autotuning(tf.data.Dataset.from_tensor_slices(stacked).repeat())
+
+
+def without_autotuning(dataset):
+    """`dataset` with tf.data's autotuning off: an iterator over it starts no tuning thread, so
+    dropping it does not wait for one (seconds, at whatever point the thread's sleep had reached)."""
     options = tf.data.Options()
     options.autotune.enabled = False
-    return tf.data.Dataset.from_tensor_slices(stacked).repeat().with_options(options)
+    return dataset.with_options(options)
