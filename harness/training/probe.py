@@ -114,11 +114,11 @@ def probe_input_wait_share(train_loop, placement, members, global_step, dataset,
     step) is put back afterwards, so the run's results are unchanged.
 
     Both iterators run without tf.data's autotuning (`without_autotuning`): a parallel map then
-    runs one call per core (16 calls of 0.1 s took 0.82 s on 2 cores with autotuning and without),
-    and the probe's few steps are too few for the tuning to move. With it, dropping the real
-    pipeline's iterator waited for its tuning thread (a native stack: `RootDataset::Iterator::
-    ~Iterator` joining `Model::OptimizeLoop`): 4.1 and 4.5 s timed, the probe 12.0-12.8 s in 8 runs
-    on the quickstart's networks against 7.4-8.6 s where it did not wait (it depends on timing)."""
+    runs one call per core (16 calls of 0.1 s took 0.82 s on 2 cores with autotuning and without).
+    With autotuning, dropping the real pipeline's iterator waited for its tuning thread (a native
+    stack: `RootDataset::Iterator::~Iterator` joining `Model::OptimizeLoop`): 4.1 and 4.5 s timed,
+    the probe 12.0-12.8 s in 8 runs on the quickstart's networks against 7.4-8.6 s where it did not
+    wait (it depends on timing)."""
     if steps <= 0:
         return None
     real = placement.input_iterator(without_autotuning(dataset))
