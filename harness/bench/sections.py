@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ from harness.bench.contenders import (
     make_hand_loop_contender, make_variant_contender, one_device_strategy_placement, pipeline_ms_per_batch,
 )
 from harness.bench.suites import TINY
-from harness.bench.timing import _section, _with, alternate, ratios_to
+from harness.bench.timing import _section, _with, alternate, child_figures, ratios_to
 
 tf = import_tf()
 
@@ -211,17 +210,9 @@ def rss_mb() -> float:
 
 def bench_memory(base, max_n: int) -> pd.DataFrame:
     """Peak RSS of a fresh process per N: one process can only grow, so it cannot compare N's."""
-    from harness.core.backend import user_environment
-
     rows = []
     for n in range(1, max_n + 1):
-        done = subprocess.run(
-            [sys.executable, "-c", _MEMORY_SCRIPT, json.dumps(base), str(n)],
-            capture_output=True, text=True, timeout=900, env=user_environment(),
-        )
-        if done.returncode:
-            raise RuntimeError(f"memory probe for N={n} failed: {done.stderr[-500:]}")
-        measured = json.loads(done.stdout.strip().splitlines()[-1])
+        measured = child_figures([sys.executable, "-c", _MEMORY_SCRIPT, json.dumps(base), str(n)], f"memory probe for N={n}", timeout=900)
         rows.append(
             {
                 "contender": f"N={n}",

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
 import time
 from typing import Any
 
 import pandas as pd
 
-from harness.core.backend import import_tf
+from harness.core.backend import import_tf, user_environment
 from harness.config.schema import ExperimentConfig
 from harness.config.loading import validate_config
 from harness.bench.contenders import Contender
@@ -18,6 +19,16 @@ from harness.bench.contenders import Contender
 tf = import_tf()
 
 
+
+
+def child_figures(command: list[str], what: str, timeout: float | None = None) -> dict:
+    """Run a measuring child process (a fresh process: nothing traced or loaded before it) with
+    the user's environment; its last stdout line is a JSON object of figures. A child that fails
+    raises, naming `what` and ending with its stderr."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=user_environment())
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def rotated(items: list, round_index: int) -> list:

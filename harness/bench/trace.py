@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import time
 
 import pandas as pd
 
-from harness.bench.timing import _section, rotated
+from harness.bench.timing import _section, child_figures, rotated
 
 # name -> (steps per call, a switch per member)
 CONTENDERS = {
@@ -58,13 +57,7 @@ def _row(name: str, runs: list[dict], hand: list[dict] | None) -> dict:
 
 
 def _in_fresh_process(suite: str, contender: str) -> dict:
-    from harness.core.backend import user_environment
-
-    command = [sys.executable, "-m", "harness.bench.trace", suite, contender]
-    done = subprocess.run(command, capture_output=True, text=True, env=user_environment())
-    if done.returncode != 0:
-        raise RuntimeError(f"bench trace: {contender} exited {done.returncode}: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return child_figures([sys.executable, "-m", "harness.bench.trace", suite, contender], f"bench trace: {contender}")
 
 
 def measure(suite: str, contender: str) -> dict:
