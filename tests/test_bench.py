@@ -125,6 +125,22 @@ def test_the_fixed_section_times_each_phase_of_a_whole_command_against_the_hand_
     assert end_to_end["ratio"] == round(end_to_end["harness_s"] / end_to_end["hand_loop_s"], 3)
 
 
+def test_the_fixed_sections_ratio_pairs_each_round_and_shows_their_range():
+    """Each round's two commands ran side by side: the ratio is the median of the rounds' own, not
+    the ratio of two medians taken from different rounds."""
+    from harness.bench.fixed import _rows
+
+    harness = [{"end to end": s} for s in (10.0, 12.0, 20.0)]
+    hand = [{"end to end": s} for s in (8.0, 6.0, 16.0)]  # a hiccup in the hand loop's 2nd round
+    (row,) = _rows("smoke", {"harness": harness, "hand_loop": hand})
+    assert (row["harness_s"], row["hand_loop_s"]) == (12.0, 8.0)  # the medians, as every phase's
+    assert row["ratio"] == 1.25 and row["ratio_range"] == "1.25-2.00"  # 12 / 8 would read 1.5
+    (alone,) = _rows("grid40", {"harness": harness, "hand_loop": []})
+    assert "ratio" not in alone
+    (one,) = _rows("smoke", {"harness": harness[:1], "hand_loop": hand[:1]})
+    assert one["ratio"] == 1.25 and "ratio_range" not in one
+
+
 def test_the_printed_bench_is_one_table_per_section_with_only_its_own_columns():
     """bench.csv is one table of every section's columns; printed whole it was about 40 columns of
     NaN a row, too wide for any terminal."""

@@ -131,7 +131,19 @@ def _rows(config: str, runs: dict[str, list[dict]]) -> list[dict]:
         for contender, measured in runs.items():
             values = [run[phase] for run in measured if phase in run]
             row[f"{contender}_s"] = round(statistics.median(values), 3) if values else None
-        if row.get("hand_loop_s") and row.get("harness_s") is not None and phase == "end to end":
-            row["ratio"] = round(row["harness_s"] / row["hand_loop_s"], 3)
+        if phase == "end to end" and runs["hand_loop"]:
+            row.update(round_ratios(runs["harness"], runs["hand_loop"]))
         rows.append(row)
     return rows
+
+
+def round_ratios(harness: list[dict], hand: list[dict]) -> dict:
+    """The whole command's ratio, round by round (the two commands of a round ran one after the
+    other, in the same hour): the median (`ratio`) and, over several rounds, the range
+    (`ratio_range`). A round where one command met a hiccup shows in the range, and moves the
+    median less than it moves a ratio of medians taken from different rounds."""
+    ratios = sorted(h["end to end"] / b["end to end"] for h, b in zip(harness, hand))
+    row: dict = {"ratio": round(statistics.median(ratios), 3)}
+    if len(ratios) > 1:
+        row["ratio_range"] = f"{ratios[0]:.2f}-{ratios[-1]:.2f}"
+    return row
