@@ -9,22 +9,24 @@ from harness.core.backend import import_tf
 from harness.outputs.writers import Row, TensorBoardWriter
 
 
-def _read(folder) -> list[tuple]:
+def _events(folder):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
     events.Reload()
+    return events
+
+
+def _read(folder) -> list[tuple]:
+    events = _events(folder)
     tags = sorted(t for t in events.Tags()["tensors"] if not t.startswith("_hparams_"))  # ours carry hparams too
     return [(tag, e.step, e.tensor_proto.SerializeToString(), events.SummaryMetadata(tag).SerializeToString()) for tag in tags for e in events.Tensors(tag)]
 
 
 def _hparams(folder) -> list:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(folder), size_guidance={"tensors": 0})
-    events.Reload()
     from tensorboard.plugins.hparams import plugin_data_pb2
 
+    events = _events(folder)
     parsed = []
     for tag in sorted(t for t in events.Tags()["tensors"] if t.startswith("_hparams_")):
         data = plugin_data_pb2.HParamsPluginData()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from harness.bench.timing import _section
+from harness.bench.timing import _section, paired_ratios
 from harness.core.backend import user_environment
 from harness.errors import ConfigError
 
@@ -142,7 +142,7 @@ def round_ratios(harness: list[dict], hand: list[dict]) -> dict:
     other, in the same hour): the median (`ratio`) and, over several rounds, the range
     (`ratio_range`). A round where one command met a hiccup shows in the range, and moves the
     median less than it moves a ratio of medians taken from different rounds."""
-    ratios = sorted(h["end to end"] / b["end to end"] for h, b in zip(harness, hand))
+    ratios = paired_ratios((h["end to end"] for h in harness), (b["end to end"] for b in hand))
     row: dict = {"ratio": round(statistics.median(ratios), 3)}
     if len(ratios) > 1:
         row["ratio_range"] = f"{ratios[0]:.2f}-{ratios[-1]:.2f}"

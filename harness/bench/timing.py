@@ -31,6 +31,12 @@ def child_figures(command: list[str], what: str, timeout: float | None = None) -
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def paired_ratios(values, baselines) -> list[float]:
+    """Each round's value over the baseline's of the same round (the two ran side by side), in
+    rising order: their median is the ratio a bench quotes, their ends its range."""
+    return sorted(value / base for value, base in zip(values, baselines))
+
+
 def rotated(items: list, round_index: int) -> list:
     """The order of round `round_index`: A B C, then B C A, then C A B, ... (every item in every
     position equally often over len(items) rounds)."""

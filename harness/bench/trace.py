@@ -21,7 +21,7 @@ import time
 
 import pandas as pd
 
-from harness.bench.timing import _section, child_figures, rotated
+from harness.bench.timing import _section, child_figures, paired_ratios, rotated
 
 # name -> (steps per call, a switch per member)
 CONTENDERS = {
@@ -52,7 +52,7 @@ def _row(name: str, runs: list[dict], hand: list[dict] | None) -> dict:
            "first_call_s": median("first_call_s"), "second_call_s": median("second_call_s"), "trace_s": median("trace_s"),
            "trace_s_min": round(min(run["trace_s"] for run in runs), 2), "trace_s_max": round(max(run["trace_s"] for run in runs), 2)}
     if hand:  # the same round's processes, one after the other
-        row["trace_ratio"] = round(statistics.median(run["trace_s"] / base["trace_s"] for run, base in zip(runs, hand)), 3)
+        row["trace_ratio"] = round(statistics.median(paired_ratios((r["trace_s"] for r in runs), (b["trace_s"] for b in hand))), 3)
     return row
 
 

@@ -97,16 +97,16 @@ class TensorBoardWriter:
         self._event, self._summary, self._tensor = event_pb2.Event, summary_pb2.Summary, tensor_pb2.TensorProto
         self._float, self._scalar_shape = types_pb2.DT_FLOAT, tensor_shape_pb2.TensorShapeProto()
         self.scalar = metadata.create_summary_metadata(display_name=None, description=None)
+        try:
+            from tensorboard.plugins.hparams.api import hparams_pb
+        except ImportError:  # a tensorboard without the hparams plugin: the scalars still go
+            hparams_pb = None
         self.writers = {}
         for name, params in hparams.items():
             writer = EventFileWriter(str(folder / name), max_queue_size=self.QUEUE)
             self.writers[name] = writer
-            try:
-                from tensorboard.plugins.hparams import api as hp
-
-                writer.add_event(self._event(wall_time=time.time(), step=0, summary=hp.hparams_pb(params, trial_id=name)))
-            except ImportError:  # a tensorboard without the hparams plugin: the scalars still go
-                pass
+            if hparams_pb is not None:
+                writer.add_event(self._event(wall_time=time.time(), step=0, summary=hparams_pb(params, trial_id=name)))
 
     def write(self, rows: Sequence[Row], step: int) -> None:
         now = time.time()
