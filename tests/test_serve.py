@@ -142,6 +142,26 @@ def test_latency_at_batch_1_is_timed_over_every_one_of_its_calls_however_long_th
     assert 0 < figures["latency_ms"] <= figures["latency_p90_ms"]
 
 
+def test_serving_is_one_trace_for_both_batch_sizes_as_the_exported_serve_endpoint_takes_any_batch(tmp_path, monkeypatch):
+    """Two traces of fixed batch sizes cost a trace more per network and timed a graph no export
+    serves: the SavedModel's endpoint leaves the batch dimension unknown."""
+    from harness.core.backend import import_keras, import_tf
+    from harness.training import serve
+    from harness.training.export import export_saved_model
+
+    tf, keras = import_tf(), import_keras()
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3, padding="same")])
+    made, real = [], serve.serving_function
+    monkeypatch.setattr(serve, "serving_function", lambda *args: made.append(real(*args)) or made[-1])
+    figures = serve.measure_serving(model, (8, 8, 1), serve_batch=4, calls=5)
+    assert figures["latency_ms"] > 0 and figures["serve_images_per_s"] > 0
+    (infer,) = made
+    assert infer.experimental_get_tracing_count() == 1
+    export_saved_model(model, tmp_path / "saved")
+    (endpoint_input,) = tf.saved_model.load(str(tmp_path / "saved")).signatures["serving_default"].structured_input_signature[1].values()
+    assert infer.input_signature[0].shape.as_list() == endpoint_input.shape.as_list() == [None, 8, 8, 1]
+
+
 def test_a_saved_model_alone_is_sized_and_named_when_asked_for_as_a_keras_model(tmp_path):
     """`output.export_formats: [saved_model]`: model_mb was left empty and load_run said the run
     exported nothing."""
