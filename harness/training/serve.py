@@ -55,7 +55,9 @@ def serving_function(model, input_shape: tuple[int, ...]):
     """The model's inference as a served SavedModel runs it: one graph for any batch size (the
     batch dimension unknown when traced), so batch 1 and the serving batch share one trace. Two
     traces of fixed batch sizes cost one more trace per network (0.04-0.09 s for smoke's tiny
-    networks, 0.2-0.9 s for the quickstart's) and measured a graph no export serves."""
+    networks, 0.2-0.9 s for the quickstart's) and measured a graph no export serves. No model
+    meets an unknown batch here first: validation's function is traced with one (its last batch
+    may be short)."""
     spec = tf.TensorSpec((None, *input_shape), tf.float32)
     return tf.function(lambda images: model(images, training=False), input_signature=[spec])
 
