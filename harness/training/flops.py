@@ -11,6 +11,7 @@ import io
 import logging
 
 from harness.core.backend import import_tf
+from harness.training.serve import inference_function
 
 tf = import_tf()
 
@@ -19,10 +20,8 @@ def forward_flops(model, input_shape: tuple[int, ...]) -> int | None:
     """FLOPs of one example's forward pass, or None where the profiler cannot count them.
     `input_shape`: one image's (height, width, channels); a subclassed model has no `input_shape`
     of its own to read."""
-    shape = (1, *input_shape)
     try:
-        concrete = tf.function(lambda x: model(x, training=False)).get_concrete_function(tf.TensorSpec(shape, tf.float32))
-        graph = concrete.graph
+        graph = inference_function(model, (1, *input_shape)).get_concrete_function().graph  # a known batch: the profiler counts by shape
         options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
         options["output"] = "none"
         logger = logging.getLogger("tensorflow")

@@ -51,6 +51,13 @@ def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls
     }
 
 
+def inference_function(model, batch_shape: tuple):
+    """The model's forward pass in inference mode, compiled for images of `batch_shape` (a None
+    batch: any batch size)."""
+    spec = tf.TensorSpec(batch_shape, tf.float32)
+    return tf.function(lambda images: model(images, training=False), input_signature=[spec])
+
+
 def serving_function(model, input_shape: tuple[int, ...]):
     """The model's inference as a served SavedModel runs it: one graph for any batch size (the
     batch dimension unknown when traced), so batch 1 and the serving batch share one trace. Two
@@ -58,8 +65,7 @@ def serving_function(model, input_shape: tuple[int, ...]):
     networks, 0.2-0.9 s for the quickstart's) and measured a graph no export serves. No model
     meets an unknown batch here first: validation's function is traced with one (its last batch
     may be short)."""
-    spec = tf.TensorSpec((None, *input_shape), tf.float32)
-    return tf.function(lambda images: model(images, training=False), input_signature=[spec])
+    return inference_function(model, (None, *input_shape))
 
 
 def _timed_calls(infer, images, most: int, least: int, seconds: float) -> list[float]:
