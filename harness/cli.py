@@ -353,8 +353,10 @@ def cmd_bench(args) -> int:
     from harness.bench.bench import bench_text, run_bench, run_bench_processes
 
     suite = "tiny" if args.tiny else args.suite
-    if args.processes < 1:
-        raise ConfigError(f"bench --processes: must be 1 or more, got {args.processes}")
+    # --rounds 0 would read as "not given" (the section's default) and a negative one as no round at all.
+    for option, value in (("--processes", args.processes), ("--rounds", args.rounds), ("--steps", args.steps)):
+        if value is not None and value < 1:
+            raise ConfigError(f"bench {option}: must be 1 or more, got {value}")
     if args.processes > 1:
         table = run_bench_processes(suite, args.out, args.processes, args.rounds, args.steps, args.gpu, args.section)
     else:

@@ -129,8 +129,10 @@ def test_bad_arguments_are_usage_errors_in_process(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["nightly", str(REPO / "experiments" / "smoke.yaml"), "--night", "tomorrow"]) == 2
     assert "--night 'tomorrow'" in capsys.readouterr().err
-    assert main(["bench", "--processes", "0"]) == 2
-    assert "--processes" in capsys.readouterr().err
+    for option, value in (("--processes", "0"), ("--rounds", "0"), ("--rounds", "-1"), ("--steps", "0")):
+        assert main(["bench", "--tiny", "--section", "loop", option, value, "--out", str(tmp_path / "bench")]) == 2
+        assert f"bench {option}: must be 1 or more, got {value}" in capsys.readouterr().err
+    assert not (tmp_path / "bench").exists()  # refused before anything was measured or written
 
 
 def test_runs_and_compare_import_no_tensorflow(tmp_path):
