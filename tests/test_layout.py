@@ -4,6 +4,7 @@ not import each other, and a config that can be read without running the code it
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -172,3 +173,25 @@ def test_a_process_that_only_trains_loads_no_plotting_or_statistics_library():
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", "importing the training path loaded the output libraries"
+
+
+def modules_missing_from_layout(layout_text: str) -> list[str]:
+    """harness's modules (and experiment files) that docs/layout.md does not name where they live:
+    a module of a subpackage must be named in that subpackage's lines of the tree."""
+    named: dict[str | None, set[str]] = {}
+    where: str | None = None
+    for line in layout_text.split("```")[-2].splitlines():  # the tree: the page's last code block
+        folder = re.match(r"^ {0,2}([\w.]+)/", line)
+        if folder:
+            where = folder.group(1)
+        elif re.match(r"^ {2}\w", line):
+            where = None  # a module of the package's top level
+        named.setdefault(where, set()).update(re.findall(r"([\w]+\.(?:py|yaml))", line))
+    missing = [str(p.relative_to(PACKAGE)) for p in sorted(PACKAGE.rglob("*.py"))
+               if p.name != "__init__.py" and p.name not in named.get(p.parent.name if p.parent != PACKAGE else None, set())]
+    missing += [f"experiments/{p.name}" for p in sorted((REPO / "experiments").glob("*.yaml")) if p.name not in named.get("experiments", set())]
+    return missing
+
+
+def test_the_layout_page_names_every_module_where_it_lives():
+    assert modules_missing_from_layout((REPO / "docs" / "layout.md").read_text(encoding="utf-8")) == []
