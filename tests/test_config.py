@@ -485,3 +485,34 @@ def test_the_common_loss_is_the_one_most_members_train_on_else_the_outputs_cross
     assert validate_config(tiny_config(models=models, data={"classes": 3})).compare_loss() == "cce"  # a softmax
     most = models + [{"name": "c", "arch": "tiny_deconv", "loss": "dice"}]
     assert validate_config(tiny_config(models=most, data={"classes": 3})).compare_loss() == "dice"
+
+
+def undocumented_keys(text: str) -> list[str]:
+    """Config keys the docs never name: a key counts as named as a YAML key (`logical_cpus:`) or
+    in code quotes, alone or dotted (`data.test_size`, `warmup_steps`)."""
+    import inspect
+    import re
+
+    from pydantic import BaseModel
+
+    from harness.config.schema import ExperimentConfig
+
+    internal = {"grid_values"}  # filled from `grid:` when the config is read, never written by users
+    missing: list[str] = []
+
+    def walk(model, prefix: str) -> None:
+        for name, field in model.model_fields.items():
+            key = prefix + name
+            if name not in internal and not re.search(rf"\b{name}:|`(?:[\w.]*\.)?{name}`", text):
+                missing.append(key)
+            for kind in (*getattr(field.annotation, "__args__", ()), field.annotation):  # `X | None` too
+                if inspect.isclass(kind) and issubclass(kind, BaseModel):
+                    walk(kind, key + ".")
+
+    walk(ExperimentConfig, "")
+    return sorted(set(missing))
+
+
+def test_every_config_key_is_named_in_the_docs():
+    text = "\n".join(path.read_text(encoding="utf-8") for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
+    assert undocumented_keys(text) == []
