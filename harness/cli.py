@@ -109,8 +109,8 @@ EXAMPLES = {
         "harness doctor --quick    # versions, devices, XLA, mixed precision, determinism only",
     ],
     "bench": [
-        "harness bench --tiny                      # seconds: checks the bench works",
-        "harness bench --section steps_per_call --rounds 7",
+        "harness bench --tiny                      # a few minutes: checks every section works",
+        "harness bench --section loop --rounds 7    # one section: the fused step against the hand loop",
         "harness bench --suite quickstart --processes 3",
     ],
     "nightly": [
@@ -220,7 +220,7 @@ def _add_bench(commands) -> None:
     doctor.add_argument("--quick", action="store_true", help="skip the tiny fused steps (each a process of its own, about 15 s each)")
     doctor.set_defaults(func=cmd_doctor)
     bench = commands.add_parser("bench", help="measure the fused step side by side (not a test: figures for the README)")
-    bench.add_argument("--tiny", action="store_true", help="tiny models, seconds: only checks the benchmark works")
+    bench.add_argument("--tiny", action="store_true", help="tiny models, a few minutes: only checks that every section works")
     bench.add_argument("--suite", choices=["standard", "quickstart"], default="standard", help="the models to measure")
     bench.add_argument("--section", action="append", default=None, help="run only these sections (repeatable)")
     bench.add_argument("--gpu", action="store_true", help="add the GPU section (precision, XLA, multi-GPU)")
@@ -350,13 +350,17 @@ def cmd_doctor(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from harness.bench.bench import bench_text, run_bench, run_bench_processes
+    from harness.bench.suites import unknown_sections
 
     suite = "tiny" if args.tiny else args.suite
     # --rounds 0 would read as "not given" (the section's default) and a negative one as no round at all.
     for option, value in (("--processes", args.processes), ("--rounds", args.rounds), ("--steps", args.steps)):
         if value is not None and value < 1:
             raise ConfigError(f"bench {option}: must be 1 or more, got {value}")
+    if problem := unknown_sections(args.section):
+        raise ConfigError(problem)  # before TensorFlow loads and before a dated folder is made
+    from harness.bench.bench import bench_text, run_bench, run_bench_processes
+
     if args.processes > 1:
         table = run_bench_processes(suite, args.out, args.processes, args.rounds, args.steps, args.gpu, args.section)
     else:

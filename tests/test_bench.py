@@ -219,3 +219,10 @@ def test_the_trace_section_times_a_first_call_in_a_fresh_process():
     assert row["section"] == "trace" and row["steps_per_call"] == 10 and row["second_call_s"] > 0
     assert row["first_call_s"] > row["second_call_s"]  # the first call traces
     assert abs(row["trace_s"] - (row["first_call_s"] - row["second_call_s"])) < 0.02 and "trace_ratio" not in row
+
+
+def test_the_bench_has_a_thunk_for_every_section_name_and_no_other(tmp_path):
+    from harness.bench.bench import _sections
+    from harness.bench.suites import DEFAULT_SECTIONS, ON_REQUEST_SECTIONS
+
+    assert tuple(_sections("tiny", tmp_path, None, None)) == DEFAULT_SECTIONS + ON_REQUEST_SECTIONS

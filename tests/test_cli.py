@@ -88,13 +88,15 @@ def test_every_command_has_help_and_every_option_says_what_it_does(capsys):
 
 
 def test_every_example_in_the_help_parses():
+    from harness.bench.suites import unknown_sections
     from harness.cli import EXAMPLES
 
     for name, examples in EXAMPLES.items():
         for example in examples:
             words = shlex.split(example.split("#")[0].split("|")[0])
             assert words[0] == "harness", example
-            build_parser().parse_args(words[1:])  # exits 2 (a failure here) if an example is wrong
+            args = build_parser().parse_args(words[1:])  # exits 2 (a failure here) if an example is wrong
+            assert unknown_sections(getattr(args, "section", None)) is None, example  # checked after parsing
 
 
 def test_version(capsys):
@@ -132,6 +134,8 @@ def test_bad_arguments_are_usage_errors_in_process(tmp_path, capsys):
     for option, value in (("--processes", "0"), ("--rounds", "0"), ("--rounds", "-1"), ("--steps", "0")):
         assert main(["bench", "--tiny", "--section", "loop", option, value, "--out", str(tmp_path / "bench")]) == 2
         assert f"bench {option}: must be 1 or more, got {value}" in capsys.readouterr().err
+    assert main(["bench", "--section", "loop", "--section", "steps_per_call", "--out", str(tmp_path / "bench")]) == 2
+    assert "unknown section(s) ['steps_per_call']; choose from loop, overhead" in capsys.readouterr().err
     assert not (tmp_path / "bench").exists()  # refused before anything was measured or written
 
 

@@ -52,7 +52,7 @@ Sections (rows of bench.csv):
              the seed-003 loop doing the same steps and validations (harness/bench/fixed.py)
   trace      (when named) the first call of the hand loop and of the fused step at one and ten
              steps per call, with and without the members' switches, each in a fresh process
-  gpu        with --gpu on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
+  gpu        with --gpu (or when named) on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from harness.bench.repeats import bench_repeats
 from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
-from harness.bench.suites import SUITES
+from harness.bench.suites import DEFAULT_SECTIONS, SUITES, unknown_sections
 from harness.bench.fixed import bench_fixed
 from harness.bench.trace import bench_trace
 
@@ -99,17 +99,15 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     from harness.config.schema import PlacementSpec
     from harness.core.placement import configure_devices
 
+    if problem := unknown_sections(sections):
+        raise ConfigError(problem)  # before a folder is made (the command line checks first too)
     configure_devices(PlacementSpec(logical_cpus=2))  # for the placement section; before any op
     # The bench builds many loops on purpose; TensorFlow would warn about "retracing" each time.
     tf.get_logger().setLevel("ERROR")
     folder = _dated_folder(out_dir)
     _write_machine(folder)
-    work, on_request = _sections(suite, folder, rounds, steps, gpu)
-    chosen = sections or list(work)
-    work.update(on_request)
-    unknown = [s for s in chosen if s not in work]
-    if unknown:
-        raise ConfigError(f"bench: unknown section(s) {unknown}; choose from {', '.join(work)}")
+    work = _sections(suite, folder, rounds, steps)
+    chosen = sections or [*DEFAULT_SECTIONS, *(["gpu"] if gpu else [])]
     tables = []
     for name in chosen:
         print(f"bench: {name} ...", file=sys.stderr, flush=True)
@@ -145,8 +143,8 @@ def bench_text(table: pd.DataFrame) -> str:
     return "\n\n".join(parts)
 
 
-def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, gpu: bool) -> tuple[dict, dict]:
-    """(the sections a bench runs by default, those it runs only when named), each a thunk."""
+def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None) -> dict:
+    """Every section by name (suites.DEFAULT_SECTIONS and ON_REQUEST_SECTIONS), each a thunk."""
     base = SUITES[suite]
     tiny = suite == "tiny"
     asked_rounds = rounds
@@ -168,12 +166,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
         "statistics": lambda: bench_statistics(1 if tiny else 3, *((6, 50, 200) if tiny else ())),
         "stream": lambda: bench_stream(folder, 60 if tiny else 20_000, 32 if tiny else 256, 4 if tiny else 200, quickstart=not tiny, rounds=1 if tiny else 8),
         "scale": lambda: bench_scale(base, (4,) if tiny else (8, 16, 24, 32), 4 if tiny else 100, 1 if tiny else 2, folder, 2 if tiny else None),
-    }
-    if gpu:
-        work["gpu"] = lambda: bench_gpu(base, rounds, steps)
-    # Measurements of the statistics' calibration and of repeats' cost train for many minutes at
-    # full size: run when named (--section), like the GPU section when asked for.
-    on_request = {
+        "gpu": lambda: bench_gpu(base, rounds, steps),
         "calibration": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {})),
         "calibration_bootstrap": lambda: bench_calibration(folder, **(TINY_CALIBRATION if tiny else {}), bootstrap_train=True),
         "calibration_images": lambda: bench_calibration_images(folder, **(TINY_CALIBRATION_IMAGES if tiny else {})),
@@ -181,7 +174,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None, g
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
         "trace": lambda: bench_trace(suite, asked_rounds or (1 if tiny else 3)),  # a fresh process per first call
     }
-    return work, on_request
+    return work  # keyed by suites.py's names, in their order (tested)
 
 
 def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:

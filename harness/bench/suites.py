@@ -1,6 +1,22 @@
-"""The models a bench measures: `tiny` (checks that it works), `standard`, `quickstart`."""
+"""The models a bench measures: `tiny` (checks that it works), `standard`, `quickstart`; and the
+names of its sections, which the command line checks before TensorFlow loads."""
 
 from __future__ import annotations
+
+# What `harness bench` runs when no --section is named, in this order.
+DEFAULT_SECTIONS = ("loop", "overhead", "dispatch", "fit", "compile", "scaling", "memory", "placement", "checkpoint",
+                    "input", "statistics", "stream", "scale")
+# Run only when named (--section; `gpu` also by --gpu): each trains for minutes at full size, or
+# needs a GPU.
+ON_REQUEST_SECTIONS = ("gpu", "calibration", "calibration_bootstrap", "calibration_images", "repeats", "fixed", "trace")
+
+
+def unknown_sections(names: list[str] | None) -> str | None:
+    """The message for section names the bench does not have, or None."""
+    unknown = [name for name in names or [] if name not in DEFAULT_SECTIONS + ON_REQUEST_SECTIONS]
+    if not unknown:
+        return None
+    return f"bench: unknown section(s) {unknown}; choose from {', '.join(DEFAULT_SECTIONS + ON_REQUEST_SECTIONS)}"
 
 TINY = {
     "name": "bench",
