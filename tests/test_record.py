@@ -69,3 +69,27 @@ def test_a_run_is_stopped_short_when_not_completed_before_its_last_step():
     assert not record("completed", 4, 100).stopped_short  # early stopping, a race: completed short of total_steps
     assert not record("failed", 100, 100).stopped_short  # failed at its end: its scores are final
     assert not record("interrupted", 0, None).stopped_short  # nothing known to be short of
+
+
+X86_CPUINFO = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw amx_tile\n"
+ARM_CPUINFO = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd evtstrm sve bf16 i8mm\n"
+
+
+def test_a_machine_names_the_instruction_sets_its_kernels_choose_by_and_two_cpus_of_one_name_differ_by_them():
+    """Two hosts of a virtual machine both read "Intel(R) Xeon(R) Processor"; TensorFlow's CPU
+    kernels choose their code by the instruction sets, so timings and fast-mode digits follow them."""
+    from harness.rundir.hardware import _cpu_isa, describe, differs, this_machine
+
+    assert _cpu_isa(X86_CPUINFO) == ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "amx_tile"]
+    assert _cpu_isa(ARM_CPUINFO) == ["asimd", "sve", "bf16", "i8mm"]
+    assert _cpu_isa("processor\t: 0\n") is None  # the system does not say: unknown, not "none"
+    assert "cpu_isa" in this_machine()
+
+    here = {"host": "vm", "cpu": "Intel(R) Xeon(R) Processor", "cpus": 2, "cpu_isa": ["avx", "avx2", "fma"], "gpus": []}
+    other_host = {**here, "cpu_isa": ["avx", "avx2", "fma", "avx512f", "amx_tile"]}
+    before_isa = {key: value for key, value in here.items() if key != "cpu_isa"}  # run.json of harness 0.3.2 and earlier
+    assert not differs(here, dict(here))
+    assert differs(here, other_host) and describe(here) != describe(other_host)  # compare tells them apart by describe
+    assert describe(here) == "vm: Intel(R) Xeon(R) Processor x2 (avx avx2 fma), no GPU"
+    assert differs(here, before_isa) and describe(here) != describe(before_isa)  # not known to be the same CPU
+    assert not differs(before_isa, dict(before_isa)) and not differs(here, None)

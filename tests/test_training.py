@@ -74,6 +74,7 @@ def test_run_directory_files(tiny_run):
     assert set(info["versions"]) >= {"python", "tensorflow", "tf_keras", "segmentation_models", "harness"}
     assert info["placement"]["strategy"] == "one_device"
     assert info["hardware"]["cpus"] == os.cpu_count() and info["hardware"]["gpus"] == [] and info["hardware"]["cpu"]  # whose timings these are
+    assert isinstance(info["hardware"]["cpu_isa"], list)  # Linux names its instruction sets
     assert info["models"]["fcn"]["status"] == "ok"
     summary = pd.read_csv(run_dir / "summary.csv")
     for column in ("model", "params", "status", "steps", "final_train_loss", "best_val_loss", "best_step", "ms_per_step", "val_iou", "val_f1"):

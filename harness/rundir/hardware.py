@@ -6,6 +6,14 @@ machines they measure the machines as much as the models. Parameters, FLOPs and 
 not depend on the machine. `harness compare` says when its runs' machines differ, and a nightly
 comparison does not judge a timed cost against a night that ran on other hardware.
 
+The CPU's model name does not tell two hosts apart: a virtual machine's often reads "Intel(R)
+Xeon(R) Processor" on hosts with other vector instructions, and TensorFlow's CPU kernels (oneDNN)
+choose their code by those instructions, so both the timings and, in the default fast mode, a run's
+last digits follow them (measured: the same code and config on two hosts that both read so gave
+other scores from the fourth decimal on; docs/interruptions.md). `cpu_isa` names the instruction
+sets those kernels choose between that this CPU has; a run recorded before it (harness 0.3.2 and
+earlier) names none, and is not known to have run on the same CPU as one that does.
+
 A run of groups (Ray) may time its models on several machines: run.json's `hardware` is then
 `{"machines": [...]}`, and each group's entry in `groups` names its own (`hardware`). Such a run's
 timings are not compared as one machine's, with each other or with another run's: which group
@@ -21,9 +29,31 @@ from pathlib import Path
 from typing import Any
 
 
+# The instruction sets TensorFlow's CPU kernels dispatch on, as /proc/cpuinfo names them (x86's
+# `flags`, Arm's `Features`), in the order they are said.
+KERNEL_ISAS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+               "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "sme")
+
+
 def this_machine(gpus: list[str] | None = None) -> dict[str, Any]:
-    """This machine: its host name, CPU model and count, and the GPUs TensorFlow names."""
-    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cpus": os.cpu_count(), "gpus": list(gpus or [])}
+    """This machine: its host name, CPU model, count and kernel instruction sets, and the GPUs
+    TensorFlow names."""
+    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cpus": os.cpu_count(), "cpu_isa": _cpu_isa(), "gpus": list(gpus or [])}
+
+
+def _cpu_isa(cpuinfo: str | None = None) -> list[str] | None:
+    """The KERNEL_ISAS this CPU has (None where the system does not say: not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            present = set(value.split())
+            return [isa for isa in KERNEL_ISAS if isa in present]
+    return None
 
 
 def _cpu_model() -> str:
@@ -57,15 +87,19 @@ def describe(machine: dict[str, Any]) -> str:
     if several(machine):
         return f"{len(machine['machines'])} machines: " + "; ".join(describe(m) for m in machine["machines"])
     gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
-    return f"{machine.get('host')}: {machine.get('cpu')} x{machine.get('cpus')}, {gpus}"
+    isa = machine.get("cpu_isa")
+    return f"{machine.get('host')}: {machine.get('cpu')} x{machine.get('cpus')}" + (f" ({' '.join(isa)})" if isa else "") + f", {gpus}"
 
 
 def differs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     """Two recorded machines that are not the same one (unknown, from a run recorded before
     run.json had `hardware`: not said to differ). A run timed on several machines differs from
-    every run, itself on the same machines included: its models may have landed elsewhere."""
+    every run, itself on the same machines included: its models may have landed elsewhere. One
+    that names its CPU's instruction sets differs from one that does not (recorded before
+    `cpu_isa`): the same model name has run on CPUs with other kernels, as `harness compare`
+    tells them apart by what `describe` says."""
     if not a or not b:
         return False
     if several(a) or several(b):
         return True
-    return any(a.get(key) != b.get(key) for key in ("host", "cpu", "cpus", "gpus"))
+    return any(a.get(key) != b.get(key) for key in ("host", "cpu", "cpus", "cpu_isa", "gpus"))
