@@ -5,6 +5,7 @@ the CPU's losses; a placement that fails is named and the exit code says so."""
 from __future__ import annotations
 
 import io
+import os
 
 import pandas as pd
 import pytest
@@ -21,6 +22,14 @@ tf = import_tf()
 def test_each_device_check_passes_on_this_cpu():
     for finding in (checks.xla(tf, "/cpu:0"), checks.mixed_float16(tf, import_keras(), "/cpu:0"), checks.determinism(tf, "/cpu:0")):
         assert finding.status == "ok", finding
+
+
+def test_the_cpu_line_names_the_instruction_sets_its_kernels_choose_by():
+    from harness.rundir import this_machine
+
+    (cpu,) = [f for f in checks.devices(tf) if f.name == "device CPU:0"]
+    isa = this_machine()["cpu_isa"]
+    assert cpu.detail.startswith(f"{os.cpu_count()} cores; instruction sets") and all(name in cpu.detail for name in isa or [])
 
 
 def test_a_device_that_does_not_exist_fails_the_check_by_name():

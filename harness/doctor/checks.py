@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from harness.core.backend import stderr_silenced
 from harness.core.host import memory_bytes
+from harness.rundir.hardware import this_machine
 
 
 @dataclass(frozen=True)
@@ -61,11 +62,20 @@ def devices(tf) -> list[Finding]:
         if device.device_type not in ("CPU", "GPU"):
             continue
         details = tf.config.experimental.get_device_details(device) if device.device_type == "GPU" else {}
-        extra = ", ".join(f"{k} {v}" for k, v in details.items()) or f"{os.cpu_count()} cores"
+        extra = ", ".join(f"{k} {v}" for k, v in details.items()) or _cpu_detail()
         found.append(Finding(f"device {device.name.removeprefix('/physical_device:')}", "info", extra))
     if not tf.config.list_physical_devices("GPU"):
         found.append(Finding("GPU", "info", "none found: harness runs on the CPU (GPU users: pip install -e \".[gpu]\", then run doctor again)"))
     return found
+
+
+def _cpu_detail() -> str:
+    """The cores, and the instruction sets TensorFlow's CPU kernels choose their code by (run.json
+    `hardware.cpu_isa`): two hosts that give one CPU name may differ in them, and a fast run's
+    digits and its timings with them."""
+    isa = this_machine()["cpu_isa"]
+    sets = f"; instruction sets {' '.join(isa)}" if isa else "; instruction sets not named by this system"
+    return f"{os.cpu_count()} cores{sets} (run.json hardware.cpu_isa: fast-mode digits and timings follow them)"
 
 
 def _host_memory() -> str:
