@@ -223,6 +223,7 @@ def test_the_trace_section_times_a_first_call_in_a_fresh_process():
 
 def test_the_bench_has_a_thunk_for_every_section_name_and_no_other(tmp_path):
     from harness.bench.bench import _sections
-    from harness.bench.suites import DEFAULT_SECTIONS, ON_REQUEST_SECTIONS
+    from harness.bench.suites import DEFAULT_SECTIONS, ON_REQUEST_SECTIONS, SECTIONS
 
+    assert SECTIONS == DEFAULT_SECTIONS + ON_REQUEST_SECTIONS
     assert tuple(_sections("tiny", tmp_path, None, None)) == DEFAULT_SECTIONS + ON_REQUEST_SECTIONS

@@ -66,7 +66,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.core.backend import import_tf
-from harness.errors import ConfigError, HarnessError
+from harness.errors import HarnessError
 from harness.bench.sections import (
     bench_checkpoint, bench_compile, bench_dispatch, bench_fit, bench_gpu, bench_input, bench_loop,
     bench_memory, bench_overhead, bench_placement, bench_scaling,
@@ -77,7 +77,7 @@ from harness.bench.repeats import bench_repeats
 from harness.bench.scale import bench_scale
 from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
-from harness.bench.suites import DEFAULT_SECTIONS, SUITES, unknown_sections
+from harness.bench.suites import DEFAULT_SECTIONS, SUITES
 from harness.bench.fixed import bench_fixed
 from harness.bench.trace import bench_trace
 
@@ -99,8 +99,7 @@ def run_bench(suite: str, out_dir: Path, rounds: int | None = None, steps: int |
     from harness.config.schema import PlacementSpec
     from harness.core.placement import configure_devices
 
-    if problem := unknown_sections(sections):
-        raise ConfigError(problem)  # before a folder is made (the command line checks first too)
+    # `sections` are known names: the command line, the only caller, checked them before TensorFlow loaded.
     configure_devices(PlacementSpec(logical_cpus=2))  # for the placement section; before any op
     # The bench builds many loops on purpose; TensorFlow would warn about "retracing" each time.
     tf.get_logger().setLevel("ERROR")
@@ -144,7 +143,7 @@ def bench_text(table: pd.DataFrame) -> str:
 
 
 def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None) -> dict:
-    """Every section by name (suites.DEFAULT_SECTIONS and ON_REQUEST_SECTIONS), each a thunk."""
+    """Every section by name (suites.SECTIONS), each a thunk."""
     base = SUITES[suite]
     tiny = suite == "tiny"
     asked_rounds = rounds
@@ -174,7 +173,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None) -
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
         "trace": lambda: bench_trace(suite, asked_rounds or (1 if tiny else 3)),  # a fresh process per first call
     }
-    return work  # keyed by suites.py's names, in their order (tested)
+    return work  # keyed by suites.SECTIONS, in its order (tested)
 
 
 def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int | None = None, steps: int | None = None, gpu: bool = False, sections: list[str] | None = None) -> pd.DataFrame:

@@ -9,14 +9,15 @@ DEFAULT_SECTIONS = ("loop", "overhead", "dispatch", "fit", "compile", "scaling",
 # Run only when named (--section; `gpu` also by --gpu): each trains for minutes at full size, or
 # needs a GPU.
 ON_REQUEST_SECTIONS = ("gpu", "calibration", "calibration_bootstrap", "calibration_images", "repeats", "fixed", "trace")
+SECTIONS = DEFAULT_SECTIONS + ON_REQUEST_SECTIONS
 
 
 def unknown_sections(names: list[str] | None) -> str | None:
     """The message for section names the bench does not have, or None."""
-    unknown = [name for name in names or [] if name not in DEFAULT_SECTIONS + ON_REQUEST_SECTIONS]
+    unknown = [name for name in names or [] if name not in SECTIONS]
     if not unknown:
         return None
-    return f"bench: unknown section(s) {unknown}; choose from {', '.join(DEFAULT_SECTIONS + ON_REQUEST_SECTIONS)}"
+    return f"bench: unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}"
 
 TINY = {
     "name": "bench",

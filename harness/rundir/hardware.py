@@ -39,17 +39,22 @@ KERNEL_ISAS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw"
 def this_machine(gpus: list[str] | None = None) -> dict[str, Any]:
     """This machine: its host name, CPU model, count and kernel instruction sets, and the GPUs
     TensorFlow names."""
-    return {"host": socket.gethostname(), "cpu": _cpu_model(), "cpus": os.cpu_count(), "cpu_isa": _cpu_isa(), "gpus": list(gpus or [])}
+    cpuinfo = _cpuinfo()
+    return {"host": socket.gethostname(), "cpu": _cpu_model(cpuinfo), "cpus": os.cpu_count(), "cpu_isa": _cpu_isa(cpuinfo),
+            "gpus": list(gpus or [])}
 
 
-def _cpu_isa(cpuinfo: str | None = None) -> list[str] | None:
+def _cpuinfo() -> str | None:
+    """Linux's /proc/cpuinfo, read once for the model and the instruction sets; None elsewhere."""
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+
+
+def _cpu_isa(cpuinfo: str | None) -> list[str] | None:
     """The KERNEL_ISAS this CPU has (None where the system does not say: not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    for line in cpuinfo.splitlines():
+    for line in (cpuinfo or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip() in ("flags", "Features"):
             present = set(value.split())
@@ -57,13 +62,10 @@ def _cpu_isa(cpuinfo: str | None = None) -> list[str] | None:
     return None
 
 
-def _cpu_model() -> str:
-    try:  # Linux names the model; platform.processor() there is often just "x86_64"
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
+def _cpu_model(cpuinfo: str | None) -> str:
+    for line in (cpuinfo or "").splitlines():  # Linux names the model; platform.processor() there is often just "x86_64"
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
     return platform.processor() or platform.machine()
 
 
