@@ -693,14 +693,22 @@ def test_log_axis_labels_are_compact_and_do_not_run_together():
     from harness.outputs.plots import compact_number, log_axis
 
     assert [compact_number(v) for v in (881, 20000, 1.5e6, 2e9, 0.25, 1.0, 0.001)] == ["881", "20k", "1.5M", "2G", "0.25", "1", "1e-03"]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([881, 12200, 58800], [0.85, 0.84, 0.87])
-    log_axis(ax, "x")
-    fig.canvas.draw()
-    low, high = ax.get_xlim()
-    major, minor = ([t.get_text() for t in ax.get_xticklabels(minor=m) if t.get_text() and low <= t.get_position()[0] <= high] for m in (False, True))
-    plt.close(fig)
-    assert major == ["1k", "10k"] and minor == ["2k", "5k", "20k", "50k"], (major, minor)
+
+    def labels(xs):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.scatter(xs, [0.85] * len(xs))
+        log_axis(ax, "x")
+        fig.canvas.draw()
+        low, high = ax.get_xlim()
+        shown = tuple([t.get_text() for t in ax.get_xticklabels(minor=m) if t.get_text() and low <= t.get_position()[0] <= high] for m in (False, True))
+        plt.close(fig)
+        return shown
+
+    # The same labels whatever matplotlib's version (its LogFormatter's rule for 881-58.8k changed
+    # between 3.10 and 3.11: the one labelled nothing between the decades, the other the 2s and 5s).
+    assert labels([881, 12200, 58800]) == (["1k", "10k"], ["2k", "5k", "20k", "50k"])
+    assert labels([2000, 5000]) == ([], ["2k", "3k", "4k", "5k"])  # within half a decade: every tick
+    assert labels([10, 1e6]) == (["10", "100", "1k", "10k", "100k", "1M"], [])  # five decades: the decades alone
 
 
 def test_the_ranking_bars_warn_that_overlapping_intervals_are_no_verdict_and_keep_values_off_the_bars():

@@ -3,6 +3,8 @@ axis of counts. Tick formatting only (matplotlib.ticker): no figure, no backend.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.ticker
 import pandas as pd
 
@@ -22,28 +24,45 @@ def log_axis(ax, which: str) -> None:
     "20k", "1.5M", "0.2", "1e-03"): by default matplotlib writes them as mathtext, whose first use
     in a process loads its fonts (0.4 s of smoke's 2.7-s end of run), and its plain formatter
     mixes "6000" with "2e+04" on one axis. Minor ticks get labels where the decades alone would
-    leave one or two: all or a subset of them within a decade, 2s and 5s within two."""
+    leave one or two: all of them within a decade, 2s and 5s within two."""
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
-    axis.set_major_formatter(_CompactLogLabels())
-    axis.set_minor_formatter(_CompactLogLabels(minor=True))
+    axis.set_major_formatter(_CompactLogLabels(most_decade_ticks=1, every_tick_within=0.4))
+    axis.set_minor_formatter(_CompactLogLabels(most_decade_ticks=2, every_tick_within=0.5))
 
 
-class _CompactLogLabels(matplotlib.ticker.LogFormatter):
-    """matplotlib's choice of which log ticks get a label (every decade; between them all, or a
-    subset where the axis crosses one or two decades), that subset's 2-3-4-6 thinned to 2-5 (it
-    runs together on a third of a figure), each label written by `compact_number`."""
+class _CompactLogLabels(matplotlib.ticker.Formatter):
+    """Which log ticks get a label, by a rule of our own: every decade; between decades, where the
+    view holds at most `most_decade_ticks` of them, the 2s and 5s, or every tick where the view
+    spans less than `every_tick_within` decades; each label written by `compact_number`.
+    matplotlib's LogFormatter makes the same kind of choice, but by a rule that changed between its
+    versions (3.10 counts the decades the view spans, 3.11 the decade ticks within it: on a plot
+    of 881 to 58.8k params one labelled 2k 5k 20k 50k and the other nothing between 1k and 10k)."""
 
-    def __init__(self, minor: bool = False):
-        super().__init__(labelOnlyBase=False, minor_thresholds=(2, 0.5) if minor else (1, 0.4))
+    def __init__(self, most_decade_ticks: int, every_tick_within: float):
+        self.most_decade_ticks, self.every_tick_within = most_decade_ticks, every_tick_within
+        self.labelled = {1}  # the leading digits that get a label; set by set_locs from the view
 
-    def set_locs(self, locs=None):
-        super().set_locs(locs)
-        if self._sublabels is not None and len(self._sublabels) not in (1, 10):  # not the decades alone ({1}) nor all (1-10): the subset
-            self._sublabels = {1, 2, 5, 10}
+    def set_locs(self, locs):
+        low, high = sorted(self.axis.get_view_interval())
+        if not (low > 0 and math.isfinite(high)):
+            self.labelled = {1}
+            return
+        lowest, highest = math.log10(low), math.log10(high)
+        # nextafter: a view that starts exactly at a decade holds that decade's tick
+        decade_ticks = math.floor(highest) - math.floor(math.nextafter(lowest, -math.inf))
+        if decade_ticks > self.most_decade_ticks:
+            self.labelled = {1}
+        elif highest - lowest > self.every_tick_within:
+            self.labelled = {1, 2, 5}
+        else:
+            self.labelled = set(range(1, 10))
 
     def __call__(self, x, pos=None):
-        return compact_number(x) if super().__call__(x, pos) else ""
+        if not (x > 0 and math.isfinite(x)):
+            return ""
+        exponent = math.floor(math.log10(x) + 1e-9)  # 1e-9: log10(1000) may come out 2.9999999999999996
+        return compact_number(x) if round(x / 10**exponent) in self.labelled else ""
 
 
 def compact_number(value: float) -> str:

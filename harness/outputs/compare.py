@@ -6,7 +6,6 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from harness.errors import ConfigError
@@ -118,7 +117,10 @@ def _who_ran_where(table: pd.DataFrame) -> str:
 
 
 def machines_differ(table: pd.DataFrame) -> bool:
-    return "machine" in table and table["machine"].replace("", np.nan).dropna().nunique() > 1
+    if "machine" not in table:
+        return False
+    named = table["machine"].dropna()
+    return named[named != ""].nunique() > 1
 
 
 def _summary_of(run: RunDir, summary: pd.DataFrame) -> str:
