@@ -195,3 +195,11 @@ def modules_missing_from_layout(layout_text: str) -> list[str]:
 
 def test_the_layout_page_names_every_module_where_it_lives():
     assert modules_missing_from_layout((REPO / "docs" / "layout.md").read_text(encoding="utf-8")) == []
+
+
+def test_harness_reads_every_csv_through_the_one_exact_reader():
+    """rundir.read_csv reads floats back exactly under pandas 2 as well; a `pd.read_csv` elsewhere
+    would read the last bit of a loss wrong there."""
+    readers = [path.relative_to(REPO) for path in PACKAGE.rglob("*.py")
+               if path != PACKAGE / "rundir" / "files.py" and re.search(r"\b(pd|pandas)\.read_csv\b", path.read_text())]
+    assert readers == []

@@ -753,3 +753,20 @@ def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     with pytest.raises(DataError) as error:
         scan(data_config(paired))
     assert error.value.problems == [f"{masks / 'city_ex03_000019_gtFine_labelIds.png'}: no image with the stem 'city_ex03_000019_leftImg8bit' in {images}"]
+
+
+def test_sample_data_removes_specks_of_30_pixels_or_fewer_joined_by_edges_with_any_scikit_image():
+    """The masks' speck rule is counted by harness: skimage's `max_size` keyword exists only from
+    0.26, and Python 3.10 gets 0.25 (its `sample-data` failed there)."""
+    from harness.data.sample_data import without_specks
+
+    objects = np.zeros((20, 40), bool)
+    objects[1:7, 1:6] = True  # 30 pixels: a speck
+    objects[10:17, 1:6] = objects[10, 6] = True  # 36 pixels: kept
+    objects[1:6, 10:16] = True  # 30 pixels again, and a 1-pixel speck at its corner: joined only diagonally
+    objects[6, 16] = True
+    objects[10:16, 20:26] = objects[16, 20] = True  # 37 pixels: kept
+    kept = without_specks(objects)
+    assert kept.dtype == bool and kept.sum() == 36 + 37
+    assert kept[10:17, 1:6].all() and kept[10, 6] and kept[10:16, 20:26].all() and kept[16, 20]
+    assert not kept[1:7, 1:6].any() and not kept[1:6, 10:16].any() and not kept[6, 16]

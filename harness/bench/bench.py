@@ -68,6 +68,7 @@ import pandas as pd
 
 from harness.core.backend import import_tf
 from harness.errors import HarnessError
+from harness.rundir import read_csv
 from harness.bench.sections import (
     bench_checkpoint, bench_compile, bench_dispatch, bench_fit, bench_gpu, bench_input, bench_loop,
     bench_memory, bench_overhead, bench_placement, bench_scaling,
@@ -201,7 +202,7 @@ def run_bench_processes(suite: str, out_dir: Path, processes: int, rounds: int |
         if done.returncode:
             raise HarnessError(f"bench process {i + 1} failed (exit {done.returncode}): {done.stderr[-800:]}")
         (child_csv,) = child_out.glob("*/bench.csv")
-        tables.append(pd.read_csv(child_csv).assign(process=i + 1))
+        tables.append(read_csv(child_csv).assign(process=i + 1))
         if i == 0:
             shutil.copy(child_csv.parent / "machine.json", folder / "machine.json")
         shutil.rmtree(child_out)

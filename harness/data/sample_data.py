@@ -4,8 +4,8 @@ Task: find the bright objects on a darker background in grayscale photographs an
 on a tray, stars and galaxies in a Hubble field, cells, the moon's lit surface, the retina's
 fundus against the black surround, and printed text (page and text: stored inverted, white ink
 on black, so that objects are always the bright side). Each mask is derived, not hand drawn:
-Gaussian smoothing (sigma 1.5), Otsu's threshold per picture, holes filled, specks smaller than
-30 pixels removed. The photographs are cut into overlapping
+Gaussian smoothing (sigma 1.5), Otsu's threshold per picture, holes filled, specks of 30 pixels
+or fewer removed. The photographs are cut into overlapping
 tiles, and the tiles are written in four of the formats a folder source reads (PNG, JPEG, BMP,
 TIFF); masks are PNG, 0/255, so the scan's 0/255 mapping is exercised too.
 """
@@ -35,12 +35,23 @@ FORMATS = (".png", ".jpg", ".bmp", ".tif")
 def derive_mask(gray: np.ndarray) -> np.ndarray:
     """Bright objects: smoothed, above Otsu's threshold, holes filled, specks removed."""
     from scipy import ndimage
-    from skimage import filters, morphology
+    from skimage import filters
 
     smooth = filters.gaussian(gray, sigma=1.5)
-    objects = smooth > filters.threshold_otsu(smooth)
-    objects = ndimage.binary_fill_holes(objects)
-    return morphology.remove_small_objects(objects, max_size=30)
+    return without_specks(ndimage.binary_fill_holes(smooth > filters.threshold_otsu(smooth)))
+
+
+def without_specks(objects: np.ndarray, largest: int = 30) -> np.ndarray:
+    """`objects` without those of `largest` pixels or fewer, pixels joined by their edges: what
+    skimage's `remove_small_objects(objects, max_size=30)` does, a keyword scikit-image 0.26 added
+    (0.22-0.25, the versions Python 3.10 gets, take `min_size=31`); counted here, the same masks
+    from any version."""
+    from scipy import ndimage
+
+    labels, _ = ndimage.label(objects)  # edge-joined components (4-connectivity), as skimage's default
+    kept = np.bincount(labels.ravel()) > largest
+    kept[0] = False  # label 0 is the background
+    return kept[labels]
 
 
 def check_out_folder(out: Path) -> None:

@@ -75,7 +75,7 @@ def run_trials(trials: list[Trial], say=print) -> list[Finding]:
 
 
 def _train(config: Path, results: Path, trial: Trial):
-    import pandas as pd
+    from harness.rundir import read_csv
 
     command = [sys.executable, "-m", "harness", "run", str(config), "--results", str(results)]
     command += [word for setting in trial.settings for word in ("--set", setting)]
@@ -87,7 +87,7 @@ def _train(config: Path, results: Path, trial: Trial):
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         return None, f"exit {done.returncode}: {lines[-1][:300] if lines else 'no message'}"
     (csv,) = results.glob("doctor/*/losses.csv")
-    rows = pd.read_csv(csv).query("split == 'train' and metric == 'loss'")
+    rows = read_csv(csv).query("split == 'train' and metric == 'loss'")
     return rows.set_index(["model", "step"])["value"].sort_index(), None
 
 

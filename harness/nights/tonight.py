@@ -34,7 +34,7 @@ from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.compare import differing_settings
 from harness.outputs.derived import write_report_page
-from harness.rundir import FolderLock
+from harness.rundir import FolderLock, read_csv
 from harness.rundir.hardware import describe as describe_machine, differs, several
 
 NIGHTLY_JSON = "nightly.json"
@@ -165,7 +165,7 @@ def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressi
     metrics: dict[tuple[str, str], float] = {}
     status: dict[str, str] = {}
     if run.summary_csv.exists():
-        summary = pd.read_csv(run.summary_csv)
+        summary = read_csv(run.summary_csv)
         for _, row in summary.iterrows():
             model = str(row["model"])
             status[model] = str(row.get("status", "ok"))

@@ -12,7 +12,7 @@ from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
-from harness.rundir import RunDir
+from harness.rundir import RunDir, read_csv
 
 # The ranking's columns after the ranking metric, most important first; every column is in
 # summary.csv, the terminal shows as many as fit.
@@ -46,7 +46,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     print_table(table, lambda shown, total: f"ranked by {rank_by}, {order} ({shown} of {len(summary.columns)} columns; all in summary.csv)", console)
     pairs_file = run.path / "pairs.csv" if run is not None else None
     if pairs_file is not None and pairs_file.is_file():
-        pairs = pd.read_csv(pairs_file)
+        pairs = read_csv(pairs_file)
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
             said = chosen_on(summary, rank_by, bool(record and record.chose_any_weights()), run.read_config().data.has_test)
@@ -67,11 +67,11 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path, rank_by: str = "val_io
     text = "Each group at its best on validation (compare_by.csv; the report's Per group section): " + ", ".join(
         f"{group}: {chosen.get(group, 'none finished')}" for group in groups) + "."
     pairs_file = run_dir / "compare_by.csv"
-    if pairs_file.is_file() and pairs_file.stat().st_size > 1 and (between := chosen_pairs_text(pd.read_csv(pairs_file), rank_by)):
+    if pairs_file.is_file() and pairs_file.stat().st_size > 1 and (between := chosen_pairs_text(read_csv(pairs_file), rank_by)):
         text += " " + between
     budget_file = run_dir / "expected_best.csv"
     if budget_file.is_file() and budget_file.stat().st_size > 1:
-        text += " " + describe_leaders(pd.read_csv(budget_file))
+        text += " " + describe_leaders(read_csv(budget_file))
     return text.rstrip()
 
 

@@ -11,7 +11,7 @@ from harness.config.metrics import on_split, split_column
 from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError, did_you_mean
 from harness.outputs.tables import none_finished
-from harness.rundir import RunDir, RunStatus, holder_of, runs_held, runs_in
+from harness.rundir import RunDir, RunStatus, holder_of, read_csv, runs_held, runs_in
 
 COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
 
@@ -82,7 +82,7 @@ def _row(run: Path) -> dict | None:
         row["best"] = "no summary.csv"  # `harness report RUN` rebuilds it
     if summary.is_file():
         try:
-            table = pd.read_csv(summary)
+            table = read_csv(summary)
         except (OSError, ValueError, pd.errors.ParserError):
             table = pd.DataFrame()
         if "model" not in table:  # not a table harness wrote (cut short, or another file)

@@ -24,7 +24,7 @@ from harness.outputs.writers import COLUMNS
 
 from harness.config.naming import model_of as base_model
 from harness.errors import ConfigError
-from harness.rundir import MemberStatus, atomic_write_text
+from harness.rundir import MemberStatus, atomic_write_text, read_csv
 
 SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_peak_mb", "model_mb")
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
@@ -42,7 +42,7 @@ def read_table(path: Path, needs: tuple[str, ...] = (), dtype: dict | None = Non
     try:
         text = Path(path).read_bytes()
         cut = bool(text) and not text.endswith(b"\n")  # pandas reads a half row as a whole one with gaps
-        table = pd.read_csv(io.BytesIO(text[: text.rfind(b"\n") + 1] if cut and growing else text), dtype=dtype)
+        table = read_csv(io.BytesIO(text[: text.rfind(b"\n") + 1] if cut and growing else text), dtype=dtype)
     except (OSError, ValueError) as exc:  # pandas' parser errors and a file that is not text are ValueErrors
         raise ConfigError(f"{path} cannot be read as a table: {exc}") from None
     if cut and not growing:

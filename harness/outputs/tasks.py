@@ -22,7 +22,7 @@ from harness.outputs.tables import build_member_summary, build_pairs, build_summ
 from harness.outputs.tuning_budget import budget_table
 from harness.outputs.uncertainty import class_metrics, interval_covers, ranking_statistics, test_metrics
 from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_label, group_pairs, group_trials, model_settings
-from harness.rundir import RunDir, RunRecord, atomic_write_text
+from harness.rundir import RunDir, RunRecord, atomic_write_text, read_csv
 
 
 def warm_up() -> None:
@@ -113,9 +113,9 @@ def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) 
     """report.html from the tables and plots already on disk."""
     declare(record)
     rank = config.ranking_column(record.scored_test())
-    summary = pd.read_csv(run.summary_csv)
+    summary = read_csv(run.summary_csv)
     pairs_file = run.path / "pairs.csv"
-    pairs = pd.read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
+    pairs = read_csv(pairs_file) if pairs_file.exists() else pd.DataFrame()
     drawn = [p for p in run.plots.glob("*.png") if p.stem not in AS_CHARTS]  # the curves are interactive charts in the page
     drawn = sorted(drawn, key=lambda p: next((i for i, s in enumerate(PLOT_ORDER) if p.stem.startswith(s)), 99))
     extra = [("Groups", render_groups_section(record.groups))] if record.groups else []
@@ -140,6 +140,6 @@ def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) 
 
 def _read_or_empty(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_csv(path)
+        return read_csv(path)
     except pd.errors.EmptyDataError:
         return pd.DataFrame()

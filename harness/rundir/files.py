@@ -67,6 +67,20 @@ def current_umask() -> int:
     return mask
 
 
+def read_csv(source, **options):
+    """pandas.read_csv, every float read back exactly as it was written. Before pandas 3 the
+    parser's default rounds a 17-digit float to within one unit of its last place, not exactly: a
+    loss written as 1.7855706214904785 came back 1.7855706214904783, so with pandas 2 (all that
+    Python 3.10 gets) the losses a run's tables gave back differed from the run's own in their last
+    bit, and merging groups' val_scores.csv rewrote such digits. pandas 3 reads exactly, and
+    deprecates the option that asks for it."""
+    import pandas as pd
+
+    if int(pd.__version__.split(".")[0]) < 3:
+        options.setdefault("float_precision", "round_trip")
+    return pd.read_csv(source, **options)
+
+
 def save_table_as(frame, path: Path, option: str) -> None:
     """A table the user asked for (`--csv FILE`), written whole or not at all; a path that cannot
     be written is named with the option that gave it (exit 2; a full disk exit 4), never an

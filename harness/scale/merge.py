@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from harness.outputs.tables import load_losses
-from harness.rundir import RunDir, atomic_write_text
+from harness.rundir import RunDir, atomic_write_text, read_csv
 
 
 def group_dir(run: RunDir, name: str) -> RunDir:
@@ -27,8 +27,8 @@ def merge_groups(run: RunDir, groups: list[dict[str, Any]]) -> dict[str, Any]:
     each member it scored (samples.png and `harness report` picture those)."""
     completed = [group_dir(run, g["name"]) for g in groups if g["status"] == "completed"]
     _concat([g.losses_csv for g in completed], run.losses_csv, load_losses)
-    _concat([g.val_scores_csv for g in completed], run.val_scores_csv, pd.read_csv)
-    _concat([g.test_scores_csv for g in completed], run.test_scores_csv, pd.read_csv)
+    _concat([g.val_scores_csv for g in completed], run.val_scores_csv, read_csv)
+    _concat([g.test_scores_csv for g in completed], run.test_scores_csv, read_csv)
     models: dict[str, Any] = {}
     test: dict[str, Any] = {}
     for group in completed:

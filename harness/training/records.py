@@ -120,8 +120,10 @@ class RunResult:
         too: an output with no rows, as compare_by.csv without groups)."""
         import pandas as pd
 
+        from harness.rundir import read_csv
+
         path = self.run_dir / name
-        return pd.read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
+        return read_csv(path) if path.exists() and path.stat().st_size > 1 else pd.DataFrame()
 
     def __repr__(self) -> str:
         rank_by = self.ranked_by
