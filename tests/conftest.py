@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 from harness.core.backend import import_tf, user_environment
+from harness.rundir import read_csv
 
 # Multi-device code is tested on two logical CPU devices, which must exist before TensorFlow
 # initialises; every in-process test shares them (one_device runs use /cpu:0).
@@ -227,7 +228,7 @@ def run_main(*args) -> subprocess.CompletedProcess:
 
 
 def member_rows(run_dir: Path) -> pd.DataFrame:
-    rows = pd.read_csv(run_dir / "losses.csv")
+    rows = read_csv(run_dir / "losses.csv")
     return rows.sort_values(["model", "split", "metric", "step"]).reset_index(drop=True)
 
 

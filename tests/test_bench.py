@@ -11,12 +11,14 @@ import pytest
 import pandas as pd
 from conftest import run_cli
 
+from harness.rundir import read_csv
+
 
 def test_tiny_bench_measures_every_section(tmp_path):
     result = run_cli("bench", "--tiny", "--out", tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
-    table = pd.read_csv(day / "bench.csv")
+    table = read_csv(day / "bench.csv")
     assert json.loads((day / "machine.json").read_text())["cpus"] == os.cpu_count()  # whose milliseconds these are
     sections = ["loop", "overhead", "dispatch", "fit", "pipeline", "compile", "scaling", "memory", "placement", "checkpoint", "input", "statistics", "stream", "scale"]
     assert list(dict.fromkeys(table["section"])) == sections
@@ -69,10 +71,10 @@ def test_processes_are_merged_by_median_and_every_process_is_kept(tmp_path):
     result = run_cli("bench", "--tiny", "--section", "checkpoint", "--processes", "2", "--out", tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr
     (day,) = tmp_path.iterdir()
-    every = pd.read_csv(day / "bench_processes.csv")
+    every = read_csv(day / "bench_processes.csv")
     assert sorted(every["process"].unique()) == [1, 2] and len(every) == 2 * 1  # one checkpoint row each
     assert json.loads((day / "machine.json").read_text())["cpus"] == os.cpu_count()
-    merged = pd.read_csv(day / "bench.csv").set_index("contender")
+    merged = read_csv(day / "bench.csv").set_index("contender")
     for name, rows in every.groupby("contender"):
         assert merged.loc[name, "save_ms"] == rows["save_ms"].median()
         assert merged.loc[name, "ratio_min"] == rows["ratio"].min() and merged.loc[name, "processes"] == 2
@@ -112,7 +114,7 @@ def test_the_fixed_section_times_each_phase_of_a_whole_command_against_the_hand_
     result = run_cli("bench", "--tiny", "--section", "fixed", "--out", tmp_path, timeout=900, env={"HARNESS_OUTPUT_PROCESSES": ""})
     assert result.returncode == 0, result.stderr
     (csv,) = tmp_path.glob("*/bench.csv")
-    table = pd.read_csv(csv).set_index("phase")
+    table = read_csv(csv).set_index("phase")
     for phase in ("imports and config", "build", "first_call", "first_validation", "steady_steps", "best_weights", "end: write_tables", "tail (last line to exit)", "end to end"):
         assert table.loc[phase, "harness_s"] >= 0, phase
     assert table.loc["best_weights", "harness_s"] > 0  # smoke's members improve at the first evaluation at least

@@ -14,6 +14,7 @@ from conftest import tiny_config
 from harness.config.loading import validate_config
 from harness.data.pipeline import bootstrap_sample, build_datasets, make_train_dataset
 from harness.outputs.uncertainty import interval_covers
+from harness.rundir import read_csv
 
 
 def spec(bootstrap: bool, train_size: int = 32):
@@ -82,15 +83,13 @@ def test_a_bootstrap_with_one_training_seed_is_warned_of():
 
 @pytest.mark.slow
 def test_a_run_with_repeats_on_bootstraps_writes_what_its_intervals_cover(tmp_path):
-    import pandas as pd
-
     from harness.api import run
 
     config = validate_config(tiny_config(data={"bootstrap_train": True}, train={"repeats": 2, "epochs": 1}))
     result = run(config, results_dir=tmp_path)
     covers = "training seeds, training-set bootstraps and validation images"
     assert (result.summary["interval_covers"] == covers).all()
-    pairs = pd.read_csv(result.run_dir / "pairs.csv")
+    pairs = read_csv(result.run_dir / "pairs.csv")
     assert (pairs.dropna(subset=["diff"])["covers"] == covers).all()
     assert "training-set bootstraps" in (result.run_dir / "report.html").read_text()
     assert [w for w in result.info["warnings"] if w.startswith("train.repeats 2: ")]  # said again at the end

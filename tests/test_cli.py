@@ -6,11 +6,11 @@ import argparse
 import shlex
 import json
 
-import pandas as pd
 import pytest
 from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
 
 from harness.cli import build_parser, main
+from harness.rundir import read_csv
 
 
 def test_smoke_experiment_end_to_end(tmp_path):
@@ -24,10 +24,10 @@ def test_smoke_experiment_end_to_end(tmp_path):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["status"] == "completed" and info["steps_done"] == 16 and info["trace_count"] == 1
     assert info["timing"]["fused_ms_per_step"] > 0
-    summary = pd.read_csv(run_dir / "summary.csv")
+    summary = read_csv(run_dir / "summary.csv")
     assert sorted(summary["model"]) == ["deconv", "fcn", "unet"]
     assert (summary["ms_per_step"] > 0).all()
-    losses = pd.read_csv(run_dir / "losses.csv")
+    losses = read_csv(run_dir / "losses.csv")
     assert not losses.duplicated(["model", "split", "metric", "step"]).any()
     assert "step 16/16" in result.stderr and "loss: fcn" in result.stderr  # progress lines in a log
     phases = ["building 3 member(s)", "compiling the fused step", "validating", "probing each model's step time", "exporting the models", "writing tables"]
@@ -50,7 +50,7 @@ def test_user_factory_from_config(tmp_path):
     raw = tiny_config(models=[{"name": "mine", "arch": "factories:small_convnet", "options": {"width": 3}}])
     result = run_cli("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r", env={"PYTHONPATH": str(REPO / "tests")})
     assert result.returncode == 0, result.stderr
-    summary = pd.read_csv(next((tmp_path / "r" / "tiny").glob("*/summary.csv")))
+    summary = read_csv(next((tmp_path / "r" / "tiny").glob("*/summary.csv")))
     assert summary.loc[0, "params"] == 3 * 3 * 3 * 3 + 3 + 3 * 1 + 1
 
 

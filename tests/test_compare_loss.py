@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import re
 
-import pandas as pd
 import pytest
 from conftest import run_main, tiny_config, write_yaml
+
+from harness.rundir import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +24,12 @@ def mixed_losses(tmp_path_factory):
 
 def test_every_member_is_scored_on_the_common_loss_and_its_own(mixed_losses):
     _, run_dir = mixed_losses
-    summary = pd.read_csv(run_dir / "summary.csv").set_index("model")
+    summary = read_csv(run_dir / "summary.csv").set_index("model")
     same = summary.loc[["fcn", "unet"]]  # trained on bce+dice, the common loss: the same numbers
     assert (same["val_compare_loss"] - same["val_loss"]).abs().max() < 1e-9
     deconv = summary.loc["deconv"]  # trained on focal+dice: scored on bce+dice apart
     assert abs(deconv["val_compare_loss"] - deconv["val_loss"]) > 1e-3
-    per_image = pd.read_csv(run_dir / "val_scores.csv")
+    per_image = read_csv(run_dir / "val_scores.csv")
     last = per_image[per_image["step"] == per_image["step"].max()].groupby("model")["compare_loss"].mean()
     assert last.to_dict() == pytest.approx(summary["val_compare_loss"].to_dict(), rel=1e-6)
 

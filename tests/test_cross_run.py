@@ -7,13 +7,13 @@ import json
 import shutil
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 from conftest import run_main, tiny_config, trains_runs, write_yaml
 
 import harness
 from harness.errors import ConfigError
+from harness.rundir import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_a_pair_across_runs_gets_the_interval_one_run_would_have_given_it(result
     same = pairs[pairs["model_a"] == pairs["model_b"]]
     assert (same["diff"] == 0).all() and not same["beyond_image_noise"].any()
     # unet of one run against fcn of the other: the very networks of the run's own pair (unet, fcn).
-    own = pd.read_csv(one / "pairs.csv").dropna(subset=["diff_low"])
+    own = read_csv(one / "pairs.csv").dropna(subset=["diff_low"])
     own = own[(own["model_a"] == "fcn") & (own["model_b"] == "unet")].iloc[0]
     across = pairs[(pairs["model_a"] == "fcn") & (pairs["model_b"] == "unet")].iloc[0]
     for column in ("diff", "diff_low", "diff_high", "p_a_better"):
@@ -87,7 +87,7 @@ def test_pairs_print_a_verdict_in_words_and_save_as_csv(results, tmp_path):
     assert "runs: [1] one/" in text and "[2] one/" in text and "the pairs below do" in text
     assert "One training seed: the intervals of val_iou cover validation-image noise only" in text
     assert "fcn [1]" in text and "seed: one/" in text  # the short names, and the settings that differ
-    saved = pd.read_csv(tmp_path / "pairs.csv")
+    saved = read_csv(tmp_path / "pairs.csv")
     assert len(saved) == 9 and list(saved.columns[:4]) == ["run_a", "model_a", "run_b", "model_b"]
     as_json = json.loads(run_main("compare", *runs, "--pairs", "--json").stdout)
     assert len(as_json["models"]) == 6 and len(as_json["pairs"]) == 9 and as_json["notes"] == []
@@ -151,7 +151,7 @@ def test_a_test_split_added_since_does_not_refuse_a_comparison_on_validation(res
 def test_a_changed_mask_is_found_image_by_image(results, tmp_path):
     one = run_of(results, "one")
     other = copy_of(one, tmp_path)
-    scores = pd.read_csv(other / "val_scores.csv")
+    scores = read_csv(other / "val_scores.csv")
     scores.loc[scores["image"] == 5, "truth"] += 1  # what a mask file edited between the runs would show
     scores.to_csv(other / "val_scores.csv", index=False)
     with pytest.raises(ConfigError, match=r"the true masks of 1 of 8 images in val_scores.csv differ \(the first: image 5\)"):
@@ -214,7 +214,7 @@ def test_data_found_at_other_paths_is_compared_when_its_images_check_out_one_by_
     assert len(found.pairs) == 9
     assert any("data.arrays: one/20261101-000000 = /data/shapes.npz, one/20261102-000000 = /mnt/copy/shapes.npz" in n
                and "found the same by their true masks" in n for n in found.notes), found.notes
-    scores = pd.read_csv(other / "val_scores.csv")
+    scores = read_csv(other / "val_scores.csv")
     scores.loc[scores["image"] == 0, "truth"] += 1
     scores.to_csv(other / "val_scores.csv", index=False)
     with pytest.raises(ConfigError, match="not scored on the same images"):
@@ -223,7 +223,7 @@ def test_data_found_at_other_paths_is_compared_when_its_images_check_out_one_by_
 
 def test_chosen_compares_only_the_model_each_group_chose_on_validation(results):
     runs = [run_of(results, "grid_a"), run_of(results, "grid_b")]
-    chosen = {r.name: set(pd.read_csv(r / "summary.csv").query("chosen_in_group")["model"]) for r in runs}
+    chosen = {r.name: set(read_csv(r / "summary.csv").query("chosen_in_group")["model"]) for r in runs}
     assert all(len(c) == 2 for c in chosen.values())  # one learning rate per architecture
     found = harness.compare_pairs(runs, chosen=True)
     assert found.rank == "test_iou" and len(found.pairs) == 4  # 2 chosen x 2 chosen
@@ -244,7 +244,7 @@ def test_a_table_asked_for_at_a_path_that_cannot_be_written_is_named_not_a_crash
         assert refused.returncode == 2 and f"{option} {blocker / 'table.csv'}: cannot be written" in refused.stderr, refused.stderr
     assert blocker.read_text() == "mine"
     made = run_main("compare", *runs, "--pairs-csv", tmp_path / "new" / "pairs.csv")
-    assert made.returncode == 0 and len(pd.read_csv(tmp_path / "new" / "pairs.csv")) == 9
+    assert made.returncode == 0 and len(read_csv(tmp_path / "new" / "pairs.csv")) == 9
 
 
 def test_metric_compares_on_another_column_even_where_the_runs_rank_differently(results, tmp_path):
@@ -257,7 +257,7 @@ def test_metric_compares_on_another_column_even_where_the_runs_rank_differently(
         assert on_iou[column].to_numpy() == pytest.approx(same_ranking[column].to_numpy(), abs=1e-12), column
     found = harness.compare_pairs([one, ranked_on_f1], metric="val_f1")
     assert found.rank == "val_f1" and len(found.pairs) == 9
-    f1 = pd.read_csv(one / "summary.csv").set_index("model")["val_f1"]
+    f1 = read_csv(one / "summary.csv").set_index("model")["val_f1"]
     across = found.pairs[(found.pairs["model_a"] == "fcn") & (found.pairs["model_b"] == "unet")].iloc[0]
     assert across["diff"] == pytest.approx(f1["fcn"] - f1["unet"], abs=1e-6)  # the difference of the runs' own F1 scores
     assert not (found.pairs["diff"] == on_iou["diff"]).all()
@@ -313,7 +313,7 @@ def test_a_model_that_did_not_finish_is_left_out_and_named_as_in_a_runs_own_pair
     pairs across runs (they once paired a diverged unet with every model of the other run)."""
     one = run_of(results, "one")
     other = copy_of(one, tmp_path)
-    summary = pd.read_csv(other / "summary.csv")
+    summary = read_csv(other / "summary.csv")
     summary.loc[summary["model"] == "unet", "status"] = "diverged"
     summary.to_csv(other / "summary.csv", index=False)
     found = harness.compare_pairs([one, other])
@@ -326,7 +326,7 @@ def test_a_model_that_did_not_finish_is_left_out_and_named_as_in_a_runs_own_pair
     # With repeats, a seed that did not finish is left out of its model's seeds, and named.
     rep_a, rep_b = run_of(results, "rep_a"), run_of(results, "rep_b")
     copied = copy_of(rep_b, tmp_path)
-    members = pd.read_csv(copied / "summary_members.csv")
+    members = read_csv(copied / "summary_members.csv")
     members.loc[members["model"] == "fcn@2", "status"] = "diverged"
     members.to_csv(copied / "summary_members.csv", index=False)
     note = f"Not compared, as they did not finish (a score from fewer steps): fcn@2 (diverged) of rep_b/{copied.name}."

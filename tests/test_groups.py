@@ -10,13 +10,13 @@ import json
 import signal
 import time
 
-import pandas as pd
 from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
 from harness.config.loading import validate_config
 from harness.scale.groups import group_config, steps_every_group_reached
 from harness.scale.packing import Need, makespan_s, pack, split_in_two, spread
 from harness.scale.probe_member import cache_key, probe_config
+from harness.rundir import read_csv
 
 
 @pytest.mark.parametrize("recipe", [{"race": {"rungs": [1], "keep": 0.5, "metric": "val_iou"}}, {"early_stopping": {"patience": 2}}])
@@ -117,9 +117,9 @@ def test_members_in_groups_train_bit_for_bit_as_in_one_group(one_group, tmp_path
     assert g2["started"] < g1["ended"], "the two groups should have run at the same time"
     assert_same_training(run_dir, one_group)
     # ONE comparison: every member ranked, every pair across groups, one TensorBoard folder each
-    summary = pd.read_csv(run_dir / "summary.csv")
+    summary = read_csv(run_dir / "summary.csv")
     assert sorted(summary["model"]) == ["deconv", "fcn", "unet"] and set(summary["status"]) == {"ok"}
-    pairs = pd.read_csv(run_dir / "pairs.csv")
+    pairs = read_csv(run_dir / "pairs.csv")
     assert len(pairs) == 3 and pairs["steps"].eq(8).all()
     assert sorted(p.name for p in (run_dir / "tb").iterdir()) == ["deconv", "fcn", "unet"]
     assert "<h2>Groups</h2>" in (run_dir / "report.html").read_text() and (run_dir / "plan.json").exists()
@@ -180,7 +180,7 @@ def test_a_group_out_of_memory_is_split_and_a_member_too_big_alone_is_oom(tmp_pa
     assert info["models"]["deconv"]["status"] == "oom" and info["models"]["fcn"]["status"] == "ok"
     assert "group g1 ran out of device memory: split into g1a (deconv) and g1b (fcn)" in done.stderr
     assert "deconv did not fit in device memory even alone (status oom)" in done.stderr
-    summary = pd.read_csv(run_dir / "summary.csv").set_index("model")
+    summary = read_csv(run_dir / "summary.csv").set_index("model")
     assert summary.loc["deconv", "status"] == "oom" and summary.loc["unet", "status"] == "ok"
 
 

@@ -5,7 +5,6 @@ the counts leave them out; and the same formulas as ever without it."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import tiny_config
 from PIL import Image
@@ -17,6 +16,7 @@ from harness.core.backend import import_tf
 from harness.core.evaluation import segmentation_counts
 from harness.core.losses import make_loss
 from harness.errors import ConfigError
+from harness.rundir import read_csv
 
 tf = import_tf()
 rng = np.random.default_rng(0)
@@ -111,7 +111,7 @@ def test_the_scan_stores_ignored_pixels_and_a_run_scores_without_them(tmp_path):
     config["models"] = [{"name": "fcn", "arch": "tiny_fcn"}]
     config["output"]["progress"] = "none"
     result = run(validate_config(config), results_dir=tmp_path / "results")
-    scores = pd.read_csv(result.run_dir / "val_scores.csv")
+    scores = read_csv(result.run_dir / "val_scores.csv")
     last = scores[scores.step == scores.step.max()].sort_values("image")
     # Recounted from the trained model on the validation images: a pixel of the ring is neither
     # predicted nor true, however the model marks it.

@@ -18,7 +18,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from conftest import REPO, run_cli, run_main, start_cli, tiny_config, write_yaml
 
@@ -28,6 +27,7 @@ from harness.errors import ConfigError
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord
 from harness.nights.tonight import current_night, history_pivot
 from harness.nights.regressions import compare
+from harness.rundir import read_csv
 
 THRESHOLDS = {
     "val_iou": ThresholdSpec(abs=0.02),
@@ -441,7 +441,7 @@ def test_three_nights_kill_lock_resume_regression_pin_and_retention(tmp_path):
     shown = run_cli("history", experiment, "--csv", tmp_path / "history.csv")
     assert shown.returncode == 0, shown.stderr
     assert " *" in shown.stdout and "marked *" in shown.stdout
-    table = pd.read_csv(tmp_path / "history.csv")
+    table = read_csv(tmp_path / "history.csv")
     assert list(table["night"]) == ["2026-11-19", "2026-11-20", "2026-11-21"]
     assert list(table["regressions"]) == [0, len(regressed), 0]
     assert math.isclose(table["fcn val_iou"][0], table["fcn val_iou"][2])  # same code, same data: same result

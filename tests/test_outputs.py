@@ -22,7 +22,7 @@ from harness.outputs.printed import per_group_lines, print_summary
 from harness.outputs.verdict_text import verdict
 from harness.outputs.tables import build_pairs, build_summary, failed, finished, model_status
 from harness.outputs.uncertainty import ranking_statistics
-from harness.rundir import RunDir, this_machine
+from harness.rundir import RunDir, read_csv, this_machine
 
 STEPS = 8
 
@@ -38,7 +38,7 @@ def repeated(tmp_path_factory):
 @pytest.mark.slow
 def test_summary_ranks_models_with_spread_across_seeds(repeated):
     result, _ = repeated
-    summary = pd.read_csv(result.run_dir / "summary.csv")
+    summary = read_csv(result.run_dir / "summary.csv")
     assert summary["rank"].tolist() == [1, 2, 3]
     assert summary["val_iou"].is_monotonic_decreasing
     assert (summary["repeats"] == 2).all()
@@ -46,7 +46,7 @@ def test_summary_ranks_models_with_spread_across_seeds(repeated):
         assert column in summary, column
     assert (summary["flops_per_example"] > 0).all() and (summary["images_per_s"] > 0).all()
     members = result.summary_members  # the API's reading of summary_members.csv
-    assert members.equals(pd.read_csv(result.run_dir / "summary_members.csv"))
+    assert members.equals(read_csv(result.run_dir / "summary_members.csv"))
     assert sorted(members["model"]) == sorted(f"{m}@{r}" for m in ("fcn", "unet", "deconv") for r in (1, 2))
     # the per-model value is the mean of its seeds
     unet = members[members["model"].str.startswith("unet@")]["val_iou"].mean()
@@ -62,7 +62,7 @@ def test_a_model_stopped_early_is_compared_and_one_a_race_dropped_is_not(repeate
     result, _ = repeated
     config = RunDir(result.run_dir).read_config()
     config = config.model_copy(update={"train": config.train.model_copy(update={"repeats": repeats})})
-    members = pd.read_csv(result.run_dir / "summary_members.csv")
+    members = read_csv(result.run_dir / "summary_members.csv")
     deconv = members["model"].str.startswith("deconv@")
     for status, compared in (("stopped", True), ("dropped", False)):
         marked = members.assign(status=np.where(deconv, status, "ok"))
@@ -297,10 +297,10 @@ def test_a_splits_iou_and_f1_are_pooled_over_its_images_as_the_docs_say(repeated
     """docs/comparing.md, "What the scores are": intersections and unions summed over the images,
     then divided; not the mean of the per-image rows."""
     result, _ = repeated
-    scores = pd.read_csv(result.run_dir / "val_scores.csv")
+    scores = read_csv(result.run_dir / "val_scores.csv")
     last = scores[scores["step"] == scores["step"].max()].groupby("model")[["intersection", "predicted", "truth", "iou"]].agg(
         {"intersection": "sum", "predicted": "sum", "truth": "sum", "iou": "mean"})
-    members = pd.read_csv(result.run_dir / "summary_members.csv").set_index("model")
+    members = read_csv(result.run_dir / "summary_members.csv").set_index("model")
     pooled = last["intersection"] / (last["predicted"] + last["truth"] - last["intersection"])
     assert np.allclose(members.loc[last.index, "val_iou"], pooled, rtol=0, atol=1e-9)
     assert np.allclose(members.loc[last.index, "val_f1"], 2 * last["intersection"] / (last["predicted"] + last["truth"]), rtol=0, atol=1e-9)
@@ -310,7 +310,7 @@ def test_a_splits_iou_and_f1_are_pooled_over_its_images_as_the_docs_say(repeated
 @pytest.mark.slow
 def test_pairs_compare_losses_on_the_same_batches(repeated):
     result, _ = repeated
-    pairs = pd.read_csv(result.run_dir / "pairs.csv")
+    pairs = read_csv(result.run_dir / "pairs.csv")
     assert len(pairs) == 3 and (pairs["steps"] == STEPS).all()
     losses = result.losses.query("split == 'train' and metric == 'loss'").copy()
     losses["base"] = losses["model"].str.split("@").str[0]
@@ -386,13 +386,13 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     assert params["arch"] == "tiny_fcn" and params["optimizer.name"] == "adam" and "name" not in params
     assert "None" not in params.values() and "backbone" not in params  # unset settings are left out, not 'None'
     # The end: the member's summary row (summary_members.csv), the model's on the parent (across seeds)
-    members = pd.read_csv(result.run_dir / "summary_members.csv").set_index("model")
+    members = read_csv(result.run_dir / "summary_members.csv").set_index("model")
     final = child.data.metrics
     for column in ("best_val_loss", "params", "ms_per_step", "flops_per_example", "final_train_loss"):
         assert final[column] == pytest.approx(members.loc["fcn@1", column]), column
     assert "learning_rate" not in final  # a setting: a param
     assert [m.step for m in client.get_metric_history(record["runs"]["fcn@1"], "val_iou")] == sorted(set(result.losses.query("split == 'val'")["step"]))
-    summary = pd.read_csv(result.run_dir / "summary.csv").set_index("model")
+    summary = read_csv(result.run_dir / "summary.csv").set_index("model")
     for column in ("val_iou", "val_iou_low", "val_iou_std", "rank", "ms_per_step"):
         assert parent.data.metrics[f"unet.{column}"] == pytest.approx(summary.loc["unet", column]), column
     history = client.get_metric_history(record["runs"]["fcn@1"], "train_loss")
@@ -455,7 +455,7 @@ def test_compare_prints_and_saves_models_of_several_runs(repeated, tmp_path):
     done = run_main("compare", result.run_dir, copy, "--csv", out)
     assert done.returncode == 0, done.stderr
     assert "unet" in done.stdout and "best of each column" in done.stdout
-    table = pd.read_csv(out)
+    table = read_csv(out)
     assert len(table) == 6 and {"run", "model", "val_iou", "ms_per_step"} <= set(table.columns)
     missing = run_main("compare", tmp_path / "nothing")
     assert missing.returncode == 2 and f"{tmp_path / 'nothing'} does not exist" in missing.stderr
@@ -477,7 +477,7 @@ def test_report_command_rebuilds_everything_from_disk(repeated, tmp_path):
     copy = copy_without_outputs(result.run_dir, tmp_path)
     done = run_main("report", copy)
     assert done.returncode == 0, done.stderr
-    assert pd.read_csv(copy / "summary.csv").equals(pd.read_csv(result.run_dir / "summary.csv"))
+    assert read_csv(copy / "summary.csv").equals(read_csv(result.run_dir / "summary.csv"))
     assert (copy / "plots" / "samples.png").exists(), "samples come back from the exported models"
     rebuilt = (copy / "report.html").read_text()
     assert len(re.findall(r"<img", rebuilt)) == 4 and len(re.findall(r"<figure class='chart'", rebuilt)) == 5
@@ -515,7 +515,7 @@ def test_load_run_reads_a_run_back(repeated):
 
     result, _ = repeated
     loaded = load_run(result.run_dir)
-    pd.testing.assert_frame_equal(loaded.summary, pd.read_csv(result.run_dir / "summary.csv"), check_dtype=False)
+    pd.testing.assert_frame_equal(loaded.summary, read_csv(result.run_dir / "summary.csv"), check_dtype=False)
     assert str(loaded.summary["diverged_step"].dtype) == "Int64"  # integers with gaps stay integers
     assert loaded.info["status"] == "completed" and loaded.config.train.repeats == 2
     # Models by their members' names; the model's own name, or a missing file, says so (not a bare KeyError).

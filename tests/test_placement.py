@@ -21,6 +21,7 @@ from harness.config.loading import validate_config
 from harness.errors import ConfigError
 from harness.members.registry import build_members
 from harness.core.placement import build_placement
+from harness.rundir import read_csv
 
 tf = import_tf()
 
@@ -233,8 +234,8 @@ def test_multi_worker_two_processes_match_one_process(tmp_path):
     assert "stopped sending heartbeats" not in workers.stderr and "E0000" not in workers.stderr, workers.stderr
     runs = list((tmp_path / "multi" / "tiny").iterdir())
     assert len(runs) == 1, "only the chief writes a run directory"
-    multi = pd.read_csv(runs[0] / "losses.csv").sort_values(["model", "split", "metric", "step"])
-    one = pd.read_csv(next((tmp_path / "single" / "tiny").iterdir()) / "losses.csv").sort_values(["model", "split", "metric", "step"])
+    multi = read_csv(runs[0] / "losses.csv").sort_values(["model", "split", "metric", "step"])
+    one = read_csv(next((tmp_path / "single" / "tiny").iterdir()) / "losses.csv").sort_values(["model", "split", "metric", "step"])
     np.testing.assert_allclose(multi["value"].to_numpy(), one["value"].to_numpy(), **TOLERANCE)
 
 

@@ -17,6 +17,7 @@ import harness
 from harness.config.loading import validate_config
 from harness.errors import ConfigError
 from harness.training.race import correlations, decide, make_race
+from harness.rundir import read_csv
 
 FOUR = [
     {"name": "fcn", "arch": "tiny_fcn"},
@@ -127,7 +128,7 @@ def test_after_a_race_the_test_split_is_scored_by_the_runs_eval_function_as_by_a
     assert reused.info["eval_trace_count"] == 1
     monkeypatch.setattr(CompiledMembers, "eval_fn_over", lambda self, members: None)  # a new eval function
     fresh = harness.run(validate_config(config), results_dir=tmp_path / "fresh")
-    scores = [pd.read_csv(run.run_dir / "test_scores.csv") for run in (reused, fresh)]
+    scores = [read_csv(run.run_dir / "test_scores.csv") for run in (reused, fresh)]
     assert scores[0].groupby("model").size().to_dict() == {m["name"]: 4 for m in FOUR}
     pd.testing.assert_frame_equal(*scores, check_exact=True)
 
@@ -231,7 +232,7 @@ def test_a_race_interrupted_after_a_rung_and_resumed_equals_the_uninterrupted_ra
     info = json.loads((run_dir / "run.json").read_text())
     assert 4 <= info["resumes"][0]["from_step"] < 12  # after rung 1: the resumed step leaves its dropped members out
     assert [r["dropped"] for r in info["race"]["rungs"]] == [r["dropped"] for r in uninterrupted.info["race"]["rungs"]]
-    resumed = pd.read_csv(run_dir / "losses.csv").sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
+    resumed = read_csv(run_dir / "losses.csv").sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
     expected = uninterrupted.losses.sort_values(["model", "step", "split", "metric"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(resumed, expected, check_exact=True)
     # The members dropped before the restored step came back from checkpoints/left/: the same final weights.

@@ -12,7 +12,6 @@ import stat
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import Killed, killed_in_save, run_cli, tiny_config, write_yaml
 
@@ -22,6 +21,7 @@ from harness.config.loading import validate_config
 from harness.data.resolve import resolve_data
 from harness.errors import ConfigError, DataError, LockedError
 from harness.rundir import layout as rundir  # where the run directory and run.json are written
+from harness.rundir import read_csv
 
 # 8 steps, a checkpoint every 2, only the newest kept.
 RAW = tiny_config(train={"epochs": 2, "steps_per_call": 2, "checkpoint_every_steps": 2, "keep_checkpoints": 1, "deterministic": True})
@@ -320,7 +320,7 @@ def test_compare_prints_hostile_model_names_as_they_are(clean, tmp_path, capsys)
 
     run_dir = tmp_path / "results" / "tiny" / "run"
     shutil.copytree(clean, run_dir)
-    summary = pd.read_csv(run_dir / "summary.csv")
+    summary = read_csv(run_dir / "summary.csv")
     summary["model"] = ["[/x]", "\x1b[31mred", "[bold]b"]
     summary.to_csv(run_dir / "summary.csv", index=False)
     print_comparison(compare_runs([run_dir]))

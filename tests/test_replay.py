@@ -10,10 +10,10 @@ import subprocess
 import sys
 
 import numpy as np
-import pandas as pd
 from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
 
 from harness.core.backend import import_keras
+from harness.rundir import read_csv
 
 keras = import_keras()
 
@@ -40,7 +40,7 @@ def test_the_documented_hand_loop_reproduces_a_real_run_bit_for_bit(tmp_path):
     assert set(facts) == {"fcn", "unet", "deconv"} and np.load(replay / "batches.npz")["images"].shape == (8, 4, 16, 16, 3)
     loop = tmp_path / "loop.py"
     loop.write_text(documented_loop())
-    losses = pd.read_csv(run_dir / "losses.csv", dtype={"value": str}).query("split == 'train' and metric == 'loss'")
+    losses = read_csv(run_dir / "losses.csv", dtype={"value": str}).query("split == 'train' and metric == 'loss'")
     for name in ("fcn", "deconv"):  # bce+dice with adam; focal+dice with sgd and momentum
         done = subprocess.run([sys.executable, str(loop), str(replay), name], capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stderr

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from conftest import run_main, tiny_config, trains_runs, write_yaml
 
-from harness.rundir import FolderLock
+from harness.rundir import FolderLock, read_csv
 
 
 @pytest.fixture(scope="module")
@@ -369,11 +369,10 @@ def test_runs_lists_a_run_whose_run_json_is_damaged_as_unreadable_with_no_made_u
 
 def test_runs_names_no_best_model_for_a_run_none_of_whose_models_finished(results, tmp_path):
     """Every model diverged: the run named the first of them its best (`fcn (test_loss 3.6068)`)."""
-    import pandas as pd
 
     copy = tmp_path / "results" / "tiny" / "20261120-000000"
     shutil.copytree(next((results / "tiny").glob("2*")), copy)
-    summary = pd.read_csv(copy / "summary.csv")
+    summary = read_csv(copy / "summary.csv")
     summary.assign(status="diverged").to_csv(copy / "summary.csv", index=False)
     (row,) = json.loads(run_main("runs", "--results", tmp_path / "results", "--json").stdout)
     assert row["best"] == "none finished" and row["best_value"] is None

@@ -7,7 +7,6 @@ import math
 import signal
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
 
@@ -15,6 +14,7 @@ from harness.config.loading import validate_config
 from harness.config.schema import ScheduleSpec
 from harness.core.schedules import WarmupSchedule
 from harness.errors import ConfigError
+from harness.rundir import read_csv
 
 
 def rates(schedule, steps) -> np.ndarray:
@@ -84,7 +84,7 @@ def scheduled_run(tmp_path_factory):
 
 
 def test_every_members_learning_rate_is_a_train_row_and_a_plot(scheduled_run):
-    rows = pd.read_csv(scheduled_run / "losses.csv")
+    rows = read_csv(scheduled_run / "losses.csv")
     lr = rows[(rows["metric"] == "lr") & (rows["split"] == "train")]
     assert set(lr["model"]) == {"fcn", "unet", "deconv"}
     fcn = lr[lr["model"] == "fcn"].sort_values("step")["value"].to_numpy()

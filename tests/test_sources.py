@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from conftest import run_cli, run_main, tiny_config, write_yaml
 from pictures import data_config, picture, scan, write_folder, write_tfds
@@ -22,6 +21,7 @@ from harness.data.pipeline import build_datasets
 from harness.errors import ConfigError, DataError
 from harness.data.resolve import load_scan, resolve_data
 from harness.members.registry import input_multiple
+from harness.rundir import read_csv
 
 tf = import_tf()
 
@@ -306,7 +306,7 @@ def test_real_image_example_end_to_end(tmp_path):
     info = json.loads((run_dir / "run.json").read_text())
     assert info["data"]["source"] == "folder" and info["data"]["image_size"] == [96, 96]
     assert "auto" in info["data"]["image_size_reason"] and info["data"]["skipped"] == 0
-    summary = pd.read_csv(run_dir / "summary.csv")
+    summary = read_csv(run_dir / "summary.csv")
     assert 0.0 <= info["timing"]["input_wait_share"] < 1.0
     assert "input_wait_share" not in summary, "a figure of the run, not repeated on every model's row"
     assert (tmp_path / "results" / "real_images" / ".data-cache").is_dir()

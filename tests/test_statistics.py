@@ -18,6 +18,7 @@ from harness.core.scores import segmentation_scores
 from harness.nights.regressions import compare
 from harness.outputs.statistics import IMAGES_ONLY, SEEDS_AND_IMAGES, Scored, across_seeds, bootstrap_metric, holm, image_draws, indistinguishable, seed_interval
 from harness.outputs.writers import counts_of
+from harness.rundir import read_csv
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +29,7 @@ def tiny_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_val_scores_hold_every_image_of_every_evaluation_and_add_up_to_the_val_rows(tiny_run):
-    scores = pd.read_csv(tiny_run.run_dir / "val_scores.csv")
+    scores = read_csv(tiny_run.run_dir / "val_scores.csv")
     evaluations = sorted(tiny_run.losses.query("split == 'val'")["step"].unique())
     assert len(scores) == len(evaluations) * 3 * 8  # evaluations x members x validation images
     for (step, model), rows in scores.groupby(["step", "model"]):
@@ -191,7 +192,7 @@ def test_holm_adjustment_matches_the_textbook_example():
 
 @pytest.mark.slow
 def test_one_seed_summary_and_pairs_carry_intervals_and_the_common_loss(tiny_run):
-    summary, pairs = tiny_run.summary, pd.read_csv(tiny_run.run_dir / "pairs.csv")
+    summary, pairs = tiny_run.summary, read_csv(tiny_run.run_dir / "pairs.csv")
     for metric in ("val_iou", "val_f1", "val_loss"):
         assert ((summary[f"{metric}_low"] <= summary[metric] + 1e-9) & (summary[metric] <= summary[f"{metric}_high"] + 1e-9)).all()
     assert "indistinguishable_from" not in summary, "one seed: nothing measured against training randomness"
@@ -218,7 +219,7 @@ def test_the_common_loss_is_computed_from_each_members_predictions(tmp_path):
 @pytest.mark.slow
 def test_repeats_rank_by_a_paired_test_not_overlapping_intervals(tmp_path):
     result = run(validate_config(tiny_config(train={"epochs": 1, "repeats": 3})), results_dir=tmp_path)
-    pairs = pd.read_csv(result.run_dir / "pairs.csv")
+    pairs = read_csv(result.run_dir / "pairs.csv")
     assert {"seeds", "p_t", "p_holm", "supported", "diff_low", "diff_high", "seed_std", "image_se", "repeats_to_resolve"} <= set(pairs.columns)
     assert (pairs["seeds"] == 3).all() and (pairs["covers"] == SEEDS_AND_IMAGES).all()
     summary = result.summary

@@ -19,7 +19,7 @@ from harness.data.resolve import resolve_data
 from harness.data.scan import split_of
 from harness.data.sources import Item
 from harness.errors import ConfigError, DataError
-from harness.rundir import RunDir
+from harness.rundir import RunDir, read_csv
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def tested_run(tmp_path_factory):
 def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(tested_run):
     run_dir, summary = tested_run.run_dir, tested_run.summary
     scores = tested_run.test_scores  # the API's reading of test_scores.csv
-    assert scores.equals(pd.read_csv(run_dir / "test_scores.csv"))
+    assert scores.equals(read_csv(run_dir / "test_scores.csv"))
     assert len(scores) == 3 * 8 and set(scores["model"]) == {"fcn", "unet", "deconv"}
     selected = json.loads((run_dir / "run.json").read_text())["test"]["members"]
     for name in ("fcn", "unet", "deconv"):
@@ -42,7 +42,7 @@ def test_the_chosen_weights_are_scored_once_on_test_and_the_ranking_uses_test(te
     assert summary["rank"].tolist() == [1, 2, 3] and summary["test_iou"].is_monotonic_decreasing
     assert ((summary["test_iou_low"] <= summary["test_iou"] + 1e-9) & (summary["test_iou"] <= summary["test_iou_high"] + 1e-9)).all()
     assert {"selected_val_iou", "selected_step", "val_iou"} <= set(summary.columns)
-    pairs = pd.read_csv(run_dir / "pairs.csv")
+    pairs = read_csv(run_dir / "pairs.csv")
     assert set(pairs["metric"]) == {"test_iou"} and pairs["covers"].str.startswith("test images only").all()
     report = (run_dir / "report.html").read_text()
     assert "held-out test split" in report and "What choosing added" in report
@@ -84,9 +84,9 @@ def test_a_run_stopped_before_scoring_its_test_split_ranks_on_validation_until_i
     (copy / "run.json").write_text(json.dumps(info))
     reported = run_main("report", copy)
     assert reported.returncode == 0, reported.stderr
-    summary = pd.read_csv(copy / "summary.csv")
+    summary = read_csv(copy / "summary.csv")
     assert "test_iou" not in summary and summary["rank"].tolist() == [1, 2, 3] and summary["val_iou"].is_monotonic_decreasing
-    assert summary["val_iou_low"].notna().all() and set(pd.read_csv(copy / "pairs.csv")["metric"]) == {"val_iou"}
+    assert summary["val_iou_low"].notna().all() and set(read_csv(copy / "pairs.csv")["metric"]) == {"val_iou"}
     said = " ".join(reported.stdout.split())
     assert "ranked by val_iou, best first (" in said and "trained to its end" not in said
     assert "The held-out test split is scored when the run completes, and the ranking is on it then" in said
@@ -337,9 +337,9 @@ def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_acr
     # picture those): each group's members, as that group recorded them.
     groups = [json.loads(p.read_text())["test"]["members"] for p in sorted(run_dir.glob("groups/*/run.json"))]
     assert info["test"]["members"] == {**groups[0], **groups[1]} and len(info["test"]["members"]) == 4
-    scores = pd.read_csv(run_dir / "test_scores.csv")
+    scores = read_csv(run_dir / "test_scores.csv")
     assert scores.groupby("model").size().to_dict() == {m: 4 for m in ("fcn-lr0.01", "fcn-lr1e-3", "unet-lr0.01", "unet-lr1e-3")}
-    table = pd.read_csv(run_dir / "compare_by.csv")
+    table = read_csv(run_dir / "compare_by.csv")
     assert len(table) == 1 and table["group_a"][0] != table["group_b"][0]
     printed = " ".join(done.stdout.split())  # the terminal wraps lines
     assert "Each group at its best on validation" in printed and " ahead " in printed and "no verdict" in printed

@@ -15,6 +15,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.errors import ConfigError
 from harness.training.controller import Schedule
+from harness.rundir import read_csv
 
 
 def train_losses(result, name: str) -> list[float]:
@@ -76,7 +77,7 @@ def test_run_directory_files(tiny_run):
     assert info["hardware"]["cpus"] == os.cpu_count() and info["hardware"]["gpus"] == [] and info["hardware"]["cpu"]  # whose timings these are
     assert isinstance(info["hardware"]["cpu_isa"], list)  # Linux names its instruction sets
     assert info["models"]["fcn"]["status"] == "ok"
-    summary = pd.read_csv(run_dir / "summary.csv")
+    summary = read_csv(run_dir / "summary.csv")
     for column in ("model", "params", "status", "steps", "final_train_loss", "best_val_loss", "best_step", "ms_per_step", "val_iou", "val_f1"):
         assert column in summary.columns, column
     assert sorted(summary["model"]) == ["deconv", "fcn", "unet"]

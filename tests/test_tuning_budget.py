@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from harness.outputs.tuning_budget import budget_table, describe_leaders, expected_best_of_k, expected_score_of_chosen, leaders
+from harness.rundir import read_csv
 
 VAL = [0.61, 0.70, 0.55, 0.70, 0.64]  # a tie at the top: the earlier trial is the one chosen
 TEST = [0.60, 0.66, 0.58, 0.71, 0.62]
@@ -139,7 +140,7 @@ def test_a_run_without_a_test_split_writes_the_validation_curve_its_plot_and_rep
         ["arch=tiny_fcn", 1, 3, 1], ["arch=tiny_fcn", 2, 3, 1], ["arch=tiny_fcn", 3, 3, 1], ["arch=tiny_unet", 1, 2, 0], ["arch=tiny_unet", 2, 2, 0]]
     # Two of the three: {0.1, 0.5} takes 0.5, the other two sets 0.9. All three: 0.9, the per-group choice.
     assert table["expected_best"].tolist() == pytest.approx([0.5, (0.5 + 0.9 + 0.9) / 3, 0.9, 0.73, 0.74])
-    assert pd.read_csv(tmp_path / "expected_best.csv")["chosen_by"].eq("val_iou").all()
+    assert read_csv(tmp_path / "expected_best.csv")["chosen_by"].eq("val_iou").all()
     assert (run.plots / "expected_best.png").stat().st_size > 0
     unplotted = RunDir(tmp_path / "unplotted")  # `plot_formats: []`: the table, no plot
     unplotted.path.mkdir()

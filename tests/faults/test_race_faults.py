@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 from conftest import only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
+from harness.rundir import read_csv
+
 pytestmark = pytest.mark.slow
 
 MODELS = [
@@ -47,6 +49,6 @@ def test_a_race_killed_at_a_rung_boundary_resumes_to_the_uninterrupted_race(tmp_
     info, expected = json.loads((run_dir / "run.json").read_text()), json.loads((uninterrupted / "run.json").read_text())
     assert [r["dropped"] for r in info["race"]["rungs"]] == [r["dropped"] for r in expected["race"]["rungs"]]
     order = ["model", "step", "split", "metric"]
-    got = pd.read_csv(run_dir / "losses.csv").sort_values(order).reset_index(drop=True)
-    want = pd.read_csv(uninterrupted / "losses.csv").sort_values(order).reset_index(drop=True)
+    got = read_csv(run_dir / "losses.csv").sort_values(order).reset_index(drop=True)
+    want = read_csv(uninterrupted / "losses.csv").sort_values(order).reset_index(drop=True)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
