@@ -63,7 +63,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from harness.core.backend import import_tf
@@ -137,7 +136,7 @@ def bench_text(table: pd.DataFrame) -> str:
     parts = []
     for section, rows in table.groupby("section", sort=False):
         rows = rows.drop(columns="section").dropna(axis=1, how="all")
-        rows = rows.where(rows.notna(), np.nan)  # pandas 2 prints a None as "None", not na_rep
+        rows = rows.mask(rows.isna())  # None as NaN: pandas 2 prints a None as "None", not na_rep
         text = rows.to_string(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
         parts.append(f"== {section} ==\n{text}")
     if folder := table.attrs.get("folder"):

@@ -1,4 +1,5 @@
-"""Writes that never leave a half-written file, and the one clock every record is stamped with."""
+"""Writes that never leave a half-written file, the one clock every record is stamped with, and
+the one reader of the CSV tables a run writes (floats back exactly as written)."""
 
 from __future__ import annotations
 
