@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, disk_full, report_bug, report_user_code, user_traceback
+from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, disk_full, not_permitted, report_bug, report_user_code, user_traceback
 from harness.leaving import leave
 from harness.outputs import pool
 from harness.outputs.stdout import ReaderMayLeave
@@ -28,12 +28,21 @@ def main(argv: list[str] | None = None) -> int:
         print("harness: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the user's code (a factory, a kind) raising is theirs; anything else is a bug
-        if said := exc if isinstance(exc, HarnessError) else disk_full(exc):
+        frames = user_traceback(exc)
+        if said := _said_plainly(exc, frames):
             print(f"harness: {said.render()}", file=sys.stderr)
             return said.exit_code
-        if frames := user_traceback(exc):
+        if frames:
             return report_user_code(exc, frames)
         return report_bug()
+
+
+def _said_plainly(exc: Exception, user_frames: list[str]) -> HarnessError | None:
+    """The message instead of a traceback: harness's own, a full disk, or a path this user may not
+    use (unless the user's own code met it: then their traceback says more)."""
+    if isinstance(exc, HarnessError):
+        return exc
+    return disk_full(exc) or (None if user_frames else not_permitted(exc))
 
 
 def _set_hint(argv: list[str]) -> str | None:

@@ -215,3 +215,28 @@ def test_a_full_disk_met_outside_a_runs_own_handling_exits_4_naming_the_file(mon
 
     monkeypatch.setattr(cli, "cmd_report", broken)
     assert main(["report", "anywhere"]) != 4 and "disk full" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("errno_name, reason", [("EACCES", "Permission denied"), ("EROFS", "Read-only file system")])
+def test_a_path_this_user_may_not_write_is_named_not_called_a_bug(tmp_path, capsys, monkeypatch, errno_name, reason):
+    """Met past every nearer check (a run folder under a results folder another user made): exit 2
+    naming the path. Raised from code compiled as "<string>", as harness's own would be: a function
+    written in this file would count as the user's code."""
+    import errno
+
+    import harness.cli as cli
+
+    denied = tmp_path / "theirs" / "20261130-211338"
+    raising = f"def refused(args):\n    raise OSError({getattr(errno, errno_name)}, {reason!r}, {str(denied)!r})\n"
+    exec(compile(raising, "<string>", "exec"), namespace := {})
+    monkeypatch.setattr(cli, "cmd_runs", namespace["refused"])
+    assert cli.main(["runs", "--results", str(tmp_path)]) == 2
+    said = capsys.readouterr().err
+    assert f"harness: {denied}: {reason} (for this user). Run the command as a user who may write there" in said and "internal error" not in said
+
+    def users_own_code(args):  # the user's code meeting it: their traceback says more
+        raise PermissionError(13, "Permission denied", str(denied))
+
+    monkeypatch.setattr(cli, "cmd_runs", users_own_code)
+    assert cli.main(["runs", "--results", str(tmp_path)]) == 2
+    assert "users_own_code" in capsys.readouterr().err

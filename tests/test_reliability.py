@@ -155,6 +155,14 @@ def test_a_write_the_disk_refuses_names_the_file_it_was_for(tmp_path, monkeypatc
     assert info.value.errno == errno.ENOSPC and info.value.filename == str(report)
     assert report.read_text() == "the old report" and sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]
 
+    def no_new_file(**where):  # a folder that refuses a new file names the temporary one
+        raise PermissionError(errno.EACCES, "Permission denied", str(Path(where["dir"]) / ".report.html.x1y2.tmp"))
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", no_new_file)
+    with pytest.raises(PermissionError) as info:
+        files.atomic_write_text(report, "the new report")
+    assert info.value.filename == str(report), "the file meant, not a temporary name the user never sees"
+
 
 @pytest.mark.parametrize("first_write", ["config.yaml", "run.json"])
 def test_disk_full_before_the_first_write_exits_4_and_leaves_nothing(tmp_path, monkeypatch, capsys, first_write):

@@ -22,7 +22,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     The file gets the mode any other tool's output would (0644 under umask 022): mkstemp makes
     it 0600, which teammates, a web server or a CI artifact step could not read."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:  # the folder refuses a new file: name the file meant, not a temporary name
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -14,7 +14,7 @@ import os
 import socket
 from pathlib import Path
 
-from harness.errors import LockedError
+from harness.errors import ConfigError, LockedError, ResourceError, is_disk_full
 from harness.rundir.files import utc_now
 
 
@@ -40,7 +40,10 @@ class FolderLock:
         return self
 
     def _lock_file(self) -> int:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _cannot_lock(self.path, self.purpose, exc) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -67,6 +70,18 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _cannot_lock(path: Path, purpose: str, exc: OSError) -> Exception:
+    """The lock file is the first thing a run, resume, report or nightly writes in its folder, so a
+    folder this user may only read (a colleague's results, a read-only mount) is met here: said as
+    the folder named on the command line being unusable (exit 2), or a full disk (exit 4)."""
+    if is_disk_full(exc):
+        return ResourceError(f"{path.parent}: disk full; a {purpose} cannot even make its lock file there. "
+                             "Free some space and run the command again; nothing in the folder was changed")
+    return ConfigError(f"{path.parent}: this user cannot write in it ({exc.strerror or exc}: {path}), and a {purpose} "
+                       "writes its lock and its files there. Run the command as a user who can write in that folder, "
+                       "or on a copy of the folder (cp -r) in one you can write; nothing in it was changed")
 
 
 def _still_named(fd: int, path: Path) -> bool:
