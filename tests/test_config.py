@@ -210,6 +210,15 @@ def test_override_of_unknown_key_or_model(tmp_path):
     assert "expected key.path=value" in text
 
 
+def test_a_list_item_in_brackets_says_the_dotted_form(tmp_path):
+    path = write_yaml(tmp_path / "c.yaml", tiny_config())
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["models[0].loss=dice", 'models["unet"].optimizer.learning_rate=0.01'])
+    text = "\n".join(info.value.problems)
+    assert "did you mean --set models.0.loss=dice ?" in text
+    assert "did you mean --set models.unet.optimizer.learning_rate=0.01 ?" in text
+
+
 def test_override_creates_missing_sections():
     raw = {"name": "x", "models": [{"name": "a", "arch": "tiny_fcn"}]}
     apply_override(raw, "train.optimizer.name=sgd")

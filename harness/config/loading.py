@@ -159,6 +159,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 # --set overrides
 
 
+BRACKETED = re.compile(r"\[\s*['\"]?([\w@.-]+?)['\"]?\s*\]")  # models[0], models["unet"]
+
+
 def apply_override(raw: dict, override: str) -> None:
     """Apply `a.b.c=value` in place. The value is parsed as YAML so `3`, `true`, `[96, 96]` are typed;
     pydantic then checks it against the schema like any other value. A list of models may be
@@ -169,6 +172,9 @@ def apply_override(raw: dict, override: str) -> None:
     parts = [p for p in key.strip().split(".") if p]
     if not parts:
         raise ConfigError(f"{override!r}: empty key path")
+    if BRACKETED.search(key):  # jq's and Python's way to index a list; here an item is one more dotted part
+        meant = BRACKETED.sub(r".\1", key.strip())
+        raise ConfigError(f"--set {key}: a list's item is a dotted part, its position or its name (models.0, models.unet): did you mean --set {meant}={text} ?")
     try:
         value = yaml.safe_load(text) if text.strip() else ""
     except yaml.YAMLError:
