@@ -176,3 +176,33 @@ def test_users_code_with_python_control_flow_on_tensors_is_converted_by_autograp
     rows = result.losses.query("model == 'branchy' and metric == 'has_foreground'")["value"]
     assert len(rows) == 4 and set(rows) <= {0.0, 1.0} and rows.max() == 1.0  # synthetic shapes: foreground in most batches
     assert result.losses.query("model == 'guarded' and split == 'val' and metric == 'loss'")["value"].notna().all()
+
+
+def docs_code(page: str, language: str) -> list[str]:
+    import re
+
+    from conftest import REPO
+
+    return re.findall(rf"```{language}\n(.*?)```", (REPO / "docs" / page).read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_docs_own_model_and_own_kind_train_as_written(tmp_path, monkeypatch):
+    """docs/members.md's factory, its config line and its member kind, copied as a user would
+    (into mypkg/models.py and mypkg/kinds.py) and trained: the page cannot drift from the API."""
+    import yaml
+
+    factory, kind = docs_code("members.md", "python")
+    config_lines = docs_code("members.md", "yaml")[0]
+    assert factory.startswith("# mypkg/models.py") and "class FocalWithCoverage(Member)" in kind
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text(factory)
+    (package / "kinds.py").write_text(kind)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (mine,) = yaml.safe_load(config_lines)["models"]
+    focal = {"name": "focal", "kind": "mypkg.kinds:FocalWithCoverage", "arch": mine["arch"]}
+    result = run(validate_config(tiny_config(models=[mine, focal])), results_dir=tmp_path / "r")
+    assert result.info["status"] == "completed" and result.summary["status"].tolist() == ["ok", "ok"]
+    assert metrics_of(result, "focal", "train") >= {"loss", "coverage"}
+    assert result.models["mine"].layers[1].filters == 32, "the config line's options reach the factory"
