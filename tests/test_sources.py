@@ -755,6 +755,32 @@ def test_images_and_masks_that_each_add_a_suffix_to_a_shared_stem(tmp_path):
     assert error.value.problems == [f"{masks / 'city_ex03_000019_gtFine_labelIds.png'}: no image with the stem 'city_ex03_000019_leftImg8bit' in {images}"]
 
 
+def test_docs_cityscapes_manifest_recipe_runs_as_written_and_its_split_is_kept(tmp_path, monkeypatch):
+    """docs/data.md's script for a Cityscapes tree (cities below train/ and val/), run as written
+    from the folder holding `cityscapes/`, then read as the page says: `source: csv` with a
+    label_map from label ids to training classes and the void ids left out."""
+    import re
+
+    from conftest import REPO
+
+    (recipe,) = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "data.md").read_text(encoding="utf-8"), flags=re.S)
+    root = tmp_path / "cityscapes"
+    for split, city, count in (("train", "aachen", 3), ("train", "bochum", 2), ("val", "lindau", 2)):
+        for i in range(count):
+            stem = f"{city}_{i:06d}_000019"
+            image, mask = picture(i)
+            for folder, name, pixels in (("leftImg8bit", f"{stem}_leftImg8bit.png", image), ("gtFine", f"{stem}_gtFine_labelIds.png", mask * 19 + 7)):
+                (root / folder / split / city).mkdir(parents=True, exist_ok=True)
+                Image.fromarray(pixels.astype(np.uint8)).save(root / folder / split / city / name)  # ids 7 (road) and 26 (car)
+            Image.fromarray(np.zeros((24, 32), np.uint8)).save(root / "gtFine" / split / city / f"{stem}_gtFine_color.png")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(recipe, "docs/data.md", "exec"), {})
+    config = data_config({"source": "csv", "manifest": "cityscapes.csv", "classes": 19, "label_map": {7: 0, 26: 13, 0: 255}, "ignore_label": 255})
+    result = scan(config)
+    assert (result.train_size, result.val_size) == (5, 2), "the dataset's own split, city by city"
+    assert sorted(np.unique(result.labels).tolist()) == [0, 13]
+
+
 def test_sample_data_removes_specks_of_30_pixels_or_fewer_joined_by_edges_with_any_scikit_image():
     """The masks' speck rule is counted by harness: skimage's `max_size` keyword exists only from
     0.26, and Python 3.10 gets 0.25 (its `sample-data` failed there)."""
