@@ -1,5 +1,6 @@
-"""The README's Python example, run as written there (from a folder holding the experiment it
-names, so that its relative paths resolve as they would in a checkout)."""
+"""The README's Python example, run as written there, and docs/api.md's, run with a smaller
+experiment (from a folder holding the experiments they name, so that their relative paths resolve
+as they would in a checkout)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from conftest import REPO
 
 
-def readme_python() -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+def readme_python(page: str = "README.md") -> str:
+    text = (REPO / page).read_text(encoding="utf-8")
     (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     return code
 
@@ -29,3 +30,25 @@ def test_the_readmes_python_example_runs_as_written(tmp_path, monkeypatch):
     assert result.run_dir.resolve().parent.parent == (tmp_path / "results").resolve()
     pd.testing.assert_frame_equal(old.summary, result.summary)
     assert names["harness"].compare([old.run_dir])["model"].tolist() == result.summary["model"].tolist()
+
+
+@pytest.mark.slow
+def test_the_api_pages_example_runs_with_smoke_in_place_of_the_quickstart(tmp_path, monkeypatch):
+    """Every call and attribute docs/api.md shows, in its order (34 s). Two changes to the text:
+    smoke in place of the quickstart (minutes), and the dated run it loads made by a second run.
+    The page once rebound `config` to a one-model dict before `harness.run(config)`, so the
+    `result.models["unet"]` it showed next raised a KeyError for a user who ran it."""
+    (tmp_path / "experiments").mkdir()
+    shutil.copy(REPO / "experiments" / "smoke.yaml", tmp_path / "experiments")
+    monkeypatch.chdir(tmp_path)
+    code = readme_python("docs/api.md")
+    for shown, instead in (("experiments/quickstart.yaml", "experiments/smoke.yaml"),
+                           ('"results/quickstart/20261121-081856"', 'harness.run(config, results_dir="results").run_dir')):
+        assert code.count(shown) == 1, shown
+        code = code.replace(shown, instead)
+    names: dict = {}
+    exec(compile(code, "docs/api.md", "exec"), names)
+    result, old, night = names["result"], names["old"], names["night"]
+    assert result.info["status"] == old.info["status"] == "completed" and result.run_dir != old.run_dir
+    assert list(result.models) == ["fcn", "unet", "deconv"] and names["variant"].train.epochs == 3
+    assert night.exit_code == 0 and len(names["across"].pairs) > 0
