@@ -525,3 +525,23 @@ def undocumented_keys(text: str) -> list[str]:
 def test_every_config_key_is_named_in_the_docs():
     text = "\n".join(path.read_text(encoding="utf-8") for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     assert undocumented_keys(text) == []
+
+
+def test_every_yaml_block_in_the_docs_is_a_valid_config_fragment():
+    """The pages' configs (the whole default config, a data section, a GAN, schedules, a race, a
+    grid) are checked against the schema as a user pasting them into a two-model config would."""
+    import re
+
+    import yaml
+
+    blocks = [(page.name, block) for page in sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
+              for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)]
+    assert len(blocks) >= 8, "the pages' yaml blocks are found"
+    for page, block in blocks:
+        pasted = {"name": "docs", "models": [{"name": "a", "arch": "tiny_fcn"}, {"name": "b", "arch": "tiny_fcn"}]}
+        for key, value in yaml.safe_load(block).items():
+            pasted[key] = {**pasted[key], **value} if isinstance(value, dict) and isinstance(pasted.get(key), dict) else value
+        try:
+            validate_config(pasted)
+        except ConfigError as error:
+            pytest.fail(f"{page}: a yaml block is not a valid config: {error}")
