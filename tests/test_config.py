@@ -184,6 +184,20 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
         load_config(path)
 
 
+def test_a_config_indented_with_a_tab_or_saved_as_utf16_says_what_to_change(tmp_path):
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("name: x\nmodels:\n\t- {name: a, arch: tiny_fcn}\n")
+    with pytest.raises(ConfigError, match=r"line 3, column 1: .*\(YAML indents with spaces only: replace the tab with spaces\)"):
+        load_config(tabbed)
+    utf16 = tmp_path / "notepad.yaml"
+    utf16.write_text("name: x\nmodels:\n  - {name: a, arch: tiny_fcn}\n", encoding="utf-16")
+    with pytest.raises(ConfigError, match="is not UTF-8 text .*: save it as UTF-8"):
+        load_config(utf16)
+    bom = tmp_path / "bom.yaml"  # UTF-8 with a byte-order mark and CRLF line ends, as Windows editors save: read
+    bom.write_bytes(b"\xef\xbb\xbfname: x\r\nmodels:\r\n  - {name: a, arch: tiny_fcn}\r\n")
+    assert load_config(bom).name == "x"
+
+
 def test_overrides_are_typed_against_the_schema(tmp_path):
     path = write_yaml(tmp_path / "c.yaml", tiny_config())
     config = load_config(path, ["train.epochs=5", "models.unet.optimizer.learning_rate=0.01", "data.image_size=[32, 32]"])

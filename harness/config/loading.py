@@ -117,7 +117,10 @@ def _read_yaml(path: Path) -> Any:
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
         text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:  # an editor's "Unicode" (UTF-16) or a legacy code page
+        raise ConfigError(f"config file {str(path)!r} is not UTF-8 text (byte {exc.start}: {exc.reason}): "
+                          "save it as UTF-8 (an editor's 'Unicode' is UTF-16)") from None
+    except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc}") from None
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader that refuses repeated keys
@@ -127,6 +130,8 @@ def _read_yaml(path: Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "'\\t'" in problem:
+            problem += " (YAML indents with spaces only: replace the tab with spaces)"
         raise ConfigError(f"{path}: YAML syntax error{where}: {problem}") from None
     if raw is None:
         raise ConfigError(f"{path}: the file is empty (an experiment is a mapping: name, data, models, train, ...)")
