@@ -136,6 +136,18 @@ def test_csv_manifest_with_splits_and_problems(tmp_path):
     assert (result.train_size, result.val_size) == (6, 2)
 
 
+def test_a_fraction_of_a_few_files_that_drew_no_validation_file_says_why(tmp_path):
+    """Each file's split is its own hash draw, not a share of the count: a small folder can draw
+    none (8 files at 0.25: 0.75^8, one folder in ten), which "0 validation examples" did not explain.
+    ex00..ex07's stems hash to 0.091 and up: none at 0.05, two at 0.25."""
+    write_folder(tmp_path / "d", 8)
+    raw = {"source": "folder", "images": str(tmp_path / "d" / "images"), "masks": str(tmp_path / "d" / "masks")}
+    with pytest.raises(DataError) as error:
+        scan(data_config({**raw, "val_fraction": 0.05}))
+    assert "8 examples at 0.05 expect 0.4 for validation and drew none. Raise data.val_fraction" in error.value.headline
+    assert scan(data_config({**raw, "val_fraction": 0.25})).val_size == 2
+
+
 def test_val_and_test_fractions_take_their_share_of_the_train_rows_when_every_row_is_marked(tmp_path):
     # Cityscapes' manifest marks every row train or val (its test masks are not public): a
     # test_fraction found no row to take from and stopped with "no test examples".

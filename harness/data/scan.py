@@ -169,9 +169,21 @@ def _stacked(kept: list, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def check_split_counts(spec: DataSpec, counts: dict[str, int]) -> None:
     if counts["val"] == 0 or counts["train"] == 0:
-        raise DataError(f"data.source {spec.source}: {counts['train']} training and {counts['val']} validation examples; both need at least one (data.val_fraction)")
+        raise DataError(f"data.source {spec.source}: {counts['train']} training and {counts['val']} validation examples; "
+                        f"both need at least one (data.val_fraction){_few_files_hint(spec, counts)}")
     if counts["test"] == 0 and (spec.test_fraction > 0 or spec.test_images is not None):
         raise DataError(f"data.source {spec.source}: no test examples (data.test_fraction {spec.test_fraction:g} of {sum(counts.values())} files, or empty test folders)")
+
+
+def _few_files_hint(spec: DataSpec, counts: dict[str, int]) -> str:
+    """Why a fraction of a few examples can give none: each one's split is its own draw (a hash of
+    its name, so that adding files never moves others), not a share cut from the count."""
+    files = counts["train"] + counts["val"]
+    if counts["val"] or not spec.val_fraction or files > 50:
+        return ""
+    return (f". Each example's split is drawn by a hash of its name, a file's stem (adding files never moves others), not cut "
+            f"as a share: {files} examples at {spec.val_fraction:g} expect {files * spec.val_fraction:.1f} for validation and drew none. "
+            "Raise data.val_fraction, or name the validation examples (val folders or arrays, a manifest's split column)")
 
 
 def used_sizes(spec: DataSpec, counts: dict[str, int]) -> dict[str, int]:
