@@ -75,11 +75,16 @@ def disk_full(exc: BaseException) -> ResourceError | None:
     return ResourceError(f"disk full while writing {exc.filename or 'a file'}: free some space on that disk, then run the command again")
 
 
+def is_not_permitted(exc: BaseException) -> bool:
+    """Refused for this user (permissions) or for everyone (a read-only filesystem)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
 def not_permitted(exc: BaseException) -> ConfigError | None:
     """A file or folder this user may not write (or read), met where nothing nearer said it: a
     results folder another user made, a read-only mount. Its path came from the command line or the
     config, so it is said as theirs (exit 2, naming it), not as an internal error."""
-    if not (isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)):
+    if not is_not_permitted(exc):
         return None
     return ConfigError(f"{exc.filename or 'a file harness needs'}: {exc.strerror or exc} (for this user). Run the command as a user "
                        "who may write there, or point it at a folder you own (--results DIR, or a copy of the run folder)")

@@ -47,9 +47,9 @@ def test_a_folder_this_user_cannot_write_in_is_named_not_a_crash(tmp_path, monke
         return real_open(path, flags, *mode)
 
     monkeypatch.setattr(os, "open", refused)
-    with pytest.raises(ConfigError, match=f"{tmp_path}: this user cannot write in it \\(Permission denied") as raised:
+    with pytest.raises(ConfigError, match=f"{tmp_path}: a report cannot make its lock file there \\(Permission denied") as raised:
         FolderLock(tmp_path, purpose="report").acquire()
-    assert "a report writes its lock" in str(raised.value) and "copy of the folder" in str(raised.value)
+    assert "this user may not write there, and a report writes its lock" in str(raised.value) and "copy of the folder" in str(raised.value)
     monkeypatch.setattr(os, "open", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
     with pytest.raises(ResourceError, match="disk full"):
         FolderLock(tmp_path).acquire()
@@ -63,5 +63,6 @@ def test_a_lock_path_that_cannot_be_opened_stops_nightly_before_training(tmp_pat
     smoke = Path(__file__).resolve().parents[1] / "experiments" / "smoke.yaml"
     assert main(["nightly", str(smoke), "--results", str(tmp_path)]) == 2
     said = capsys.readouterr().err
-    assert f"{tmp_path / 'smoke'}: this user cannot write in it" in said and "internal error" not in said
+    assert f"{tmp_path / 'smoke'}: a nightly cannot make its lock file there (Is a directory" in said
+    assert "move away what is at .lock" in said and "internal error" not in said
     assert sorted(p.name for p in (tmp_path / "smoke").iterdir()) == [".lock"], "nothing made beside it"

@@ -14,7 +14,7 @@ import os
 import socket
 from pathlib import Path
 
-from harness.errors import ConfigError, LockedError, ResourceError, is_disk_full
+from harness.errors import ConfigError, LockedError, ResourceError, is_disk_full, is_not_permitted
 from harness.rundir.files import utc_now
 
 
@@ -79,9 +79,13 @@ def _cannot_lock(path: Path, purpose: str, exc: OSError) -> Exception:
     if is_disk_full(exc):
         return ResourceError(f"{path.parent}: disk full; a {purpose} cannot even make its lock file there. "
                              "Free some space and run the command again; nothing in the folder was changed")
-    return ConfigError(f"{path.parent}: this user cannot write in it ({exc.strerror or exc}: {path}), and a {purpose} "
-                       "writes its lock and its files there. Run the command as a user who can write in that folder, "
-                       "or on a copy of the folder (cp -r) in one you can write; nothing in it was changed")
+    if is_not_permitted(exc):
+        then = ("this user may not write there, and a {purpose} writes its lock and its files in that folder. Run the command "
+                "as a user who may, or on a copy of the folder (cp -r) in one you can write").format(purpose=purpose)
+    else:
+        then = f"move away what is at {path.name}"
+    return ConfigError(f"{path.parent}: a {purpose} cannot make its lock file there ({exc.strerror or exc}: {path}); {then}. "
+                       "Nothing in the folder was changed")
 
 
 def _still_named(fd: int, path: Path) -> bool:
