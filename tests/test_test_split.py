@@ -16,7 +16,7 @@ from pictures import data_config, picture, write_folder
 from harness.api import run
 from harness.config.loading import validate_config
 from harness.data.resolve import resolve_data
-from harness.data.scan import split_of
+from harness.data.splits import split_of
 from harness.data.sources import Item
 from harness.errors import ConfigError, DataError
 from harness.rundir import RunDir, read_csv

@@ -21,7 +21,8 @@ import numpy as np
 
 from harness.config.schema import DataSpec
 from harness.data.duplicates import across_splits
-from harness.data.scan import SPLITS, Scan, _load_item, _target_size, bad_data_error, check_split_counts, has_float_images, listed_count, scan_facts, split_of, used_sizes
+from harness.data.scan import Scan, _load_item, _target_size, bad_data_error, has_float_images, listed_count, scan_facts
+from harness.data.splits import SPLITS, check_split_counts, split_of, used_sizes
 from harness.data.sources import Item
 from harness.data.store import ExampleStore, RecordShape, fill_store, prune_store, shard_boundaries, write_shard
 

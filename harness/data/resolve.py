@@ -12,7 +12,8 @@ from typing import Any
 from harness.config.schema import DataSpec, ExperimentConfig
 from harness.data.disk_scan import scan_to_disk
 from harness.data.fingerprint import fingerprints
-from harness.data.scan import Scan, scan_items, split_of
+from harness.data.scan import Scan, scan_items
+from harness.data.splits import split_of
 from harness.data.sources import list_items
 from harness.errors import ConfigError, DataError
 

@@ -13,7 +13,6 @@ JPEG mask is named as what it almost always is: compression artefacts.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import math
 import os
@@ -21,7 +20,6 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +31,8 @@ from harness.core.host import memory_bytes
 from harness.errors import DataError, ResourceError
 
 from harness.data.duplicates import across_splits, image_digest
-from harness.data.sources import REST, BadItem, Item
+from harness.data.sources import BadItem, Item
+from harness.data.splits import SPLITS, check_split_counts, split_of, used_sizes
 
 
 @dataclass
@@ -167,31 +166,6 @@ def _stacked(kept: list, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def check_split_counts(spec: DataSpec, counts: dict[str, int]) -> None:
-    if counts["val"] == 0 or counts["train"] == 0:
-        raise DataError(f"data.source {spec.source}: {counts['train']} training and {counts['val']} validation examples; "
-                        f"both need at least one (data.val_fraction){_few_files_hint(spec, counts)}")
-    if counts["test"] == 0 and (spec.test_fraction > 0 or spec.test_images is not None):
-        raise DataError(f"data.source {spec.source}: no test examples (data.test_fraction {spec.test_fraction:g} of {sum(counts.values())} files, or empty test folders)")
-
-
-def _few_files_hint(spec: DataSpec, counts: dict[str, int]) -> str:
-    """Why a fraction of a few examples can give none: each one's split is its own draw (a hash of
-    its name, so that adding files never moves others), not a share cut from the count."""
-    files = counts["train"] + counts["val"]
-    if counts["val"] or not spec.val_fraction:
-        return ""
-    return (f". Each example's split is drawn by a hash of its name, a file's stem (adding files never moves others), not cut "
-            f"as a share: {files} examples at {spec.val_fraction:g} expect {files * spec.val_fraction:.1f} for validation and drew none. "
-            "Raise data.val_fraction, or name the validation examples (val folders or arrays, a manifest's split column)")
-
-
-def used_sizes(spec: DataSpec, counts: dict[str, int]) -> dict[str, int]:
-    """How many examples of each split are used: all of them, or the number the config caps it at."""
-    caps = {"train": spec.train_size, "val": spec.val_size, "test": spec.test_size}
-    return {name: min(counts[name], caps[name] or counts[name]) for name in SPLITS}
-
-
 def scan_facts(spec: DataSpec, listed: int, used: int, problems: list[str], notes, size, size_reason: str, seconds: float, label_counts: dict) -> dict[str, Any]:
     """What run.json says about a scan (held in memory or written to the on-disk store)."""
     return {
@@ -208,25 +182,6 @@ def scan_facts(spec: DataSpec, listed: int, used: int, problems: list[str], note
         "scan_items_per_s": round(listed / seconds, 1) if seconds > 0 else None,
         "label_counts": label_counts,
     }
-
-
-SPLITS = ("train", "val", "test")
-
-
-def split_of(item: Item, val_fraction: float, test_fraction: float = 0.0) -> str:
-    """An item's split: the one its source gave, else by hashes of its stem: test first (its own
-    hash, so adding a test share leaves train and val as they were among the rest), then val.
-    Adding files never moves another file between splits."""
-    if item.split not in (None, REST):
-        return item.split
-    key = Path(item.name).stem if "[" not in item.name else item.name
-    if test_fraction and _unit_hash("test:" + key) < test_fraction:
-        return "test"
-    return "val" if item.split is None and _unit_hash(key) < val_fraction else "train"
-
-
-def _unit_hash(key: str) -> float:
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
 def _target_size(items, spec: DataSpec, multiple: int, least: int = 1) -> tuple[tuple[int, int], str]:
