@@ -53,6 +53,20 @@ def test_a_bad_grid_value_names_the_grid_key_and_value():
     assert "options.width='wide'" in text
 
 
+def test_a_grid_key_that_is_no_key_of_a_model_entry_is_said_once_with_where_it_belongs():
+    """`grid: {learning_rate: [...]}` was said once per member, each line naming the member and
+    suggesting the member's own path: "models.0(a).grid (learning_rate=0.1 -> member a-lr0.1)
+    .learning_rate: unknown key; did you mean models.0(a).grid (learning_rate=0.1 -> ...)..."."""
+    raw = tiny_config(models=[{"name": "a", "arch": "tiny_fcn", "grid": {"learning_rate": [0.1, 0.2, 0.3], "optimizer.lr": [1, 2]}}])
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    assert sorted(info.value.problems) == [
+        "models.0(a).grid.learning_rate: unknown key of a model entry; did you mean optimizer.learning_rate? (learning_rate is a key of optimizer)",
+        "models.0(a).grid.optimizer.lr: unknown key of a model entry; did you mean optimizer.learning_rate?",
+    ]
+    assert info.value.headline.endswith("2 problem(s) in the config:")
+
+
 @pytest.mark.parametrize(
     "grid, expected",
     [

@@ -68,7 +68,8 @@ def validate_config(raw: Any, source: str = "config", accepted: bool = False) ->
         located = [(loc, describe_union(_where(loc, raw, origins), branches)) for loc, branches in unions.items()]
         located += [(err["loc"], line) for err in rest for line in _describe_error(err, raw, origins).splitlines() if line.strip()]
         located += [(("models", i), f"{_where(('models', i), raw, origins)}: {p}") for i, p in _unchecked_spec_problems(raw, errors)]
-        problems = [line for _, line in sorted(located, key=lambda item: _in_file_order(item[0]))]
+        ordered = [line for _, line in sorted(located, key=lambda item: _in_file_order(item[0]))]
+        problems = list(dict.fromkeys(ordered))  # a grid key's problem is every member's: listed once
         raise ConfigError(f"{source}: {len(problems)} problem(s) in the config:", problems) from None
 
 
@@ -358,6 +359,14 @@ def _where(loc: tuple, raw: Any, origins: dict[int, GridOrigin] | None) -> str:
     return _loc_name(loc, raw)
 
 
+def _grid_key_at(loc: tuple, origins: dict[int, GridOrigin] | None) -> str | None:
+    """The grid key (`optimizer.lr`) a member's problem at `loc` is at, if the grid set it."""
+    if len(loc) > 2 and loc[0] == "models" and loc[1] in (origins or {}):
+        dotted = ".".join(map(str, loc[2:]))
+        return dotted if dotted in origins[loc[1]].values else None
+    return None
+
+
 def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None = None) -> str:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # pydantic reports `tuple[int, int]` positions and union branches as extra loc parts.
@@ -365,6 +374,9 @@ def _describe_error(err: dict, raw: Any, origins: dict[int, GridOrigin] | None =
     where = _where(loc, raw, origins)
     kind = err["type"]
     if kind == "extra_forbidden":
+        if grid_key := _grid_key_at(loc, origins):  # the grid's own key, not one member's: said once, as written
+            entry, section = origins[loc[1]].entry, ".".join(map(str, loc[2:-1]))
+            return f"{entry}.grid.{grid_key}: unknown key of a model entry{unknown_key_hint(_schema_at(loc[:-1]), str(loc[-1]), section)}"
         return f"{where}: unknown key{unknown_key_hint(_schema_at(loc[:-1]), str(loc[-1]), where.rpartition('.')[0])}"
     if kind == "missing":
         return f"{where}: required key is missing"
