@@ -461,6 +461,25 @@ def test_a_key_written_in_the_section_above_its_own_is_pointed_to_where_it_belon
     assert problem.startswith(said), problem
 
 
+@pytest.mark.parametrize(("where", "key", "said"), [
+    ("train", "batch_size", "train.batch_size: unknown key; did you mean data.batch_size? (batch_size is a key of data, not of train)"),
+    ("data", "epochs", "data.epochs: unknown key; did you mean train.epochs? (epochs is a key of train, not of data)"),
+    ("train", "seed", "train.seed: unknown key; did you mean seed? (seed is a key of the top level)"),
+    ("model", "classes", "models.0(fcn).classes: unknown key; did you mean data.classes? (classes is a key of data, not of models.0(fcn))"),
+    ("data", "validation_split", "data.validation_split: unknown key; did you mean data.val_fraction?"),
+    ("data", "size", "data.size: unknown key; did you mean data.image_size?"),
+    ("model", "encoder", "models.0(fcn).encoder: unknown key; did you mean models.0(fcn).backbone?"),
+    ("placement", "num_gpus", "placement.num_gpus: unknown key; did you mean placement.devices?"),
+])
+def test_a_key_of_another_section_or_another_tools_name_is_pointed_to_harnesss_key(where, key, said):
+    """Each of these listed every key of its section, or offered a near name of another meaning
+    (`data.size` was offered `val_size`)."""
+    raw = tiny_config()
+    (raw["models"][0] if where == "model" else raw.setdefault(where, {}))[key] = 1
+    (problem,) = problems_of(raw)
+    assert problem == said, problem
+
+
 def test_a_models_key_of_its_optimizer_is_pointed_there_by_the_models_name_in_the_yaml_and_in_set(tmp_path):
     raw = tiny_config()
     raw["models"][1]["learning_rate"] = 0.1

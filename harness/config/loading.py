@@ -269,22 +269,38 @@ def _item_type(schema: Any) -> Any:
 
 
 # What other tools call some keys: `lr` is sought as `learning_rate`, `bs` as `batch_size`.
-_SAID_OTHERWISE = {"lr": "learning_rate", "bs": "batch_size"}
+# Other tools' names for harness's keys (Keras's `validation_split`, segmentation-models' and
+# timm's `encoder` for a backbone, ...), each looked for where the key was written.
+_SAID_OTHERWISE = {
+    "lr": "learning_rate", "bs": "batch_size", "size": "image_size", "img_size": "image_size", "input_size": "image_size",
+    "validation_split": "val_fraction", "num_classes": "classes", "n_classes": "classes",
+    "encoder": "backbone", "encoder_name": "backbone", "backbone_name": "backbone", "gpus": "devices", "num_gpus": "devices",
+}
 
 
 def unknown_key_hint(schema: Any, key: str, section: str) -> str:
     """The tail of "unknown key" for `key` in the mapping `section` of type `schema`: a close name
     there; else the same key one or two mappings down (`train.learning_rate` is a key of
-    `train.optimizer`); else every key there."""
+    `train.optimizer`); else the same key in another section (`train.batch_size` is data's);
+    else every key there."""
     fields = _field_names(schema) or []
     sought = _SAID_OTHERWISE.get(key, key)
     prefix = f"{section}." if section else ""
     if sought != key and sought in fields:
         return f"; did you mean {prefix}{sought}?"
-    home = None if closest(key, fields) else _nested_home(schema, sought)
-    if home:
+    if closest(key, fields):
+        return did_you_mean(key, fields)
+    if home := _nested_home(schema, sought):
         return f"; did you mean {prefix}{home}? ({sought} is a key of {prefix}{home.rpartition('.')[0]})"
+    if section and (other := _home_elsewhere(sought)):
+        owner = other.rpartition(".")[0]
+        return f"; did you mean {other}? ({sought} is a key of {owner + ', not of ' + section if owner else 'the top level'})"
     return did_you_mean(key, fields)
+
+
+def _home_elsewhere(key: str) -> str | None:
+    """Where in the whole config `key` is a key: the top level (`seed`), or a section's (`data.batch_size`)."""
+    return key if key in ExperimentConfig.model_fields else _nested_home(ExperimentConfig, key)
 
 
 def _nested_home(schema: Any, key: str, depth: int = 2) -> str | None:
