@@ -51,3 +51,17 @@ def test_multi_class_dice_leaves_out_a_pixel_of_no_class(loss):
     y = tf.one_hot(labels, 3).numpy()  # an id past the depth: all zeros
     with_ignore = make_loss(loss, ignore=True)(tf.constant(y), tf.constant(p)).numpy()
     np.testing.assert_allclose(with_ignore, make_loss(loss)(tf.constant(y[:, 1:]), tf.constant(p[:, 1:])).numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize(("written", "said"), [
+    ("binary_crossentropy", "(did you mean 'bce'? binary_crossentropy is another library's name for it)"),
+    ("bce+categorical_crossentropy", "(did you mean 'cce'? categorical_crossentropy is another library's name for it)"),
+    ("jaccard", "(no Jaccard/IoU loss here: 'dice' is its close relative"),
+    ("dcie", "(did you mean 'dice'?)"),
+])
+def test_a_loss_named_as_keras_or_segmentation_models_name_it_says_harnesss_term(written, said):
+    from harness.config.losses import parse_loss
+
+    with pytest.raises(ValueError) as info:
+        parse_loss(written)
+    assert said in str(info.value) and "terms are bce, cce, dice, focal" in str(info.value)

@@ -9,6 +9,13 @@ import re
 from harness.errors import closest
 
 TERMS = ("bce", "cce", "dice", "focal")
+# Keras's and segmentation-models' names, said as the term they are (or as the nearest there is).
+_NAMED_ELSEWHERE = {
+    "binary_crossentropy": "bce", "binarycrossentropy": "bce", "categorical_crossentropy": "cce",
+    "categoricalcrossentropy": "cce", "sparse_categorical_crossentropy": "cce", "binary_focal": "focal",
+    "binary_focal_loss": "focal", "categorical_focal_loss": "focal", "dice_loss": "dice", "f1": "dice",
+    "jaccard": "dice", "jaccard_loss": "dice", "iou": "dice",
+}
 _TERM = re.compile(r"^\s*(?:(?P<weight>\d+(?:\.\d*)?(?:e-?\d+)?)\s*\*\s*)?(?P<name>[a-z]+)\s*$")
 
 
@@ -18,10 +25,19 @@ def parse_loss(text: str) -> list[tuple[float, str]]:
     for part in text.split("+"):
         match = _TERM.match(part)
         if not match or match["name"] not in TERMS:
-            close = closest(part.split("*")[-1].strip(), TERMS)
-            raise ValueError(
-                f"bad loss term {part.strip()!r} in {text!r}{f' (did you mean {close!r}?)' if close else ''}; terms are "
-                f"{', '.join(TERMS)}, combined like 'bce+dice' or 'bce + 0.5*dice'"
-            )
+            raise ValueError(f"bad loss term {part.strip()!r} in {text!r}{_meant(part.split('*')[-1].strip())}; terms are "
+                             f"{', '.join(TERMS)}, combined like 'bce+dice' or 'bce + 0.5*dice'")
         terms.append((float(match["weight"] or 1.0), match["name"]))
     return terms
+
+
+def _meant(name: str) -> str:
+    """What a bad term most likely meant: another library's name for a term, or a typo of one."""
+    elsewhere = _NAMED_ELSEWHERE.get(name.lower().replace(" ", "_"))
+    if elsewhere and name.lower().startswith(("jaccard", "iou")):
+        return f" (no Jaccard/IoU loss here: {elsewhere!r} is its close relative, and IoU is scored on validation anyway)"
+    if elsewhere:
+        return f" (did you mean {elsewhere!r}? {name} is another library's name for it)"
+    close = closest(name, TERMS)
+    return f" (did you mean {close!r}?)" if close else ""
+
