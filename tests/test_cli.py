@@ -183,6 +183,9 @@ def test_a_folder_that_is_not_a_run_is_named_with_the_runs_it_holds_or_as_missin
     assert results.returncode == 2 and f"results folder of 1 experiment(s) (smoke): harness runs --results {tmp_path / 'results'}" in results.stderr, results.stderr
     missing = run_main(command, tmp_path / "nowhere")
     assert missing.returncode == 2 and f"{tmp_path / 'nowhere'} does not exist" in missing.stderr, missing.stderr
+    config = write_yaml(tmp_path / "smoke.yaml", tiny_config())  # the experiment's config, where its run was meant
+    named = run_main(command, config)
+    assert named.returncode == 2 and f"it is a config file: `harness run {config}` trains it" in named.stderr, named.stderr
 
 
 def test_compare_over_a_glob_of_an_experiment_folder_names_its_own_files_and_the_glob_of_its_runs(tmp_path):
