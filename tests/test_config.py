@@ -175,6 +175,12 @@ def test_missing_config_file(tmp_path):
         load_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="is a folder"):  # not "does not exist": it does
         load_config(tmp_path)
+    run = tmp_path / "results" / "tiny" / "20261130-220845"  # a run's folder, where its config was meant
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    write_yaml(run / "config.yaml", tiny_config())
+    with pytest.raises(ConfigError, match=f"is a run's folder: `harness resume {run}` continues it .* its config.yaml"):
+        load_config(run)
 
 
 def test_yaml_syntax_error_names_the_line(tmp_path):

@@ -113,6 +113,9 @@ def as_overrides(overrides: Overrides) -> list[str]:
 
 def _read_yaml(path: Path) -> Any:
     if path.is_dir():
+        if (path / "run.json").is_file() and (path / "config.yaml").is_file():  # a run's folder, where its config was meant
+            raise ConfigError(f"config file {str(path)!r} is a run's folder: `harness resume {path}` continues it if it was "
+                              f"interrupted, and its config.yaml ({path / 'config.yaml'}) trains the same experiment again")
         raise ConfigError(f"config file {str(path)!r} is a folder: give the experiment's YAML file in it")
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist")
