@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from harness.errors import EXIT_OK, EXIT_USAGE, ConfigError, HarnessError, disk_full, not_permitted, report_bug, report_user_code, user_traceback
+from harness.errors import EXIT_OK, EXIT_STOPPED_AT_ONCE, EXIT_USAGE, ConfigError, HarnessError, disk_full, not_permitted, report_bug, report_user_code, user_traceback
 from harness.leaving import leave
 from harness.outputs import pool
 from harness.outputs.stdout import ReaderMayLeave
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args) or EXIT_OK
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_STOPPED_AT_ONCE
     except Exception as exc:  # the user's code (a factory, a kind) raising is theirs; anything else is a bug
         frames = user_traceback(exc)
         if said := _said_plainly(exc, frames):

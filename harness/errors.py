@@ -23,6 +23,7 @@ EXIT_RESOURCES = 4
 EXIT_LOCKED = 5
 EXIT_REGRESSION = 6
 EXIT_INTERRUPTED = 75
+EXIT_STOPPED_AT_ONCE = 130  # a second Ctrl-C: 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 
 class HarnessError(Exception):

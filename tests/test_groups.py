@@ -155,6 +155,31 @@ def test_interrupted_groups_resume_and_only_unfinished_groups_run_again(one_grou
     assert_same_training(run_dir, one_group)  # resumed groups: bit for bit too
 
 
+def test_a_group_a_second_ctrl_c_stopped_at_once_is_interrupted_and_the_run_says_which(tmp_path):
+    """A group process a second Ctrl-C ended (exit 130, no new checkpoint) was "failed: its process
+    exited with code 130", and the run then said every running group had saved a checkpoint."""
+    from harness.errors import EXIT_INTERRUPTED, EXIT_STOPPED_AT_ONCE, Interrupted
+    from harness.rundir import RunDir, RunRecord
+    from harness.scale.engines import GroupTask
+    from harness.scale.groups import GroupsRun, new_group_entry
+
+    config = validate_config(tiny_config(placement={"max_members_per_group": 2}, output={"progress": "none"}))
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    record = RunRecord.from_dict({"name": "tiny", "status": "running", "groups": [
+        new_group_entry("g1", ["fcn", "unet"], config, None), new_group_entry("g2", ["deconv"], config, None)]})
+    driver = GroupsRun(config, run, record, engine=None, memory_of={}, finish=lambda _: None, stopping=True)
+    for name, code in (("g1", EXIT_INTERRUPTED), ("g2", EXIT_STOPPED_AT_ONCE)):
+        assert driver._outcome(GroupTask(name, run.group(name).path, (), {}), code) == []
+    assert [g["status"] for g in record.groups] == ["interrupted", "interrupted"] and driver.stopped_at_once == ["g2"]
+
+    class Stopped:
+        signal, name = 2, "SIGINT"
+
+    with pytest.raises(Interrupted, match="g2 stopped at once .Ctrl-C again. and keep their newest checkpoint, every other group"):
+        driver._conclude(Stopped())
+
+
 def test_a_group_out_of_memory_is_split_and_a_member_too_big_alone_is_oom(tmp_path):
     """Measured memory (planted in the plan's cache): deconv 800 MB, fcn and unet 300 MB, a budget
     of 1200 MB: g1 = deconv + fcn (1100 MB), g2 = unet. The device really has 700 MB: g1 fails

@@ -109,3 +109,30 @@ def test_ctrl_c_is_acknowledged_during_a_long_call_before_the_call_returns(tmp_p
     assert done.returncode == 0, done.stderr
     said = done.stderr.index("harness: SIGINT received: a checkpoint, then exit 75")
     assert said < done.stderr.index("the long call returned; flag: SIGINT")
+
+
+def test_ctrl_c_again_during_a_long_call_stops_at_once_but_a_forwarded_duplicate_does_not(tmp_path):
+    """A second SIGINT (a user pressing Ctrl-C again) ends the process in the middle of the call,
+    with 130 and what to do; two within milliseconds (a launcher forwarding the terminal's own
+    SIGINT to its workers) are one request, as before: the call finishes."""
+    script = tmp_path / "long_call.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, threading
+        import numpy as np
+        from harness.training.controller import StopFlag
+
+        gap = float(sys.argv[1])
+        with StopFlag(notice="a checkpoint, then exit 75", at_once="stopped at once; resume continues") as stop:
+            for delay in (0.3, 0.3 + gap):
+                threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+            a = np.random.default_rng(0).random((1500, 1500))
+            for _ in range(12):  # seconds in C code, where Python runs no signal handler
+                a = np.linalg.inv(a @ a.T + np.eye(1500))
+            print("the long call returned; flag:", stop.name, file=sys.stderr, flush=True)
+    """))
+    again = subprocess.run([sys.executable, str(script), "1.0"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 130, again.stderr
+    assert "harness: SIGINT again: stopped at once; resume continues" in again.stderr and "the long call returned" not in again.stderr
+    forwarded = subprocess.run([sys.executable, str(script), "0.01"], capture_output=True, text=True, timeout=300)
+    assert forwarded.returncode == 0 and "the long call returned; flag: SIGINT" in forwarded.stderr, forwarded.stderr
+    assert "SIGINT again" not in forwarded.stderr

@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from harness.config.naming import model_of
 from harness.config.recipes import ACCEPTED
 from harness.config.schema import ExperimentConfig
-from harness.errors import HarnessError, Interrupted
+from harness.errors import EXIT_INTERRUPTED, EXIT_STOPPED_AT_ONCE, HarnessError, Interrupted
 from harness.scale.engines import GroupTask
 from harness.scale.merge import group_dir, merge_groups
 from harness.scale.packing import split_in_two
@@ -41,7 +41,6 @@ from harness.training.failures import GROUP_PLANNED_MB
 from harness.rundir import RunDir, RunRecord, RunStatus, atomic_write_text, utc_now
 from harness.rundir.hardware import common_machine
 
-EXIT_INTERRUPTED = 75
 UNFINISHED = ("pending", "running", "interrupted", "failed")
 
 
@@ -74,6 +73,7 @@ class GroupsRun:
     memory_of: dict[str, float | None]  # model -> planned MB of its members (for splitting)
     finish: Callable[["GroupsRun"], None]  # step 6 after the merge: the run's outputs
     stopping: bool = False
+    stopped_at_once: list[str] = field(default_factory=list)  # groups a second Ctrl-C stopped without a new checkpoint
 
     def run_all(self) -> None:
         groups = self.record.groups
@@ -125,9 +125,12 @@ class GroupsRun:
         elif code == EXIT_OUT_OF_MEMORY:
             self._save()
             return self._out_of_memory(group)
-        elif code == EXIT_INTERRUPTED or (self.stopping and code < 0):
-            # (a process the signal reached before it could set up its own stop: killed by it)
+        elif code == EXIT_INTERRUPTED or (self.stopping and (code < 0 or code == EXIT_STOPPED_AT_ONCE)):
+            # (a process the signal reached before it could set up its own stop: killed by it; or one
+            # a second Ctrl-C stopped at once, keeping its newest checkpoint)
             group["status"] = "interrupted"
+            if code == EXIT_STOPPED_AT_ONCE:
+                self.stopped_at_once.append(task.name)
         else:
             group.update(status="failed", exit_code=code, error=group.get("error") or f"its process exited with code {code}")
             self._say(f"group {task.name} failed: {group['error']}")
@@ -155,7 +158,9 @@ class GroupsRun:
         groups = self.record.groups
         if stop.signal or any(g["status"] == "interrupted" for g in groups):
             self._update(status=RunStatus.INTERRUPTED, ended=utc_now(), interrupted_by=stop.name or "a group's own stop")
-            raise Interrupted(f"stopped by {stop.name or 'a signal'}; every group that was running saved a checkpoint. Continue with: harness resume {self.run.path}")
+            kept = (f"{', '.join(self.stopped_at_once)} stopped at once (Ctrl-C again) and keep their newest checkpoint, every "
+                    "other group that was running saved one" if self.stopped_at_once else "every group that was running saved a checkpoint")
+            raise Interrupted(f"stopped by {stop.name or 'a signal'}; {kept}. Continue with: harness resume {self.run.path}")
         failed = [g for g in groups if g["status"] == "failed"]
         if failed:
             self._update(status=RunStatus.FAILED, ended=utc_now(), error=f"{len(failed)} group(s) failed")

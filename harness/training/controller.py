@@ -11,9 +11,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+from harness.errors import EXIT_STOPPED_AT_ONCE
 from harness.outputs.writers import Row
 
 
@@ -53,11 +55,19 @@ class StopFlag:
     With a `notice`, the signal is acknowledged at once with it, even while the main thread is
     inside a long compiled call (where Python runs no handler until the call returns): the C-level
     handler writes the signal's number to a pipe (`signal.set_wakeup_fd`) and a thread blocked on
-    the pipe prints the notice."""
+    the pipe prints the notice.
 
-    def __init__(self, notice: str | None = None, stream=None):
+    With `at_once` too, a second Ctrl-C (SIGINT at least AGAIN_AFTER_S after the first: a launcher
+    forwarding the terminal's own SIGINT to its workers delivers a duplicate within milliseconds)
+    says `at_once` and ends the process there, without waiting for the call in progress: what a
+    user pressing Ctrl-C again means. The newest checkpoint already written is intact (each is
+    written whole, then named), so `harness resume` continues from it."""
+
+    AGAIN_AFTER_S = 0.5
+
+    def __init__(self, notice: str | None = None, stream=None, at_once: str | None = None):
         self.signal: int | None = None
-        self.notice, self.stream = notice, stream
+        self.notice, self.stream, self.at_once = notice, stream, at_once
         self._previous: dict[int, object] = {}
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
@@ -85,7 +95,7 @@ class StopFlag:
         threading.Thread(target=self._acknowledge, args=(read,), daemon=True, name="harness-signal-notice").start()
 
     def _acknowledge(self, read: int) -> None:
-        told = False
+        told, first_interrupt = False, None
         while True:
             try:
                 data = os.read(read, 16)
@@ -94,12 +104,21 @@ class StopFlag:
             if not data:  # the write end was closed on exit
                 os.close(read)
                 return
+            now = time.monotonic()
             names = {signal.Signals(b).name for b in data if b in (signal.SIGINT, signal.SIGTERM)}
             if names and not told:
-                stream = self.stream or sys.stderr
-                stream.write(f"\nharness: {'/'.join(sorted(names))} received: {self.notice}\n")
-                stream.flush()
+                self._say(f"{'/'.join(sorted(names))} received: {self.notice}")
                 told = True
+            if signal.SIGINT in data:
+                if first_interrupt is not None and now - first_interrupt >= self.AGAIN_AFTER_S and self.at_once:
+                    self._say(f"SIGINT again: {self.at_once}")
+                    os._exit(EXIT_STOPPED_AT_ONCE)
+                first_interrupt = first_interrupt if first_interrupt is not None else now
+
+    def _say(self, text: str) -> None:
+        stream = self.stream or sys.stderr
+        stream.write(f"\nharness: {text}\n")
+        stream.flush()
 
     def __exit__(self, *exc) -> None:
         for signum, handler in self._previous.items():

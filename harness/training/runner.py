@@ -57,7 +57,9 @@ class Runner:
         self.roster = Roster([])
         self.stop = StopFlag(notice=(
             f"the steps in progress finish (up to {config.train.steps_per_call}), then a checkpoint is written and harness "
-            f"exits with 75; harness resume {run.resumed_from} continues from it"))
+            f"exits with 75; harness resume {run.resumed_from} continues from it (Ctrl-C again: stop at once)"),
+            at_once=(f"stopped at once (exit 130), without a new checkpoint; harness resume {run.resumed_from} continues "
+                     "from the newest one already written and trains the steps since it again"))
         self.timing = StepTiming()
         self.clock = PhaseClock()
         self.compiled = CompiledMembers(config, placement, None)
@@ -110,7 +112,8 @@ class Runner:
         # From here a signal stops the run between two end-of-run actions (the quickstart's take a
         # minute), not after them: training is checkpointed, and `resume` redoes the end of the run.
         self.stop.notice = (f"training is done and checkpointed (step {step}); harness stops after the end-of-run action in "
-                            f"progress and exits with 75; harness resume {run.path} redoes the end of the run")
+                            f"progress and exits with 75; harness resume {run.path} redoes the end of the run (Ctrl-C again: stop at once)")
+        self.stop.at_once = f"stopped at once (exit 130); training is checkpointed (step {step}): harness resume {run.path} redoes the end of the run"
         with self.clock.timed("end: output_processes_ready"):
             pool.settle()  # no output process is loading its libraries while the probes time
         for action in self.end_of_run:  # 8.
