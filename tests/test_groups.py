@@ -176,7 +176,7 @@ def test_a_group_a_second_ctrl_c_stopped_at_once_is_interrupted_and_the_run_says
     class Stopped:
         signal, name = 2, "SIGINT"
 
-    with pytest.raises(Interrupted, match="g2 stopped at once .Ctrl-C again. and keep their newest checkpoint, every other group"):
+    with pytest.raises(Interrupted, match="g2 stopped at once .Ctrl-C again. and keeps its newest checkpoint, every other group"):
         driver._conclude(Stopped())
 
 

@@ -158,7 +158,8 @@ class GroupsRun:
         groups = self.record.groups
         if stop.signal or any(g["status"] == "interrupted" for g in groups):
             self._update(status=RunStatus.INTERRUPTED, ended=utc_now(), interrupted_by=stop.name or "a group's own stop")
-            kept = (f"{', '.join(self.stopped_at_once)} stopped at once (Ctrl-C again) and keep their newest checkpoint, every "
+            keeps = "keeps its" if len(self.stopped_at_once) == 1 else "keep their"
+            kept = (f"{', '.join(self.stopped_at_once)} stopped at once (Ctrl-C again) and {keeps} newest checkpoint, every "
                     "other group that was running saved one" if self.stopped_at_once else "every group that was running saved a checkpoint")
             raise Interrupted(f"stopped by {stop.name or 'a signal'}; {kept}. Continue with: harness resume {self.run.path}")
         failed = [g for g in groups if g["status"] == "failed"]

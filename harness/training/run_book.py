@@ -89,7 +89,7 @@ class RunBook:
         if self.said_running_when_resumed():
             print(
                 f"harness: {self.run.run_json} said running, but no process held the run: it was killed "
-                "(or stopped by a full disk) without updating it",
+                "(or stopped by a full disk, or at once by a second Ctrl-C) without updating it",
                 file=sys.stderr,
             )
 
