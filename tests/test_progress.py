@@ -130,7 +130,7 @@ def test_ctrl_c_again_during_a_long_call_stops_at_once_but_a_forwarded_duplicate
                 a = np.linalg.inv(a @ a.T + np.eye(1500))
             print("the long call returned; flag:", stop.name, file=sys.stderr, flush=True)
     """))
-    again = subprocess.run([sys.executable, str(script), "1.0"], capture_output=True, text=True, timeout=300)
+    again = subprocess.run([sys.executable, str(script), "0.6"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 130, again.stderr
     assert "harness: SIGINT again: stopped at once; resume continues" in again.stderr and "the long call returned" not in again.stderr
     forwarded = subprocess.run([sys.executable, str(script), "0.01"], capture_output=True, text=True, timeout=300)
