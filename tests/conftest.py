@@ -27,6 +27,14 @@ _tf.config.set_logical_device_configuration(
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def page_blocks(page: str | Path, language: str) -> list[str]:
+    """The ```language blocks of a page of the repository (README.md, docs/x.md), in order: the
+    code the docs show, for the tests that run or check it as written."""
+    import re
+
+    return re.findall(rf"```{language}\n(.*?)```", (REPO / page).read_text(encoding="utf-8"), flags=re.S)
+
 TINY_CONFIG = {
     "name": "tiny",
     "seed": 3,

@@ -569,12 +569,12 @@ def test_every_config_key_is_named_in_the_docs():
 def test_every_yaml_block_in_the_docs_is_a_valid_config_fragment():
     """The pages' configs (the whole default config, a data section, a GAN, schedules, a race, a
     grid) are checked against the schema as a user pasting them into a two-model config would."""
-    import re
-
     import yaml
 
+    from conftest import page_blocks
+
     blocks = [(page.name, block) for page in sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
-              for block in re.findall(r"```yaml\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)]
+              for block in page_blocks(page, "yaml")]
     assert len(blocks) >= 8, "the pages' yaml blocks are found"
     for page, block in blocks:
         pasted = {"name": "docs", "models": [{"name": "a", "arch": "tiny_fcn"}, {"name": "b", "arch": "tiny_fcn"}]}

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import KILL_CONFIG, TOTAL_STEPS, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
+from conftest import KILL_CONFIG, page_blocks, TOTAL_STEPS, only_run_dir, run_cli, start_cli, tiny_config, wait_for_rows, wait_for_run_dir, write_yaml
 
 from harness.api import run
 from harness.core.backend import import_keras
@@ -178,21 +178,13 @@ def test_users_code_with_python_control_flow_on_tensors_is_converted_by_autograp
     assert result.losses.query("model == 'guarded' and split == 'val' and metric == 'loss'")["value"].notna().all()
 
 
-def docs_code(page: str, language: str) -> list[str]:
-    import re
-
-    from conftest import REPO
-
-    return re.findall(rf"```{language}\n(.*?)```", (REPO / "docs" / page).read_text(encoding="utf-8"), flags=re.S)
-
-
 def test_docs_own_model_and_own_kind_train_as_written(tmp_path, monkeypatch):
     """docs/members.md's factory, its config line and its member kind, copied as a user would
     (into mypkg/models.py and mypkg/kinds.py) and trained: the page cannot drift from the API."""
     import yaml
 
-    factory, kind = docs_code("members.md", "python")
-    config_lines = docs_code("members.md", "yaml")[0]
+    factory, kind = page_blocks("docs/members.md", "python")
+    config_lines = page_blocks("docs/members.md", "yaml")[0]
     assert factory.startswith("# mypkg/models.py") and "class FocalWithCoverage(Member)" in kind
     package = tmp_path / "mypkg"
     package.mkdir()

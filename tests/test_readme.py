@@ -4,17 +4,15 @@ as they would in a checkout)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import pandas as pd
 import pytest
-from conftest import REPO
+from conftest import REPO, page_blocks
 
 
 def readme_python(page: str = "README.md") -> str:
-    text = (REPO / page).read_text(encoding="utf-8")
-    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (code,) = page_blocks(page, "python")
     return code
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
+from conftest import page_blocks, run_cli, run_main, tiny_config, write_yaml
 
 from harness.core.backend import import_keras
 from harness.rundir import read_csv
@@ -19,8 +19,7 @@ keras = import_keras()
 
 
 def documented_loop() -> str:
-    text = (REPO / "docs" / "reproduce.md").read_text(encoding="utf-8")
-    (code,) = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    (code,) = page_blocks("docs/reproduce.md", "python")
     return code
 
 

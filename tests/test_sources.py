@@ -771,11 +771,9 @@ def test_docs_cityscapes_manifest_recipe_runs_as_written_and_its_split_is_kept(t
     """docs/data.md's script for a Cityscapes tree (cities below train/ and val/), run as written
     from the folder holding `cityscapes/`, then read as the page says: `source: csv` with a
     label_map from label ids to training classes and the void ids left out."""
-    import re
+    from conftest import page_blocks
 
-    from conftest import REPO
-
-    (recipe,) = re.findall(r"```python\n(.*?)```", (REPO / "docs" / "data.md").read_text(encoding="utf-8"), flags=re.S)
+    (recipe,) = page_blocks("docs/data.md", "python")
     root = tmp_path / "cityscapes"
     for split, city, count in (("train", "aachen", 3), ("train", "bochum", 2), ("val", "lindau", 2)):
         for i in range(count):

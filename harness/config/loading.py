@@ -271,7 +271,6 @@ def _item_type(schema: Any) -> Any:
     return args[0] if args else None
 
 
-# What other tools call some keys: `lr` is sought as `learning_rate`, `bs` as `batch_size`.
 # Other tools' names for harness's keys (Keras's `validation_split`, segmentation-models' and
 # timm's `encoder` for a backbone, ...), each looked for where the key was written.
 _SAID_OTHERWISE = {

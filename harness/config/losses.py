@@ -40,4 +40,3 @@ def _meant(name: str) -> str:
         return f" (did you mean {elsewhere!r}? {name} is another library's name for it)"
     close = closest(name, TERMS)
     return f" (did you mean {close!r}?)" if close else ""
-

@@ -46,11 +46,11 @@ def check_split_counts(spec: DataSpec, counts: dict[str, int]) -> None:
 def _few_files_hint(spec: DataSpec, counts: dict[str, int]) -> str:
     """Why a fraction of a few examples can give none: each one's split is its own draw (a hash of
     its name, so that adding files never moves others), not a share cut from the count."""
-    files = counts["train"] + counts["val"]
     if counts["val"] or not spec.val_fraction:
         return ""
+    examples = counts["train"] + counts["val"]
     return (f". Each example's split is drawn by a hash of its name, a file's stem (adding files never moves others), not cut "
-            f"as a share: {files} examples at {spec.val_fraction:g} expect {files * spec.val_fraction:.1f} for validation and drew none. "
+            f"as a share: {examples} examples at {spec.val_fraction:g} expect {examples * spec.val_fraction:.1f} for validation and drew none. "
             "Raise data.val_fraction, or name the validation examples (val folders or arrays, a manifest's split column)")
 
 

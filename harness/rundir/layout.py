@@ -197,8 +197,9 @@ def runs_in(folder: Path) -> list[Path]:
 
 
 def runs_held(folder: Path) -> str:
-    """For a message about a folder that is not a run: the runs it holds when it is an experiment's
-    folder (`results/smoke`, typed where a run was meant), the newest named in full."""
+    """For a message about a path that is not a run: the runs it holds when it is an experiment's
+    folder (`results/smoke`, typed where a run was meant), the newest named in full; the command
+    that trains it when it is the experiment's config file."""
     if folder.is_file() and folder.suffix in (".yaml", ".yml"):  # the experiment's config, typed where its run was meant
         return f"; it is a config file: `harness run {folder}` trains it, and `harness runs` lists the runs it made"
     runs = runs_in(folder)

@@ -113,7 +113,8 @@ class StopFlag:
                 if first_interrupt is not None and now - first_interrupt >= self.AGAIN_AFTER_S and self.at_once:
                     self._say(f"SIGINT again: {self.at_once}")
                     os._exit(EXIT_STOPPED_AT_ONCE)
-                first_interrupt = first_interrupt if first_interrupt is not None else now
+                if first_interrupt is None:
+                    first_interrupt = now
 
     def _say(self, text: str) -> None:
         stream = self.stream or sys.stderr
