@@ -38,3 +38,43 @@ def test_a_log_level_harness_chose_is_not_passed_on_as_the_users(env, user, pass
     seen = level_seen(env)
     assert seen["user"] is user
     assert {k: v for k, v in seen["passed_on"].items() if v is not None} == passed_on
+
+
+@pytest.mark.parametrize(
+    "environ, memory_mb, chosen",
+    [
+        ({}, 24_000, {"TF_CPU_ALLOCATOR_USE_BFC": "true"}),  # TensorFlow's 64 GB cap is above the machine's memory: kept
+        ({}, None, {"TF_CPU_ALLOCATOR_USE_BFC": "true"}),  # memory unknown: TensorFlow's cap
+        ({}, 256_000, {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPU_BFC_MEM_LIMIT_IN_MB": "256000"}),  # never below the machine's
+        ({"TF_CPU_ALLOCATOR_USE_BFC": "false"}, 24_000, {}),  # the user's choice: kept
+        ({"TF_CPU_BFC_MEM_LIMIT_IN_MB": "1000"}, 256_000, {"TF_CPU_ALLOCATOR_USE_BFC": "true"}),  # the user's cap: kept
+    ],
+)
+def test_the_cpu_allocator_is_tensorflows_bfc_unless_the_user_chose(environ, memory_mb, chosen):
+    from harness.core.backend import cpu_allocator_choice
+
+    assert cpu_allocator_choice(environ, memory_mb) == chosen
+
+
+def allocator_seen(env: dict[str, str]) -> dict:
+    """What a fresh process that imports TensorFlow through harness reads of the CPU's allocator
+    around a 16 MB tensor, or the error that says it keeps no statistics."""
+    probe = (
+        "import json; from harness.core.backend import import_tf; tf = import_tf(); memory = tf.config.experimental\n"
+        "try:\n"
+        "    memory.reset_memory_stats('CPU:0'); x = tf.zeros((1024, 1024, 4)); print(json.dumps(memory.get_memory_info('CPU:0')))\n"
+        "except ValueError as error:\n"
+        "    print(json.dumps({'error': str(error)}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    done = subprocess.run([sys.executable, "-c", probe], env={**clean, **env}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_the_cpus_allocator_keeps_the_peak_the_serving_probe_reads():
+    """Without the BFC allocator, on a CPU where TensorFlow leaves oneDNN off (an AMD EPYC with AVX2
+    and no AVX-512), TensorFlow said "Allocator stats not available for device 'CPU:0'" and the
+    serving probe read the resident set instead (tests/test_serve.py's peak test failed there)."""
+    seen = allocator_seen({})
+    assert seen.get("peak", 0) >= 16 * 2**20, seen

@@ -30,7 +30,9 @@ def test_serving_memory_is_the_allocators_peak_of_the_served_batch_on_a_cpu_too(
     """The peak counts the tensors a call makes: a convolution's output at the serving batch at
     least, growing with its filters. The process's resident set, read before, counted what the
     process asked the system for: here 15.3 and 32.6 MB (not 4x), and near 0 after training,
-    whose freed memory TensorFlow's CPU allocator reuses."""
+    whose freed memory TensorFlow's CPU allocator reuses. On a CPU where TensorFlow leaves oneDNN
+    off (an AMD EPYC with AVX2) its plain allocator kept no peak, the resident set was read, and
+    this failed (36.6 MB for the 4 MB output) until harness selected the BFC allocator."""
     from harness.core.backend import import_keras
     from harness.training.serve import measure_serving
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 
+from harness.core.host import memory_bytes
 from harness.errors import ConfigError
 
 _REQUIRED_ENV = {"TF_USE_LEGACY_KERAS": "1", "SM_FRAMEWORK": "tf.keras"}
@@ -27,6 +29,28 @@ _USER_LOG_LEVEL = "TF_CPP_MIN_LOG_LEVEL" in os.environ and _DEFAULTED not in os.
 if not _USER_LOG_LEVEL:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     os.environ[_DEFAULTED] = "1"
+
+# TensorFlow's plain CPU allocator keeps no statistics. On a CPU where oneDNN's allocator is not in
+# use (TensorFlow turns oneDNN on by default only for CPUs with AVX-512's neural-network
+# instructions or AMX; on an AMD EPYC with AVX2 it was off) `get_memory_info` raises, and the
+# serving probe's peak could only read the process's resident set, which read 0.0 MB for a
+# convolution whose output at the serving batch is 4 MB (freed memory is reused). The BFC allocator
+# keeps them on every CPU. TensorFlow reads the choice once, when it makes its CPU allocator, so it
+# is made here, before any import of TensorFlow; a value the user set is kept, as is a cap they
+# set. TensorFlow caps the BFC allocator at 64 GB: on a machine with more, the cap is the machine's
+# memory, so that harness never runs out of memory sooner than TensorFlow's own choice would.
+CPU_ALLOCATOR, BFC_CAP, BFC_DEFAULT_CAP_MB = "TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB", 1 << 16
+
+
+def cpu_allocator_choice(environ: Mapping[str, str], memory_mb: int | None) -> dict[str, str]:
+    """The variables to add to `environ` (none the user set) for the BFC allocator and its cap."""
+    chosen = {} if CPU_ALLOCATOR in environ else {CPU_ALLOCATOR: "true"}
+    if BFC_CAP not in environ and memory_mb is not None and memory_mb > BFC_DEFAULT_CAP_MB:
+        chosen[BFC_CAP] = str(memory_mb)
+    return chosen
+
+
+os.environ.update(cpu_allocator_choice(os.environ, None if (memory := memory_bytes()) is None else memory[0] // 2**20))
 
 
 def select_legacy_keras() -> None:
