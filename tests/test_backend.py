@@ -78,3 +78,13 @@ def test_the_cpus_allocator_keeps_the_peak_the_serving_probe_reads():
     serving probe read the resident set instead (tests/test_serve.py's peak test failed there)."""
     seen = allocator_seen({})
     assert seen.get("peak", 0) >= 16 * 2**20, seen
+
+
+@pytest.mark.parametrize("asked, said", [("1", True), ("0", False)])
+def test_whether_the_cpus_kernels_are_onednns_is_read_as_tensorflow_chose(asked, said):
+    """run.json's `hardware.onednn` and the doctor's CPU line: TF_ENABLE_ONEDNN_OPTS turns oneDNN on
+    or off whatever the CPU (unset, TensorFlow chooses by the CPU's instruction sets)."""
+    probe = "from harness.core.backend import onednn_enabled; print(onednn_enabled())"
+    done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": asked}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == str(said)

@@ -15,6 +15,7 @@ import pytest
 from conftest import run_main, tiny_config
 
 from harness.api import run
+from harness.core.backend import onednn_enabled
 from harness.config.loading import validate_config
 from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
@@ -379,6 +380,7 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     machine = parent.data.tags["harness.machine"]  # whose timings these are
     isa = this_machine()["cpu_isa"] or []  # its CPU's instruction sets too, where the system names them
     assert f" x{os.cpu_count()}" in machine and machine.endswith(", no GPU") and all(name in machine for name in isa)
+    assert f"oneDNN {'on' if onednn_enabled() else 'off'}" in machine  # and whether its kernels were oneDNN's
     assert len(record["runs"]) == 6
     child = client.get_run(record["runs"]["fcn@1"])
     assert child.data.tags["mlflow.parentRunId"] == record["parent_run_id"] and child.data.tags["harness.status"] == "ok"

@@ -96,6 +96,19 @@ def test_a_machine_names_the_instruction_sets_its_kernels_choose_by_and_two_cpus
     assert not differs(before_isa, dict(before_isa)) and not differs(here, None)
 
 
+def test_one_cpu_with_onednn_on_and_off_is_two_machines_to_compare_timings_by():
+    """TF_ENABLE_ONEDNN_OPTS changes the kernels on one CPU: the quickstart's step read 3.13 s with
+    oneDNN off and 2.48 s on (an AMD EPYC with AVX2, where TensorFlow leaves it off)."""
+    from harness.rundir.hardware import describe, differs
+
+    off = {"host": "vm", "cpu": "AMD EPYC", "cpus": 2, "cpu_isa": ["avx", "avx2", "fma"], "onednn": False, "gpus": []}
+    on, before = {**off, "onednn": True}, {key: value for key, value in off.items() if key != "onednn"}  # run.json of 0.3.3
+    assert describe(off) == "vm: AMD EPYC x2 (avx avx2 fma; oneDNN off), no GPU" and describe(on).endswith("(avx avx2 fma; oneDNN on), no GPU")
+    assert differs(off, on) and not differs(on, dict(on))
+    assert differs(off, before) and describe(off) != describe(before)  # not known to have run the same kernels
+    assert describe({**off, "cpu_isa": None, "onednn": None}) == "vm: AMD EPYC x2, no GPU"
+
+
 def test_a_runs_tables_read_back_to_the_last_bit():
     """pandas before 3 parses these as ...783, ...575 and ...516 unless asked for exactness: on
     Python 3.10 (pandas 2.3) the losses read back from losses.csv differed from the run's in their

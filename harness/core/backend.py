@@ -127,6 +127,20 @@ def stderr_silenced():
         os.close(devnull)
 
 
+def onednn_enabled() -> bool | None:
+    """Whether TensorFlow's CPU kernels are oneDNN's in this process: TensorFlow's own choice for
+    the CPU (on by default only with AVX-512's neural-network instructions or AMX), or the user's
+    TF_ENABLE_ONEDNN_OPTS. A fast run's timings and last digits change with it. None where this
+    TensorFlow does not say (the answer is in a module of TensorFlow's own, not its API)."""
+    import_tf()
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        return bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+
+
 def import_keras():
     """Return `tf_keras`, the Keras 2 package segmentation-models and harness build on."""
     import_tf()

@@ -8,7 +8,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-from harness.core.backend import stderr_silenced
+from harness.core.backend import onednn_enabled, stderr_silenced
 from harness.core.host import memory_bytes
 from harness.rundir.hardware import this_machine
 
@@ -70,12 +70,14 @@ def devices(tf) -> list[Finding]:
 
 
 def _cpu_detail() -> str:
-    """The cores, and the instruction sets TensorFlow's CPU kernels choose their code by (run.json
-    `hardware.cpu_isa`): two hosts that give one CPU name may differ in them, and a fast run's
-    digits and its timings with them."""
+    """The cores, the instruction sets TensorFlow's CPU kernels choose their code by (run.json
+    `hardware.cpu_isa`) and whether those kernels are oneDNN's (`hardware.onednn`): two hosts that
+    give one CPU name may differ in them, and a fast run's digits and its timings with them."""
     isa = this_machine()["cpu_isa"]
     sets = f"; instruction sets {' '.join(isa)}" if isa else "; instruction sets not named by this system"
-    return f"{os.cpu_count()} cores{sets} (run.json hardware.cpu_isa: fast-mode digits and timings follow them)"
+    onednn = onednn_enabled()
+    kernels = "" if onednn is None else f"; oneDNN {'on' if onednn else 'off, TF_ENABLE_ONEDNN_OPTS=1 turns it on'}"
+    return f"{os.cpu_count()} cores{sets}{kernels} (run.json hardware.cpu_isa, onednn: fast-mode digits and timings follow them)"
 
 
 def _host_memory() -> str:

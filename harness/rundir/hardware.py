@@ -36,12 +36,13 @@ KERNEL_ISAS = ("sse4_2", "avx", "avx2", "fma", "avx_vnni", "avx512f", "avx512bw"
                "amx_tile", "amx_bf16", "amx_int8", "asimd", "sve", "sve2", "bf16", "i8mm", "sme")
 
 
-def this_machine(gpus: list[str] | None = None) -> dict[str, Any]:
-    """This machine: its host name, CPU model, count and kernel instruction sets, and the GPUs
-    TensorFlow names."""
+def this_machine(gpus: list[str] | None = None, onednn: bool | None = None) -> dict[str, Any]:
+    """This machine: its host name, CPU model, count and kernel instruction sets, the GPUs
+    TensorFlow names, and whether TensorFlow's CPU kernels are oneDNN's (`onednn`, as the caller,
+    who has TensorFlow loaded, read it: core.backend.onednn_enabled; None where unknown)."""
     cpuinfo = _cpuinfo()
     return {"host": socket.gethostname(), "cpu": _cpu_model(cpuinfo), "cpus": os.cpu_count(), "cpu_isa": _cpu_isa(cpuinfo),
-            "gpus": list(gpus or [])}
+            "onednn": onednn, "gpus": list(gpus or [])}
 
 
 def _cpuinfo() -> str | None:
@@ -90,8 +91,10 @@ def describe(machine: dict[str, Any]) -> str:
     if several(machine):
         return f"{len(machine['machines'])} machines: " + "; ".join(describe(m) for m in machine["machines"])
     gpus = ", ".join(machine.get("gpus") or []) or "no GPU"
-    isa = machine.get("cpu_isa")
-    return f"{machine.get('host')}: {machine.get('cpu')} x{machine.get('cpus')}" + (f" ({' '.join(isa)})" if isa else "") + f", {gpus}"
+    kernels = " ".join(machine.get("cpu_isa") or [])
+    if machine.get("onednn") is not None:
+        kernels = "; ".join(filter(None, (kernels, f"oneDNN {'on' if machine['onednn'] else 'off'}")))
+    return f"{machine.get('host')}: {machine.get('cpu')} x{machine.get('cpus')}" + (f" ({kernels})" if kernels else "") + f", {gpus}"
 
 
 def differs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
@@ -100,9 +103,10 @@ def differs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     every run, itself on the same machines included: its models may have landed elsewhere. One
     that names its CPU's instruction sets differs from one that does not (recorded before
     `cpu_isa`): the same model name has run on CPUs with other kernels, as `harness compare`
-    tells them apart by what `describe` says."""
+    tells them apart by what `describe` says. So with `onednn` (harness 0.3.4): one CPU runs other
+    kernels with oneDNN on (TF_ENABLE_ONEDNN_OPTS) than off, and its timings and digits change."""
     if not a or not b:
         return False
     if several(a) or several(b):
         return True
-    return any(a.get(key) != b.get(key) for key in ("host", "cpu", "cpus", "cpu_isa", "gpus"))
+    return any(a.get(key) != b.get(key) for key in ("host", "cpu", "cpus", "cpu_isa", "onednn", "gpus"))
