@@ -35,10 +35,11 @@ if not _USER_LOG_LEVEL:
 # instructions or AMX; on an AMD EPYC with AVX2 it was off) `get_memory_info` raises, and the
 # serving probe's peak could only read the process's resident set, which read 0.0 MB for a
 # convolution whose output at the serving batch is 4 MB (freed memory is reused). The BFC allocator
-# keeps them on every CPU. TensorFlow reads the choice once, when it makes its CPU allocator, so it
-# is made here, before any import of TensorFlow; a value the user set is kept, as is a cap they
-# set. TensorFlow caps the BFC allocator at 64 GB: on a machine with more, the cap is the machine's
-# memory, so that harness never runs out of memory sooner than TensorFlow's own choice would.
+# keeps them on every CPU. TensorFlow reads the choice once, when it makes its CPU allocator (at its
+# first tensor or device query), so it is made here, when harness is imported; a value the user set
+# is kept, as is a cap they set. TensorFlow caps the BFC allocator at 64 GB: on a machine with more,
+# the cap is the machine's memory, so that harness never runs out of memory sooner than TensorFlow's
+# own choice would.
 CPU_ALLOCATOR, BFC_CAP, BFC_DEFAULT_CAP_MB = "TF_CPU_ALLOCATOR_USE_BFC", "TF_CPU_BFC_MEM_LIMIT_IN_MB", 1 << 16
 
 

@@ -9,10 +9,11 @@ run's device, in inference mode (`training=False`: no weight, no BatchNorm stati
   (reset first) above what it held when the measurement began, on a GPU and on a CPU alike: the
   activations and scratch tensors of the largest call (the serving batch's), not the weights,
   which `model_mb` sizes. A CPU's allocator keeps that figure because harness selects
-  TensorFlow's BFC allocator before TensorFlow loads (harness/core/backend.py); where it keeps none
-  (TensorFlow imported before harness, or the user's own TF_CPU_ALLOCATOR_USE_BFC=false), the
-  process's peak resident set on Linux (reset through /proc/self/clear_refs), which reads near 0
-  for a model whose inference fits in memory training freed;
+  TensorFlow's BFC allocator before TensorFlow makes it (harness/core/backend.py); where it keeps
+  none (a process whose TensorFlow made a tensor before harness was imported, or the user's own
+  TF_CPU_ALLOCATOR_USE_BFC=false), the process's peak resident set on Linux (reset through
+  /proc/self/clear_refs), which reads near 0 for a model whose inference fits in memory training
+  freed;
 - the exported file's size (models/<name>/model.keras).
 
 A compiled inference function (`tf.function`) is what serving uses, traced once for any batch
