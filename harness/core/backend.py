@@ -51,7 +51,12 @@ def cpu_allocator_choice(environ: Mapping[str, str], memory_mb: int | None) -> d
     return chosen
 
 
-os.environ.update(cpu_allocator_choice(os.environ, None if (memory := memory_bytes()) is None else memory[0] // 2**20))
+def _machine_memory_mb() -> int | None:
+    memory = memory_bytes()
+    return None if memory is None else memory[0] // 2**20
+
+
+os.environ.update(cpu_allocator_choice(os.environ, _machine_memory_mb()))
 
 
 def select_legacy_keras() -> None:
