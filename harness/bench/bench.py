@@ -65,7 +65,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.core.backend import import_tf, onednn_enabled
+from harness.core.backend import import_tf
 from harness.errors import HarnessError
 from harness.rundir import read_csv
 from harness.bench.sections import (
@@ -123,10 +123,10 @@ def _write_machine(folder: Path) -> None:
     """machine.json beside bench.csv: the milliseconds are this machine's, and the ratios need not hold on another."""
     import json
 
-    from harness.core.placement import gpu_names
+    from harness.core.placement import tensorflow_hardware
     from harness.rundir import atomic_write_text, this_machine, versions
 
-    atomic_write_text(folder / "machine.json", json.dumps({**this_machine(gpu_names(), onednn_enabled()), "versions": versions()}, indent=1) + "\n")
+    atomic_write_text(folder / "machine.json", json.dumps({**this_machine(**tensorflow_hardware()), "versions": versions()}, indent=1) + "\n")
 
 
 def bench_text(table: pd.DataFrame) -> str:

@@ -1,4 +1,5 @@
-"""Selects legacy Keras (tf_keras) before TensorFlow is first imported.
+"""Selects legacy Keras (tf_keras) and TensorFlow's BFC allocator for the CPU before TensorFlow is
+first imported.
 
 TensorFlow 2.21 ships Keras 3 as `tf.keras`; segmentation-models 1.0.1 and tf_keras optimizers need
 Keras 2. The switch is an environment variable read once, at TensorFlow's first import, so it must

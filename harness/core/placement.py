@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.core.backend import import_keras, import_tf
+from harness.core.backend import import_keras, import_tf, onednn_enabled
 from harness.config.schema import ExperimentConfig, PlacementSpec
 from harness.errors import ConfigError
 
@@ -175,6 +175,12 @@ def device_names() -> list[str]:
 def gpu_names() -> list[str]:
     """The physical GPUs' model names ("NVIDIA A100-SXM4-40GB"), for run.json's `hardware`."""
     return [tf.config.experimental.get_device_details(gpu).get("device_name", gpu.name) for gpu in tf.config.list_physical_devices("GPU")]
+
+
+def tensorflow_hardware() -> dict[str, Any]:
+    """What of run.json's `hardware` only TensorFlow can say, as `rundir.this_machine` takes it:
+    the GPUs' model names and whether the CPU's kernels are oneDNN's."""
+    return {"gpus": gpu_names(), "onednn": onednn_enabled()}
 
 
 def _normalise(name: str) -> str:

@@ -158,10 +158,9 @@ def _starting_record(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan)
 
 
 def _this_machine() -> dict:
-    from harness.core.backend import onednn_enabled
-    from harness.core.placement import gpu_names  # TensorFlow, already imported by the plan
+    from harness.core.placement import tensorflow_hardware  # TensorFlow, already imported by the plan
 
-    return rd.this_machine(gpu_names(), onednn_enabled())
+    return rd.this_machine(**tensorflow_hardware())
 
 
 def _read_plan(run: rd.RunDir) -> dict:

@@ -9,8 +9,7 @@ import uuid
 from typing import Any
 
 from harness.config.schema import ExperimentConfig
-from harness.core.backend import onednn_enabled
-from harness.core.placement import device_names, gpu_names
+from harness.core.placement import device_names, tensorflow_hardware
 from harness.data.resolve import data_facts
 from harness.errors import HarnessError
 from harness.members.zoo import weights_digest
@@ -28,7 +27,7 @@ class RunBook:
     def open(cls, config: ExperimentConfig, run: RunDir, placement, scan, resuming: bool) -> "RunBook":
         """The record a run starts with: a resumed run's own, now `running` again on this machine's
         devices; or a fresh one."""
-        facts = {"devices": device_names(), "hardware": this_machine(gpu_names(), onednn_enabled()), "placement": placement.plan, "data": data_facts(config.data, scan)}
+        facts = {"devices": device_names(), "hardware": this_machine(**tensorflow_hardware()), "placement": placement.plan, "data": data_facts(config.data, scan)}
         if resuming:
             record = run.read_record()
             previous = record.status
