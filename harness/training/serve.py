@@ -121,7 +121,10 @@ class PeakMemory:
     Why the allocator on a CPU too: the resident set measured what the process had to ask the
     system for, and TensorFlow's CPU allocator reuses what training freed, so the quickstart's four
     networks read 0.0, 206.5, 0.1 and 7.4 MB at batch 8 (one run); the allocator's peak reads
-    20.2, 72.0, 12.7 and 27.9-29.6 MB for the same networks, measured twice."""
+    20.2, 72.0, 12.7 and 27.9-29.6 MB for the same networks, measured twice.
+
+    The peak is counted from the current at its start, so memory held before it and freed during
+    it lowers the figure: its one caller, `measure_serving`, pauses the garbage collector around it."""
 
     def __init__(self, device: str | None):
         self.device: str | None = _allocator_device(device)
