@@ -130,7 +130,8 @@ class PeakMemory:
     Why the allocator on a CPU too: the resident set measured what the process had to ask the
     system for, and TensorFlow's CPU allocator reuses what training freed, so the quickstart's four
     networks read 0.0, 206.5, 0.1 and 7.4 MB at batch 8 (one run); the allocator's peak reads
-    20.2, 72.0, 12.7 and 27.9-29.6 MB for the same networks, measured twice.
+    20.2, 72.0, 12.7 and 27.9-29.6 MB for the same networks, measured twice (over the whole
+    measurement, as harness 0.3.2-0.3.5 read it).
 
     The peak is counted from the current at its start, so memory held before it and freed during
     it lowers the figure, and it is the process's allocator, so what another thread allocates
