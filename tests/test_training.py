@@ -298,3 +298,48 @@ def test_the_write_cost_warning_quotes_the_runs_own_phases_and_checkpoint(tmp_pa
     seconds = result.info["phases"]["seconds"]
     assert f"took {seconds['checkpoints'] + seconds['best_weights']:.1f} s of training's" in warning
     assert f"({checkpoints.size_mb(result.run_dir / 'checkpoints', 8):,.0f} MB)" in warning and "every 4 steps" in warning
+
+
+def test_the_last_reference_to_an_iterator_is_dropped_on_a_thread_of_its_own():
+    """An autotuned iterator's destructor waits for its tuning thread's sleep (2 s after smoke's
+    training): `let_go_of` returns before the destructor ends, which runs on its own thread."""
+    import threading
+
+    from harness.data.pipeline import let_go_of
+
+    release, finalized_on = threading.Event(), []
+
+    class SlowToDrop:
+        def __del__(self):
+            finalized_on.append(threading.current_thread().name)
+            release.wait(timeout=30)  # as the tuning thread's sleep: this thread waits, the caller's does not
+
+    holder = [SlowToDrop()]
+    dropping = let_go_of(holder)
+    returned_while_dropping = dropping.is_alive()  # the destructor is still waiting for `release`
+    release.set()
+    dropping.join(timeout=30)
+    assert returned_while_dropping and holder == [] and finalized_on == ["harness-drop-iterator"]
+
+
+def test_the_runs_training_iterator_is_dropped_off_the_runs_thread(tmp_path, monkeypatch):
+    """Dropping it on the run's thread kept smoke's run idle for 2 s, in some runs, before its
+    results were printed."""
+    import threading
+    import weakref
+
+    from harness.core.placement import Placement
+
+    finalized_on, made = [], Placement.input_iterator
+
+    def recorded(self, dataset):
+        iterator = made(self, dataset)
+        weakref.finalize(iterator, lambda: finalized_on.append(threading.current_thread().name))
+        return iterator
+
+    monkeypatch.setattr(Placement, "input_iterator", recorded)
+    run(validate_config(tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn"}], train={"epochs": 1})), results_dir=tmp_path)
+    for thread in threading.enumerate():
+        if thread.name == "harness-drop-iterator":
+            thread.join(timeout=30)
+    assert finalized_on[:1] == ["harness-drop-iterator"]  # the training iterator, the first one made

@@ -27,7 +27,7 @@ from harness.config.metrics import declare_higher_is_better
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
 from harness.core.placement import Placement, describe_plan, input_pipeline_warning
-from harness.data.pipeline import build_datasets
+from harness.data.pipeline import build_datasets, let_go_of
 from harness.errors import Interrupted
 from harness.members.registry import build_members
 from harness.outputs import pool
@@ -100,8 +100,9 @@ class Runner:
         self._phase(f"building {len(config.member_specs())} member(s)")
         with self.clock.timed("build"):
             members, global_step, checkpoint, start, datasets, schedule = self._build()
-        iterator = self.placement.input_iterator(datasets.train)
-        step = self._loop(start, iterator, datasets, schedule, checkpoint)
+        iterator = [self.placement.input_iterator(datasets.train)]  # its only reference: let go of off this thread
+        step = self._loop(start, iterator[0], datasets, schedule, checkpoint)
+        let_go_of(iterator)
         self.clock.mark("training_done")
         if step < config.total_steps and self.stop.signal is not None:
             self._stopped(step)
