@@ -103,11 +103,24 @@ def make_train_dataset(make_example, spec: DataSpec, seed: int, start_step: int,
     )
 
 
+# An autotuned tf.data iterator's destructor joins its tuning thread, which ends its current sleep
+# first: seconds, at whatever point that sleep had reached. Two remedies, by what the iterator is for:
+# a probe's iterators need no tuning (`without_autotuning`); the training pipeline's speed needs it,
+# so its iterator is dropped off the run's thread (`let_go_of`).
+
+
+def without_autotuning(dataset):
+    """`dataset` with tf.data's autotuning off: an iterator over it starts no tuning thread, so
+    dropping it does not wait for one."""
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def let_go_of(holder: list) -> threading.Thread:
     """Empty `holder`, which holds the last reference to a tf.data iterator, on a thread of its own.
 
-    An autotuned iterator's destructor joins its tuning thread, which ends its current sleep first:
-    dropping smoke's training iterator kept the run idle for 2.0-2.1 s (2 ms of CPU), now and then
+    Dropping smoke's training iterator kept the run idle for 2.0-2.1 s (2 ms of CPU), now and then
     (4 of 15 traced runs, 1 of 8 in a side-by-side A/B), in `RootDataset::Iterator::~Iterator`.
     TensorFlow lets go of the GIL while it waits, so the run goes on at full speed meanwhile; the
     thread is a daemon, so a process that leaves (harness.leaving) does not wait for it either."""

@@ -18,6 +18,7 @@ import time
 
 from harness.core.backend import import_tf
 from harness.core.step import member_fragment
+from harness.data.pipeline import without_autotuning
 from harness.members.base import preserved_state
 
 tf = import_tf()
@@ -150,11 +151,3 @@ def held_in_memory(dataset, steps: int):
     batches = list(dataset.take(steps))
     stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *batches)
     return without_autotuning(tf.data.Dataset.from_tensor_slices(stacked).repeat())
-
-
-def without_autotuning(dataset):
-    """`dataset` with tf.data's autotuning off: an iterator over it starts no tuning thread, so
-    dropping it does not wait for one (seconds, at whatever point the thread's sleep had reached)."""
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
