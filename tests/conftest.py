@@ -219,6 +219,22 @@ def wait_for_run_dir(results: Path, process, name: str = "tiny", timeout: float 
     raise AssertionError(f"no run directory under {results / name} after {timeout}s")
 
 
+@pytest.fixture
+def crash_report(tmp_path, monkeypatch):
+    """The file an internal error keeps its traceback in (errors.report_bug), written in this test's
+    folder: `tempfile` caches its folder at first use, so a test's TMPDIR comes too late and the
+    file would land in the system's. Call it once the error is reported: the one such file."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def written() -> Path:
+        (crash,) = tmp_path.glob("harness-crash-*.txt")
+        return crash
+
+    return written
+
+
 def run_main(*args) -> subprocess.CompletedProcess:
     """The CLI in this process (`harness.cli.main`), with what it prints captured: for tests of
     what a command says and returns, without a new process's start-up. Not for bit-for-bit

@@ -6,7 +6,6 @@ import functools
 import operator
 import os
 import signal
-import tempfile
 
 import pytest
 from conftest import REPO
@@ -108,14 +107,12 @@ def test_errors_map_to_the_contract_exit_codes(monkeypatch, capsys, error, code)
     assert all(problem in err for problem in error.problems)
 
 
-def test_a_bug_is_exit_1_with_a_short_message(monkeypatch, capsys, tmp_path):
-    # tempfile caches its folder at first use, so TMPDIR alone would leave the file in the real one.
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+def test_a_bug_is_exit_1_with_a_short_message(monkeypatch, capsys, crash_report):
     # Raised with no frame outside harness, as harness's own code would (a function written in this
     # file would count as the user's code: tests/test_user_code.py).
     monkeypatch.setattr(api, "run", functools.partial(operator.getitem, {}))
     assert cli.main(["run", str(REPO / "experiments" / "smoke.yaml")]) == 1
     err = capsys.readouterr().err
     assert "internal error (TypeError: " in err and "report it" in err and "Traceback" not in err
-    (crash,) = tmp_path.glob("harness-crash-*.txt")  # the traceback kept where the message says
+    crash = crash_report()  # the traceback kept where the message says
     assert str(crash) in err and "Traceback" in crash.read_text()
