@@ -477,7 +477,8 @@ def cmd_models(args) -> int:
     console.print("backbones (models.*.backbone, segmentation-models only): " + ", ".join(catalog.SM_BACKBONES)
                   + "; every encoder starts from random weights (nothing is downloaded): models.*.weights loads a file you have "
                   "(docs/members.md, \"Pretrained weights\")")
-    console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'")
+    console.print("losses (models.*.loss or train.loss): bce, cce, dice, focal, and sums like 'bce + 0.5*dice'; "
+                  "an autoencoder's is always mse, its reconstruction's")
     return EXIT_OK
 
 

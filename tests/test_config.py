@@ -160,6 +160,19 @@ def test_bad_loss_term():
     assert problem.startswith("train.loss:") and "'dise'" in problem
 
 
+def test_an_autoencoder_trains_on_mse_and_a_mask_loss_given_to_it_is_refused():
+    autoencoder = {"name": "ae", "kind": "autoencoder", "arch": "small_autoencoder", "options": {"width": 4}}
+    config = validate_config(tiny_config(models=[autoencoder, {"name": "fcn", "arch": "tiny_fcn"}], train={"loss": "focal"}))
+    assert [m.loss for m in config.models] == ["mse", "focal"]  # config.yaml and summary.csv say what each trained on
+    (problem,) = problems_of(tiny_config(models=[{**autoencoder, "loss": "bce+dice"}]))
+    assert problem.startswith("models.0(ae):") and "loss 'bce+dice': an autoencoder trains on" in problem and "remove loss" in problem
+    (problem,) = problems_of(tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "mse"}]))
+    assert problem.startswith("models.0(fcn):") and "'mse' is an autoencoder's reconstruction loss" in problem
+    # a run's older config.yaml filled train.loss into its autoencoders too: it is read as it was
+    older = validate_config(tiny_config(models=[{**autoencoder, "loss": "bce+dice"}]), accepted=True)
+    assert older.models[0].loss == "bce+dice"
+
+
 def test_factory_that_cannot_be_imported():
     raw = tiny_config()
     raw["models"][0]["arch"] = "no_such_pkg.models:build"

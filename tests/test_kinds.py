@@ -79,7 +79,17 @@ def test_autoencoder_is_scored_by_reconstruction(mixed):
     assert metrics_of(mixed, "ae", "train") == {"loss", "lr"} and metrics_of(mixed, "ae", "val") == {"loss"}
     model = mixed.models["ae"]
     assert model.output_shape[-1] == 3  # reconstructs the image, not a mask
+    assert mixed.summary.set_index("model").loc["ae", "loss"] == "mse"  # what it trained on, not train.loss
     assert (mixed.run_dir / "plots" / "samples.png").exists()
+
+
+def test_an_older_runs_autoencoder_with_a_mask_loss_in_its_config_still_trains_on_mse():
+    from harness.members.kinds import AutoencoderMember
+
+    older = validate_config(tiny_config(models=[{**AUTOENCODER, "loss": "bce+dice"}]), accepted=True)  # resume reads it so
+    loss = AutoencoderMember.training_loss(older.models[0], older.data)
+    images, reconstruction = np.full([2, 4, 4, 3], 0.5, np.float32), np.zeros([2, 4, 4, 3], np.float32)
+    np.testing.assert_allclose(loss(images, reconstruction), [0.25, 0.25])
 
 
 @pytest.mark.slow

@@ -9,6 +9,9 @@ import re
 from harness.errors import closest
 
 TERMS = ("bce", "cce", "dice", "focal")
+# What an autoencoder trains on and is scored by: its reconstruction's mean squared error. Not a
+# term of the grammar (a mask loss): the only loss an autoencoder takes, and one no other kind takes.
+RECONSTRUCTION_LOSS = "mse"
 # Keras's and segmentation-models' names, said as the term they are (or as the nearest there is).
 _NAMED_ELSEWHERE = {
     "binary_crossentropy": "bce", "binarycrossentropy": "bce", "categorical_crossentropy": "cce",
@@ -29,6 +32,21 @@ def parse_loss(text: str) -> list[tuple[float, str]]:
                              f"{', '.join(TERMS)}, combined like 'bce+dice' or 'bce + 0.5*dice'")
         terms.append((float(match["weight"] or 1.0), match["name"]))
     return terms
+
+
+def kind_loss_problems(predicts_masks: bool, loss: str | None, accepted: bool) -> list[str]:
+    """An autoencoder trains on its reconstruction's MSE whatever `loss` says, so a mask loss given
+    to it would be ignored without a word (a run's older config.yaml, `accepted`, filled train.loss
+    in there too: read as it was); and MSE is no mask loss."""
+    if loss is None:
+        return []
+    if predicts_masks and loss == RECONSTRUCTION_LOSS:
+        return [f"loss {loss!r} is an autoencoder's reconstruction loss; a model that predicts masks trains on "
+                "bce, cce, dice or focal, or a sum like 'bce+dice'"]
+    if not predicts_masks and loss != RECONSTRUCTION_LOSS and not accepted:
+        return [f"loss {loss!r}: an autoencoder trains on and is scored by its reconstruction's mean squared error "
+                f"({RECONSTRUCTION_LOSS!r}), whatever loss says; remove loss from it"]
+    return []
 
 
 def _meant(name: str) -> str:

@@ -23,7 +23,7 @@ from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
-from harness.config.losses import parse_loss
+from harness.config.losses import RECONSTRUCTION_LOSS, kind_loss_problems, parse_loss
 from harness.errors import closest, did_you_mean
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -99,7 +99,7 @@ class ModelSpec(Strict):
     @field_validator("loss")
     @classmethod
     def _loss_parses(cls, value: str | None) -> str | None:
-        if value is not None:
+        if value is not None and value != RECONSTRUCTION_LOSS:  # whose loss mse may be: kind_loss_problems
             parse_loss(value)
         return value
 
@@ -115,8 +115,9 @@ class ModelSpec(Strict):
         raise ValueError(f"weights file {str(value)!r} does not exist{where}{hint}")
 
     @model_validator(mode="after")
-    def _arch_known(self) -> "ModelSpec":
+    def _arch_known(self, info: ValidationInfo) -> "ModelSpec":
         problems = check_spec(self.arch, self.backbone, self.options)
+        problems += kind_loss_problems(self.predicts_masks, self.loss, (info.context or {}).get(ACCEPTED, False))
         if self.gan is not None and self.kind != "gan":
             problems.append(f"'gan' settings apply to kind: gan, not kind: {self.kind}")
         if self.kind == "gan":
@@ -364,7 +365,7 @@ class ExperimentConfig(Strict):
         filled = [
             m.model_copy(
                 update={
-                    "loss": m.loss or self.train.loss,
+                    "loss": m.loss or (self.train.loss if m.predicts_masks else RECONSTRUCTION_LOSS),
                     "optimizer": self._with_default_schedule(m.optimizer or self.train.optimizer),
                     "jit_compile": self.train.jit_compile if m.jit_compile is None else m.jit_compile,
                 }

@@ -100,6 +100,11 @@ class Member:
     # -- building -------------------------------------------------------------------------------
 
     @classmethod
+    def training_loss(cls, spec: ModelSpec, data: DataSpec) -> Callable:
+        """The per-example loss its step trains on: the config's `loss` (an autoencoder: MSE)."""
+        return make_loss(spec.loss, ignore=data.ignore_label is not None)
+
+    @classmethod
     def build(cls, spec: ModelSpec, data: DataSpec, seed: int, batchnorm_momentum, device, precision) -> "Member":
         keras.utils.set_random_seed(member_seed(seed, spec.name))
         model = build_network(spec.arch, spec.backbone, spec.options, data, spec.weights, batchnorm_momentum, cls.task)
@@ -108,7 +113,7 @@ class Member:
             spec=spec,
             model=model,
             optimizer=make_optimizer(spec.optimizer, model, precision),
-            loss_fn=make_loss(spec.loss, ignore=data.ignore_label is not None),
+            loss_fn=cls.training_loss(spec, data),
             **divergence_flags(spec.name),
             device=device,
         )

@@ -102,10 +102,8 @@ class AutoencoderMember(Member):
     val_metrics = ("loss",)
 
     @classmethod
-    def build(cls, spec, data, seed, batchnorm_momentum, device, precision) -> "AutoencoderMember":
-        member = super().build(spec, data, seed, batchnorm_momentum, device, precision)
-        member.loss_fn = _mse_per_example
-        return member
+    def training_loss(cls, spec, data):
+        return _mse_per_example  # spec.loss is "mse" (or, in an older run's config.yaml, a mask loss it never read)
 
     def train_step(self, batch: Batch) -> StepOutput:
         return super().train_step(batch.with_masks(batch.images))
