@@ -375,6 +375,25 @@ def test_what_choosing_added_is_above_zero_when_validation_looked_better_for_a_l
     assert "a -0.0500." in chosen_on(worse_on_validation, "test_iou") and "a -0.0500." in chosen_on(worse_on_validation, "test_loss")
 
 
+def test_a_ranking_on_validation_names_what_the_run_chose_with_those_images():
+    """Without a test split the words said each model's best weights were chosen on validation,
+    also in a run that scored every model's weights at the end of its training and chose nothing."""
+    from harness.outputs.verdict_text import chosen_on, validation_choices
+
+    scores = pd.DataFrame({"model": ["a", "b"], "val_iou": [0.8, 0.7], "best_val_loss": [0.3, 0.4]})
+    plain = validate_config(tiny_config())
+    assert validation_choices(plain, "val_iou") == ()
+    said = chosen_on(scores, "val_iou", False, False, validation_choices(plain, "val_iou"))
+    assert said.startswith("No test split:") and "best weights" not in said and "this run chose nothing else with them" in said
+    raced = validate_config(tiny_config(train={"epochs": 4, "race": {"rungs": [1], "keep": 0.5}}, output={"compare_by": ["arch"]}))
+    choices = validation_choices(raced, "best_val_loss")
+    assert choices == ("the race's cuts", "each group's pick (output.compare_by)", "each model's best evaluation (best_val_loss)")
+    said = chosen_on(scores, "best_val_loss", False, True, choices)
+    assert said.startswith("The held-out test split is scored when the run completes") and (
+        "chose the race's cuts, each group's pick (output.compare_by) and each model's best evaluation (best_val_loss), and on "
+        "which the ranking picks its winner") in said and "chose nothing" not in said
+
+
 def test_gaps_below_zero_for_every_model_are_said_to_be_the_splits_not_the_choosing():
     """real_images with 3 repeats: unet -0.0898, fcn -0.0723, deconv -0.0732 under "What choosing
     added", though choosing on validation can only flatter validation: its 44 test tiles were

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.outputs.columns import chosen_rows, terminal_text, with_intervals
-from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, verdict
+from harness.outputs.verdict_text import chosen_on, chosen_pairs_text, validation_choices, verdict
 from harness.outputs.tables import left_the_race, ranked_last
 from harness.outputs.terminal import TerminalTable, print_table
 from harness.outputs.tuning_budget import describe_leaders
@@ -49,7 +49,9 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
         pairs = read_csv(pairs_file)
         if len(pairs):
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
-            said = chosen_on(summary, rank_by, bool(record and record.chose_any_weights()), run.read_config().data.has_test)
+            config = run.read_config()
+            chose = bool(record and record.chose_any_weights())
+            said = chosen_on(summary, rank_by, chose, config.data.has_test, validation_choices(config, rank_by))
             console.print(terminal_text(said), soft_wrap=False)
     if run_dir is not None and (groups := per_group_lines(summary, Path(run_dir), rank_by)):
         console.print(terminal_text(groups), soft_wrap=False)

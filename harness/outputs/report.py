@@ -152,6 +152,7 @@ def render_report(
     extra_sections: list[tuple[str, str]] | None = None,
     charts: list[str] | None = None,
     has_test: bool = False,
+    choices: tuple[str, ...] = (),
 ) -> str:
     title = f"{record.name or 'run'} / {record.run_id}"
     main, rest = summary_tables(summary, rank_by)
@@ -165,7 +166,7 @@ def render_report(
         "<h2>Summary</h2>",
         html_table(main, highlight=rank_by, css="summary"),
         f"<p class='verdict'>{html.escape(verdict(pairs, rank_by, summary))}</p>",
-        f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by, record.chose_any_weights(), has_test))}</p>",
+        f"<p class='verdict'>{html.escape(chosen_on(summary, rank_by, record.chose_any_weights(), has_test, choices))}</p>",
         f"<details><summary>All {len(rest.columns) - 1} other columns of summary.csv</summary>{html_table(rest)}</details>",
     ]
     for warning in record.warnings:

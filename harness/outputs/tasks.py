@@ -22,6 +22,7 @@ from harness.outputs.tables import build_member_summary, build_pairs, build_summ
 from harness.outputs.tuning_budget import budget_table
 from harness.outputs.uncertainty import class_metrics, interval_covers, ranking_statistics, test_metrics
 from harness.outputs.verdicts import choose_per_group, chosen_by_column, group_label, group_pairs, group_trials, model_settings
+from harness.outputs.verdict_text import validation_choices
 from harness.rundir import RunDir, RunRecord, atomic_write_text, read_csv
 
 
@@ -132,7 +133,7 @@ def write_report_page(run: RunDir, config: ExperimentConfig, record: RunRecord) 
     if nightly_file.exists():
         extra.append(("Nightly: changes and trends", render_nightly_section(json.loads(nightly_file.read_text(encoding="utf-8")), run.path)))
     charts = report_charts(load_losses(run.losses_csv), config.compare_loss(), scored_on_common_loss(config))
-    page = render_report(record, config.to_yaml(), summary, pairs, drawn, rank, extra, charts, config.data.has_test)
+    page = render_report(record, config.to_yaml(), summary, pairs, drawn, rank, extra, charts, config.data.has_test, validation_choices(config, rank))
     path = run.path / "report.html"
     atomic_write_text(path, page)
     return path

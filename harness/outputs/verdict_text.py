@@ -150,15 +150,40 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
     return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
 
 
-def chosen_on(summary: pd.DataFrame, rank_by: str, chose_weights: bool = True, has_test: bool = False) -> str:
+def validation_choices(config, rank_by: str) -> tuple[str, ...]:
+    """What a run chooses on the validation images besides the weights a test split scores: a
+    ranking on validation is flattered by each of these (and by its own pick of a winner)."""
+    choices = [what for what, chosen in (
+        ("each model's early stop", config.train.early_stopping is not None),
+        ("the race's cuts", config.train.race is not None),
+        ("each group's pick (output.compare_by)", bool(config.output.compare_by)),
+        (f"each model's best evaluation ({rank_by})", rank_by.startswith("best_")),
+    ) if chosen]
+    return tuple(choices)
+
+
+def _on_validation(choices: tuple[str, ...]) -> str:
+    if choices:
+        return (f"these scores are on the validation images, the same images that chose {_and(choices)}, and on which the "
+                "ranking picks its winner, so they lean optimistic.")
+    return ("these scores are on the validation images, on which the ranking picks its winner, so the winner's score leans "
+            "optimistic (this run chose nothing else with them: each model is scored with its weights at the end of its "
+            "training).")
+
+
+def _and(items: tuple[str, ...]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def chosen_on(summary: pd.DataFrame, rank_by: str, chose_weights: bool = True, has_test: bool = False, choices: tuple[str, ...] = ()) -> str:
     """Which images the scores are on, and with a test split how much choosing on validation
     inflated the chosen weights' validation score (how much better it was than their test score).
     `chose_weights`: the test split scored weights chosen on validation (best.keras); else each
     member's weights at the end of its training (`output.select_by: final`, or no exports).
-    `has_test`: the data hold out a test split, which a ranking on validation has not scored yet."""
+    `has_test`: the data hold out a test split, which a ranking on validation has not scored yet.
+    `choices`: what else the run chose on validation (`validation_choices`)."""
     if split_column(rank_by)[0] != "test":
-        on_validation = ("these scores are on the validation images, the same images that chose each model's best weights "
-                         "(and any early stop, race cut or grid winner), so they lean optimistic.")
+        on_validation = _on_validation(choices)
         if has_test:
             return f"The held-out test split is scored when the run completes, and the ranking is on it then; until then {on_validation}"
         return (f"No test split: {on_validation} Hold some images out with data.test_size (synthetic) or data.test_fraction / "
