@@ -168,6 +168,8 @@ def test_an_autoencoder_trains_on_mse_and_a_mask_loss_given_to_it_is_refused():
     assert problem.startswith("models.0(ae):") and "loss 'bce+dice': an autoencoder trains on" in problem and "remove loss" in problem
     (problem,) = problems_of(tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn", "loss": "mse"}]))
     assert problem.startswith("models.0(fcn):") and "'mse' is an autoencoder's reconstruction loss" in problem
+    (problem,) = problems_of(tiny_config(models=[autoencoder], train={"loss": "mse"}))
+    assert problem.startswith("train.loss:") and "an autoencoder trains on mse by itself" in problem
     # a run's older config.yaml filled train.loss into its autoencoders too: it is read as it was
     older = validate_config(tiny_config(models=[{**autoencoder, "loss": "bce+dice"}]), accepted=True)
     assert older.models[0].loss == "bce+dice"

@@ -51,6 +51,8 @@ def kind_loss_problems(predicts_masks: bool, loss: str | None, accepted: bool) -
 
 def _meant(name: str) -> str:
     """What a bad term most likely meant: another library's name for a term, or a typo of one."""
+    if name.lower() in (RECONSTRUCTION_LOSS, "mean_squared_error", "l2"):
+        return " (an autoencoder trains on mse by itself, with no loss given; a loss here is for models that predict masks)"
     elsewhere = _NAMED_ELSEWHERE.get(name.lower().replace(" ", "_"))
     if elsewhere and name.lower().startswith(("jaccard", "iou")):
         return f" (no Jaccard/IoU loss here: {elsewhere!r} is its close relative, and IoU is scored on validation anyway)"
