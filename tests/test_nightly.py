@@ -118,6 +118,10 @@ def test_with_a_test_split_the_default_thresholds_watch_the_test_score_too():
     assert set(validate_config(tiny_config()).nightly_thresholds()) == {"val_iou", "best_val_loss"}
     chosen = validate_config(tiny_config(data={"test_size": 8}, output={"nightly": {"thresholds": {"val_f1": {"abs": 0.01}}}}))
     assert set(chosen.nightly_thresholds()) == {"val_f1"}  # the user's own list is watched as written
+    # autoencoders alone report no IoU: the defaults watch their loss, not a column summary.csv never has
+    autoencoders = tiny_config(models=[{"name": "ae", "kind": "autoencoder", "arch": "small_autoencoder"}])
+    assert list(validate_config(autoencoders).nightly_thresholds()) == ["val_loss", "best_val_loss"]
+    assert list(validate_config({**autoencoders, "data": {**autoencoders["data"], "test_size": 8}}).nightly_thresholds()) == ["test_loss", "val_loss", "best_val_loss"]
 
 
 def test_a_watched_metric_the_earlier_run_did_not_have_is_noted_not_passed_over():

@@ -416,11 +416,16 @@ class ExperimentConfig(Strict):
         return rank_by
 
     def nightly_thresholds(self) -> dict[str, ThresholdSpec]:
-        """What `harness nightly` watches: output.nightly.thresholds; left at the defaults and with a
+        """What `harness nightly` watches: output.nightly.thresholds. Left at the defaults: with a
         test split, each watched validation score's test twin too (val_iou -> test_iou, the same
-        threshold), first: the score the ranking reports, on images nothing chose with."""
+        threshold), first: the score the ranking reports, on images nothing chose with; and where no
+        member predicts masks (autoencoders alone), val_loss in val_iou's place."""
         thresholds = dict(self.output.nightly.thresholds)
-        if self.data.has_test and thresholds == _default_thresholds():
+        if thresholds != _default_thresholds():
+            return thresholds
+        if not any(m.predicts_masks for m in self.models):  # reconstructions report no IoU: their score is the loss
+            thresholds = {"val_loss": ThresholdSpec(rel=0.10), "best_val_loss": thresholds["best_val_loss"]}
+        if self.data.has_test:
             twins = {metrics.on_split(name, "test"): spec for name, spec in thresholds.items() if metrics.split_column(name)[0] == "val"}
             return {**twins, **thresholds}
         return thresholds
