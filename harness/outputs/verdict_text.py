@@ -167,8 +167,7 @@ def _on_validation(choices: tuple[str, ...]) -> str:
         return (f"these scores are on the validation images, the same images that chose {_and(choices)}, and on which the "
                 "ranking picks its winner, so they lean optimistic.")
     return ("these scores are on the validation images, on which the ranking picks its winner, so the winner's score leans "
-            "optimistic (this run chose nothing else with them: each model is scored with its weights at the end of its "
-            "training).")
+            "optimistic (this run chose nothing else with them: each model's last validation scores are ranked).")
 
 
 def _and(items: tuple[str, ...]) -> str:
