@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import copy
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -176,11 +180,23 @@ TOTAL_STEPS = 24
 
 
 def start_cli(*args, env=None) -> subprocess.Popen:
+    """The real CLI started, for a test to signal or kill. A kill can land inside a `.keras` save,
+    whose asset folder tf_keras makes in the temp folder and removes only when the save ends: these
+    processes' temp folder is one of the suite's own, removed when the test process exits. Ray keeps
+    the system's (RAY_TMPDIR), where it finds a running cluster."""
     _check_tier("start_cli")
+    scratch = {"TMPDIR": _killed_runs_temp(), "RAY_TMPDIR": os.environ.get("RAY_TMPDIR", tempfile.gettempdir())}
     return subprocess.Popen(
         [sys.executable, "-m", "harness", *map(str, args)],
-        cwd=REPO, env=cli_environment(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=cli_environment({**scratch, **(env or {})}), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
+
+
+@functools.cache
+def _killed_runs_temp() -> str:
+    folder = tempfile.mkdtemp(prefix="harness-tests-killed-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def only_run_dir(results: Path, name: str = "tiny") -> Path:

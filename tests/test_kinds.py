@@ -151,10 +151,7 @@ def test_gan_killed_and_resumed_equals_uninterrupted(tmp_path):
     clean = run_cli("run", write_yaml(tmp_path / "c.yaml", GAN_KILL_CONFIG), "--results", tmp_path / "clean")
     assert clean.returncode == 0, clean.stderr
     results = tmp_path / "killed"
-    # A kill often lands in a .keras save, whose asset folder tf_keras makes in the temp folder and
-    # removes only when the save ends: these processes' temp folder is the test's own.
-    scratch = {"TMPDIR": str(tmp_path)}
-    process = start_cli("run", tmp_path / "c.yaml", "--results", results, env=scratch)
+    process = start_cli("run", tmp_path / "c.yaml", "--results", results)  # its kills often land in a .keras save: start_cli
     kills = 0
     for _ in range(2):  # two kills, then the last resume runs to the end (each cycle is a process: TF import and trace)
         run_dir = wait_for_run_dir(results, process)
@@ -167,7 +164,7 @@ def test_gan_killed_and_resumed_equals_uninterrupted(tmp_path):
         process.wait(timeout=60)
         if json.loads((only_run_dir(results) / "run.json").read_text())["status"] == "completed":
             break
-        process = start_cli("resume", only_run_dir(results), env=scratch)
+        process = start_cli("resume", only_run_dir(results))
     process.wait(timeout=300)  # the last resume runs to the end
     assert kills >= 2
     run_dir, clean_dir = only_run_dir(results), only_run_dir(tmp_path / "clean")
