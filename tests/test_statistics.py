@@ -13,7 +13,7 @@ from conftest import tiny_config
 
 from harness.api import run
 from harness.config.loading import validate_config
-from harness.config.schema import ThresholdSpec
+from harness.config.nightly_spec import ThresholdSpec
 from harness.core.scores import segmentation_scores
 from harness.nights.regressions import compare
 from harness.outputs.statistics import IMAGES_ONLY, SEEDS_AND_IMAGES, Scored, across_seeds, bootstrap_metric, holm, image_draws, indistinguishable, seed_interval

@@ -23,13 +23,14 @@ from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
 from harness.config.naming import member_name, training_seed
+from harness.config.nightly_spec import NightlySpec, ThresholdSpec, default_thresholds
 from harness.config.losses import RECONSTRUCTION_LOSS, kind_loss_problems, parse_loss
 from harness.errors import closest, did_you_mean
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NAME_RULE = ("a name is letters, digits, '_', '.' and '-', starting with a letter or digit (it names folders and "
              "files; '@' is kept for the seeds of train.repeats: unet@2)")
-__all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
+__all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec", "ThresholdSpec"]
 
 
 OPTIMIZER_READS = {"beta_1": ("adam", "adamw"), "momentum": ("sgd", "rmsprop"), "weight_decay": ("adamw",)}
@@ -202,46 +203,6 @@ class MlflowSpec(Strict):
     # Each request to a tracking server gives up after this long, without retries: a server that is
     # down costs a warning and at most this long, then no more tracking for that run.
     timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
-
-
-class ThresholdSpec(Strict):
-    """How much worse a metric may get before `harness nightly` calls it a regression: by an
-    absolute amount (`abs: 0.02` of IoU) or relative to the earlier value (`rel: 0.10` = 10%)."""
-
-    abs: Annotated[float, Field(ge=0)] | None = None
-    rel: Annotated[float, Field(ge=0)] | None = None
-    # None: known from the metric's name (IoU, F1, images/s up; losses, ms/step down).
-    higher_is_better: bool | None = None
-    # True: a change beyond the threshold counts only if it is beyond noise too: where both runs
-    # scored the same images, the 95% interval of tonight minus then (`harness compare --pairs`,
-    # each model against itself) lies wholly on the bad side of 0; else the earlier value lies
-    # outside tonight's 95% interval (summary.csv <metric>_low/_high). With one training seed
-    # those intervals cover image noise only; with repeats, training randomness too.
-    beyond_noise: bool = False
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> "ThresholdSpec":
-        if (self.abs is None) == (self.rel is None):
-            raise ValueError("give exactly one of 'abs' (an amount) or 'rel' (a fraction, 0.1 = 10%)")
-        return self
-
-
-def _default_thresholds() -> dict[str, ThresholdSpec]:
-    return {"val_iou": ThresholdSpec(abs=0.02), "best_val_loss": ThresholdSpec(rel=0.10)}
-
-
-class NightlySpec(Strict):
-    """`harness nightly`: which summary.csv columns are watched, and how runs are kept."""
-
-    # summary.csv column -> threshold. Timing (ms_per_step) is not watched unless you add it:
-    # it depends on the machine's load as much as on your code.
-    thresholds: dict[str, ThresholdSpec] = Field(default_factory=_default_thresholds)
-    # Checkpoints of the newest N nightly runs (and of the pinned baseline) are kept; older runs
-    # keep their tables, plots, exported models and history rows.
-    keep_checkpoints_of_runs: Annotated[int, Field(ge=1, le=10_000)] = 3
-    # A "night" runs from this local hour to the same hour the next day, so a run started at
-    # 23:50 and resumed at 00:20 is the same night.
-    night_starts_at_hour: Annotated[int, Field(ge=0, le=23)] = 12
 
 
 class OutputSpec(Strict):
@@ -421,7 +382,7 @@ class ExperimentConfig(Strict):
         threshold), first: the score the ranking reports, on images nothing chose with; and where no
         member predicts masks (autoencoders alone), val_loss in val_iou's place."""
         thresholds = dict(self.output.nightly.thresholds)
-        if thresholds != _default_thresholds():
+        if thresholds != default_thresholds():
             return thresholds
         if not any(m.predicts_masks for m in self.models):  # reconstructions report no IoU: their score is the loss
             thresholds = {"val_loss": ThresholdSpec(rel=0.10), "best_val_loss": thresholds["best_val_loss"]}

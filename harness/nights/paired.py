@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from harness.config.schema import ThresholdSpec
+from harness.config.nightly_spec import ThresholdSpec
 from harness.errors import ConfigError
 from harness.nights.regressions import Paired
 

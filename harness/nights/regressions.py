@@ -11,7 +11,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Mapping
 
-from harness.config.schema import ThresholdSpec
+from harness.config.nightly_spec import ThresholdSpec
 from harness.config import metrics
 from harness.outputs import columns
 from harness.outputs.tables import failed
