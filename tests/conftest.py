@@ -240,8 +240,6 @@ def crash_report(tmp_path, monkeypatch):
     """The file an internal error keeps its traceback in (errors.report_bug), written in this test's
     folder: `tempfile` caches its folder at first use, so a test's TMPDIR comes too late and the
     file would land in the system's. Call it once the error is reported: the one such file."""
-    import tempfile
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def written() -> Path:

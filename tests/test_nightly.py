@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_cli, run_main, start_cli, tiny_config, write_yaml
 
-from harness.config.schema import NightlySpec, ThresholdSpec
+from harness.config.nightly_spec import NightlySpec, ThresholdSpec
 from harness.config.loading import validate_config
 from harness.errors import ConfigError
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord

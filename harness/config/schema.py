@@ -30,7 +30,7 @@ from harness.errors import closest, did_you_mean
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 NAME_RULE = ("a name is letters, digits, '_', '.' and '-', starting with a letter or digit (it names folders and "
              "files; '@' is kept for the seeds of train.repeats: unet@2)")
-__all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec", "ThresholdSpec"]
+__all__ = ["SOURCES", "AugmentSpec", "DataSpec", "ExperimentConfig", "TfdsSpec"]
 
 
 OPTIMIZER_READS = {"beta_1": ("adam", "adamw"), "momentum": ("sgd", "rmsprop"), "weight_decay": ("adamw",)}
@@ -385,7 +385,7 @@ class ExperimentConfig(Strict):
         if thresholds != default_thresholds():
             return thresholds
         if not any(m.predicts_masks for m in self.models):  # reconstructions report no IoU: their score is the loss
-            thresholds = {"val_loss": ThresholdSpec(rel=0.10), "best_val_loss": thresholds["best_val_loss"]}
+            thresholds = {"val_loss": thresholds["best_val_loss"], "best_val_loss": thresholds["best_val_loss"]}
         if self.data.has_test:
             twins = {metrics.on_split(name, "test"): spec for name, spec in thresholds.items() if metrics.split_column(name)[0] == "val"}
             return {**twins, **thresholds}

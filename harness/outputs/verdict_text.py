@@ -157,7 +157,7 @@ def validation_choices(config, rank_by: str) -> tuple[str, ...]:
         ("each model's early stop", config.train.early_stopping is not None),
         ("the race's cuts", config.train.race is not None),
         ("each group's pick (output.compare_by)", bool(config.output.compare_by)),
-        (f"each model's best evaluation ({rank_by})", rank_by.startswith("best_")),
+        (f"each model's best evaluation ({rank_by})", rank_by == "best_val_loss"),
     ) if chosen]
     return tuple(choices)
 
