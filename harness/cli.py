@@ -140,8 +140,10 @@ def _add_overrides(parser, what: str = "override a config value, e.g. --set trai
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE", help=what)
 
 
-def _add_results(parser) -> None:
-    parser.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: output.results_dir)")
+def _add_results(parser, default: Path | None = None, said: str = "output.results_dir") -> None:
+    # --results-dir too: the config key's spelling (output.results_dir) is what users type first
+    parser.add_argument("--results", "--results-dir", dest="results", type=Path, default=default, metavar="DIR",
+                        help=f"results folder (default: {said})")
 
 
 def _add_run(commands) -> None:
@@ -208,7 +210,7 @@ def _add_json(parser) -> None:
 def _add_runs(commands) -> None:
     runs = commands.add_parser("runs", help="list every run under the results folder, newest first, with its status and best member")
     runs.add_argument("name", nargs="?", default=None, metavar="NAME", help="only this experiment's runs (results/NAME); or a path: a results folder, an experiment's folder, a run")
-    runs.add_argument("--results", type=Path, default=Path("results"), metavar="DIR", help="results folder (default: results)")
+    _add_results(runs, Path("results"), "results")
     _add_json(runs)
     runs.set_defaults(func=cmd_runs)
 
@@ -260,7 +262,7 @@ def _add_nightly(commands) -> None:
 def _add_history(commands) -> None:
     history = commands.add_parser("history", help="print an experiment's history across runs; pin a baseline")
     history.add_argument("name", metavar="NAME_OR_DIR", help="experiment name (under --results) or its folder results/<name>")
-    history.add_argument("--results", type=Path, default=None, metavar="DIR", help="results folder (default: results)")
+    _add_results(history, said="results")
     history.add_argument("--metric", action="append", default=None, help="columns to show (default: the watched metrics)")
     history.add_argument("--pin", default=None, metavar="RUN_ID", help="make this completed run the baseline nightly compares with")
     history.add_argument("--unpin", action="store_true", help="remove the baseline")

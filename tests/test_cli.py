@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import json
+from pathlib import Path
 
 import pytest
 from conftest import REPO, run_cli, run_main, tiny_config, write_yaml
@@ -97,6 +98,16 @@ def test_every_example_in_the_help_parses():
             assert words[0] == "harness", example
             args = build_parser().parse_args(words[1:])  # exits 2 (a failure here) if an example is wrong
             assert unknown_sections(getattr(args, "section", None)) is None, example  # checked after parsing
+
+
+def test_the_results_folder_is_given_as_results_or_as_the_config_keys_spelling(tmp_path):
+    commands = {"run": ["c.yaml"], "plan": ["c.yaml"], "workers": ["2", "c.yaml"], "runs": [], "history": ["smoke"]}
+    for name, positional in commands.items():
+        for flag in ("--results", "--results-dir"):
+            args = build_parser().parse_args([name, *positional, flag, str(tmp_path)])
+            assert args.results == tmp_path, (name, flag)
+    assert build_parser().parse_args(["runs"]).results == Path("results")  # runs lists ./results by default
+    assert build_parser().parse_args(["run", "c.yaml"]).results is None  # run: output.results_dir decides
 
 
 def test_version(capsys):
