@@ -31,10 +31,13 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = No
     """`harness plan`: each model measured alone (cached) and packed into groups, without
     training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
     results/<name>/plan.json."""
-    from harness.scale.launch import plan_only
+    from harness.training.preflight import check_module_paths
 
     if overrides or not isinstance(config, ExperimentConfig):
         config = load_config(config, overrides)
+    check_module_paths(config)  # before TensorFlow's import, as run() does
+    from harness.scale.launch import plan_only
+
     return plan_only(config, Path(results_dir) if results_dir else None)[0]
 
 

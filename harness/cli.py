@@ -70,10 +70,7 @@ def command() -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="harness",
-        description="Train several models together, on the same batches, in one compiled TensorFlow step.",
-    )
+    parser = argparse.ArgumentParser(prog="harness", description="Train several models together, on the same batches, in one compiled TensorFlow step.")
     from harness import __version__
 
     parser.add_argument("--version", action="version", version=f"harness {__version__}", help="print the installed version and exit")
@@ -141,8 +138,7 @@ def _add_overrides(parser, what: str = "override a config value, e.g. --set trai
 
 
 def _add_results(parser, default: Path | None = None, said: str = "output.results_dir") -> None:
-    # --results-dir too: the config key's spelling (output.results_dir) is what users type first
-    parser.add_argument("--results", "--results-dir", dest="results", type=Path, default=default, metavar="DIR",
+    parser.add_argument("--results", "--results-dir", dest="results", type=Path, default=default, metavar="DIR",  # the config key's spelling too
                         help=f"results folder (default: {said})")
 
 
@@ -297,9 +293,12 @@ def cmd_run(args) -> int:
 
 def cmd_plan(args) -> int:
     from harness.config.loading import load_config
-    from harness.scale.launch import plan_only
+    from harness.training.preflight import check_module_paths
 
     config = load_config(args.config, args.overrides)
+    check_module_paths(config)  # before TensorFlow's import, as `harness run` does
+    from harness.scale.launch import plan_only
+
     plan, path = plan_only(config, args.results)
     for line in plan.describe():
         print(line)
@@ -335,11 +334,12 @@ def cmd_compare(args) -> int:
 
 def cmd_report(args) -> int:
     from harness.outputs.derived import rebuild, unfinished_note
+    from harness.outputs.printed import print_summary
     from harness.rundir import RunDir
 
     pool.start()
     summary = rebuild(args.run_dir)
-    _print_summary(summary, RunDir(args.run_dir).ranking_column(), args.run_dir)
+    print_summary(summary, RunDir(args.run_dir).ranking_column(), args.run_dir)
     if note := unfinished_note(args.run_dir):
         print(note)
     print(f"report: {args.run_dir / 'report.html'}")
@@ -492,11 +492,8 @@ def _print_result(result) -> None:
         print(f"harness: worker {(plan.get('task') or {}).get('index', '?')} is done; the chief wrote the run's results")
         return
     if len(result.summary):
-        _print_summary(result.summary, result.ranked_by, result.run_dir)
+        from harness.outputs.printed import print_summary
+
+        print_summary(result.summary, result.ranked_by, result.run_dir)
     print(f"results: {result.run_dir}")
 
-
-def _print_summary(summary, rank_by: str = "val_iou", run_dir=None) -> None:
-    from harness.outputs.printed import print_summary
-
-    print_summary(summary, rank_by, run_dir)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from conftest import REPO, run_cli, tiny_config, write_yaml
 from PIL import Image
 from pictures import write_folder
@@ -50,13 +51,15 @@ def test_a_missing_image_folder_is_named_before_tensorflow(tmp_path):
     assert "nowhere" in result.stderr and "tensorflow was imported" not in result.stderr
 
 
-def test_a_module_path_that_does_not_exist_is_named_before_tensorflow(tmp_path):
+@pytest.mark.parametrize("command", ["run", "plan", "nightly"])
+def test_a_module_path_that_does_not_exist_is_named_before_tensorflow(tmp_path, command):
     raw = tiny_config(models=[{"name": "mine", "arch": "my_models.nets:build"}, {"name": "odd", "kind": "factories_typo:Kind", "arch": "tiny_fcn"}])
-    result = run_cli("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r", env=no_tensorflow(tmp_path))
+    result = run_cli(command, write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r", env=no_tensorflow(tmp_path))
     assert result.returncode == 2, result.stderr
     assert "models.0(mine).arch: cannot find module 'my_models.nets'" in result.stderr
     assert "models.1(odd).kind: cannot find module 'factories_typo'" in result.stderr
     assert "tensorflow was imported" not in result.stderr
+    assert not (tmp_path / "r").exists()  # no experiment folder, no history, for a config that cannot run
 
 
 def test_an_extra_the_config_asks_for_and_is_not_installed_is_named_before_tensorflow(tmp_path):

@@ -72,8 +72,9 @@ def run_nightly(
     night: str | None = None,
     code_dir: Path | None = None,
 ) -> NightlyResult:
-    from harness.training.preflight import check_extras
+    from harness.training.preflight import check_extras, check_module_paths
 
+    check_module_paths(config)  # a module that cannot be found, said as `harness run` says it
     check_extras(config)  # before tonight's run, or the history, is made
     settings = config.output.nightly
     folder = rd.make_experiment_folder(config, results_dir)
