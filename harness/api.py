@@ -46,10 +46,11 @@ def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
     from harness.rundir import RunDir
-    from harness.training.preflight import refuse_locked
+    from harness.training.preflight import check_module_paths, refuse_locked
 
     RunDir(Path(run_dir)).read_info()  # not a run directory: said before TensorFlow's import
     refuse_locked(Path(run_dir))  # exit 5 too
+    check_module_paths(RunDir(Path(run_dir)).read_config(as_overrides(overrides)))  # and code that cannot be found
     pool.start(1)
     from harness.scale.launch import resume as resume_any
 

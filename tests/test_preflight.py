@@ -103,6 +103,16 @@ def test_resuming_a_folder_that_is_not_a_run_is_refused_before_tensorflow(tmp_pa
     assert result.returncode == 2 and "is not a run directory (no run.json)" in result.stderr, result.stderr
 
 
+def test_resuming_a_run_whose_code_cannot_be_found_is_refused_before_tensorflow(tmp_path):
+    run_dir = tmp_path / "r" / "tiny" / "20260101-000000"
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text('{"status": "interrupted"}')
+    write_yaml(run_dir / "config.yaml", tiny_config(models=[{"name": "mine", "arch": "my_models.nets:build"}]))
+    result = run_cli("resume", run_dir, env=no_tensorflow(tmp_path))
+    assert result.returncode == 2, result.stderr
+    assert "models.0(mine).arch: cannot find module 'my_models.nets'" in result.stderr and "tensorflow was imported" not in result.stderr
+
+
 def test_a_module_named_by_its_file_or_left_in_the_current_folder_gets_the_fix(tmp_path, monkeypatch):
     """The two slips behind most "cannot find module" messages: `mymodels.py:net` (a file's name
     where a module's is due) and a `mymodels.py` beside the user, which the `harness` command,
