@@ -446,6 +446,7 @@ def test_the_apis_resume_takes_one_override_as_a_string(tmp_path, monkeypatch):
     from harness.scale import launch
 
     RunDir(tmp_path).write_record(RunRecord(name="tiny", run_id="r1"))
+    write_yaml(tmp_path / "config.yaml", tiny_config())  # read before TensorFlow: the code it names must be found
     seen = {}
     monkeypatch.setattr(pool, "start", lambda *args: None)
     monkeypatch.setattr(launch, "resume", lambda run_dir, overrides, accept: seen.setdefault("overrides", overrides))
