@@ -21,7 +21,7 @@ from harness.outputs.plots import pareto_front
 from harness.outputs.statistics import seed_interval
 from harness.outputs.printed import per_group_lines, print_summary
 from harness.outputs.verdict_text import verdict
-from harness.outputs.tables import build_pairs, build_summary, failed, finished, model_status
+from harness.outputs.tables import build_pairs, build_summary, failed, finished, model_status, save_table
 from harness.outputs.uncertainty import ranking_statistics
 from harness.rundir import RunDir, read_csv, this_machine
 
@@ -125,6 +125,21 @@ def test_a_seed_that_diverged_is_left_out_of_its_models_score_as_of_its_interval
     assert failed_summary.loc["fcn", "val_iou_std"] == pytest.approx(0.01)
     text = verdict(pairs, "val_iou", failed_summary.reset_index())
     assert "Seed-to-seed spread (std): fcn 0.0100." in text and "unet diverged (3/3)" in text
+
+
+def test_steps_stay_whole_numbers_in_the_summary_and_when_it_is_read_back(tmp_path):
+    """selected_step (where the weights the test split scored came from) is a step, as steps and
+    best_step are: it was written 64.0, and with repeats a seeds' mean with every digit."""
+    from harness.outputs.tables import load_summary
+
+    members = pd.DataFrame({"model": ["unet@1", "unet@2", "unet@3", "fcn@1", "fcn@2", "fcn@3"], "status": ["ok"] * 6,
+                            "val_iou": [0.6, 0.61, 0.62, 0.5, 0.52, 0.51], "steps": [64, 48, 48, 64, 64, 64],
+                            "selected_step": [64.0, 16.0, 24.0, 64.0, 48.0, 64.0]})
+    summary = build_summary(members).set_index("model")
+    assert summary.loc["unet", "selected_step"] == 35 and summary.loc["unet", "steps"] == 53  # the seeds' means, rounded
+    save_table(summary.reset_index(), tmp_path / "summary.csv")
+    assert ",35," in (tmp_path / "summary.csv").read_text() and ",35.0" not in (tmp_path / "summary.csv").read_text()
+    assert str(load_summary(tmp_path / "summary.csv")["selected_step"].dtype) == "Int64"
 
 
 def test_a_seed_far_from_its_models_others_is_named_in_the_summary_and_the_verdict_and_kept_in_its_score():
