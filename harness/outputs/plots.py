@@ -267,7 +267,7 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     if len(front):
         # Named in the title, not a legend: a legend box covered the top model's interval bar.
         ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2)
-        title += " (dashed: the Pareto front)"
+        title += " (dashed: the Pareto front)" + _unsupported_gains(front)
     ax.set_xlabel(cost)
     ax.set_ylabel(quality)
     if cost in ("params", "flops_per_example"):
@@ -281,6 +281,20 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
     ax.set_title(title + bars_said, fontsize=10)
     ax.grid(alpha=0.3)
     return ax
+
+
+def _unsupported_gains(front: pd.DataFrame) -> str:
+    """With repeats, how many of the front's steps (the next costlier model, better on the means)
+    are differences the ranking does not support: there the costlier model may be no better.
+    Empty with one seed (no pair is supported; the bars say what they cover) or a front of one."""
+    if "indistinguishable_from" not in front or len(front) < 2:
+        return ""
+    peers = [set(filter(None, str(p if isinstance(p, str) else "").split(", "))) for p in front["indistinguishable_from"]]
+    names = list(front["model"])
+    unsupported = sum(names[i + 1] in peers[i] for i in range(len(names) - 1))
+    if unsupported == 0:
+        return ""
+    return f"\n{unsupported} of {len(names) - 1} gains along it not supported: a costlier model there may be no better"
 
 
 NEAR = 0.05  # of the axes, either way: about a line of a name's text on a third of a figure
