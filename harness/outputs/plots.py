@@ -294,6 +294,8 @@ def _unsupported_gains(front: pd.DataFrame) -> str:
     unsupported = sum(names[i + 1] in peers[i] for i in range(len(names) - 1))
     if unsupported == 0:
         return ""
+    if len(names) == 2:
+        return "\nits gain not supported: the costlier model may be no better"
     return f"\n{unsupported} of {len(names) - 1} gains along it not supported: a costlier model there may be no better"
 
 
