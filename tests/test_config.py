@@ -228,6 +228,20 @@ def test_overrides_are_typed_against_the_schema(tmp_path):
     assert load_config(path, ["models.0.arch=tiny_unet"]).models[0].arch == "tiny_unet"
 
 
+def test_a_model_whose_name_holds_dots_is_overridden_by_its_name():
+    """A grid's names carry their values (unet-lr0.003): `--set models.unet-lr0.003.backbone=...`
+    split the name at its dot and said there was no model 'unet-lr0'."""
+    raw = {"name": "x", "models": [{"name": "unet-lr0.003", "arch": "tiny_unet"}, {"name": "unet-lr0.0030", "arch": "tiny_unet"},
+                                   {"name": "unet-lr0", "arch": "tiny_fcn"}]}
+    apply_override(raw, "models.unet-lr0.003.optimizer.learning_rate=0.003")
+    apply_override(raw, "models.unet-lr0.0030.loss=dice")
+    apply_override(raw, "models.unet-lr0.arch=tiny_deconv")
+    assert raw["models"][0]["optimizer"] == {"learning_rate": 0.003} and raw["models"][1]["loss"] == "dice"
+    assert raw["models"][2]["arch"] == "tiny_deconv" and "optimizer" not in raw["models"][2]
+    with pytest.raises(ConfigError, match="no item named 'unet-lr1'; did you mean 'unet-lr0'"):
+        apply_override(raw, "models.unet-lr1.003.loss=dice")
+
+
 def test_override_with_wrong_type_names_the_key(tmp_path):
     path = write_yaml(tmp_path / "c.yaml", tiny_config())
     with pytest.raises(ConfigError) as info:

@@ -174,23 +174,17 @@ BRACKETED = re.compile(r"\[\s*['\"]?([\w@.-]+?)['\"]?\s*\]")  # models[0], model
 def apply_override(raw: dict, override: str) -> None:
     """Apply `a.b.c=value` in place. The value is parsed as YAML so `3`, `true`, `[96, 96]` are typed;
     pydantic then checks it against the schema like any other value. A list of models may be
-    indexed by position (`models.0.backbone`) or by model name (`models.unet.backbone`)."""
-    if "=" not in override:
-        raise ConfigError(f"{override!r}: expected key.path=value")
-    key, _, text = override.partition("=")
-    parts = [p for p in key.strip().split(".") if p]
-    if not parts:
-        raise ConfigError(f"{override!r}: empty key path")
-    if BRACKETED.search(key):  # jq's and Python's way to index a list; here an item is one more dotted part
-        meant = BRACKETED.sub(r".\1", key.strip())
-        raise ConfigError(f"--set {key}: a list's item is a dotted part, its position or its name (models.0, models.unet): did you mean --set {meant}={text} ?")
-    try:
-        value = yaml.safe_load(text) if text.strip() else ""
-    except yaml.YAMLError:
-        value = text
+    indexed by position (`models.0.backbone`) or by model name (`models.unet.backbone`; a name with
+    dots as well: `models.unet-lr0.003.backbone`)."""
+    key, parts, value = _parsed(override)
     node: Any = raw
     schema: Any = ExperimentConfig
-    for depth, part in enumerate(parts):
+    depth = -1
+    while depth + 1 < len(parts):
+        depth += 1
+        if isinstance(node, list):  # an item's name may hold dots (unet-lr0.003): the longest name that matches
+            parts = _dotted_name_joined(node, parts, depth)
+        part = parts[depth]
         last = depth == len(parts) - 1
         where = ".".join(parts[: depth + 1])
         if isinstance(node, list):
@@ -219,6 +213,33 @@ def apply_override(raw: dict, override: str) -> None:
             node[part] = [] if _is_list(child_schema) else {}
         node = node[part]
         schema = child_schema
+
+
+def _parsed(override: str) -> tuple[str, list[str], Any]:
+    """(the key as given, its dotted parts, the value parsed as YAML) of `a.b.c=value`."""
+    if "=" not in override:
+        raise ConfigError(f"{override!r}: expected key.path=value")
+    key, _, text = override.partition("=")
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"{override!r}: empty key path")
+    if BRACKETED.search(key):  # jq's and Python's way to index a list; here an item is one more dotted part
+        meant = BRACKETED.sub(r".\1", key.strip())
+        raise ConfigError(f"--set {key}: a list's item is a dotted part, its position or its name (models.0, models.unet): did you mean --set {meant}={text} ?")
+    try:
+        return key, parts, yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return key, parts, text
+
+
+def _dotted_name_joined(items: list, parts: list[str], depth: int) -> list[str]:
+    """`parts` with the item name that starts at `depth` as one part when that name holds dots
+    (models.unet-lr0.003.backbone: the name is `unet-lr0.003`); unchanged otherwise."""
+    names = {item.get("name") for item in items if isinstance(item, dict)}
+    for end in range(len(parts), depth + 1, -1):
+        if ".".join(parts[depth:end]) in names:
+            return [*parts[:depth], ".".join(parts[depth:end]), *parts[end:]]
+    return parts
 
 
 def _list_index(items: list, part: str, where: str) -> int:
