@@ -834,10 +834,11 @@ def test_quality_vs_cost_says_which_gains_along_the_front_the_ranking_does_not_s
     assert titles[0].endswith("(dashed: the Pareto front)\n2 of 2 gains along it not supported: a costlier model there may be no better")
     assert titles[1].endswith("\n1 of 2 gains along it not supported: a costlier model there may be no better")  # mine8 -> mine16 is
     assert titles[2] == "test_iou vs params (dashed: the Pareto front)"  # every gain supported: nothing to add
-    fig, ax = plt.subplots(figsize=(6, 4))
-    plot_quality_vs_cost(ax, summary.iloc[:2], "params", "test_iou")
-    assert ax.get_title().endswith("\nits gain not supported: the costlier model may be no better")
-    plt.close(fig)
+    for two in (summary.iloc[:2], summary.iloc[:2].assign(indistinguishable_from="", status=["ok", "dropped (3/3)"])):  # dropped: never compared
+        fig, ax = plt.subplots(figsize=(6, 4))
+        plot_quality_vs_cost(ax, two, "params", "test_iou")
+        assert ax.get_title().endswith("\nits gain not supported: the costlier model may be no better")
+        plt.close(fig)
 
 
 def test_quality_vs_cost_on_linear_axes_names_the_leftmost_points_to_their_right():

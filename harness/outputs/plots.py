@@ -23,7 +23,7 @@ from harness.outputs.axes import compact_number, counts_axis, log_axis  # noqa: 
 from harness.core.scores import mask_classes  # noqa: E402
 from harness.outputs.figures import curve_figures, summary_figures  # noqa: E402
 from harness.outputs.statistics import covers_training  # noqa: E402
-from harness.outputs.tables import base_model, common_loss_rows  # noqa: E402
+from harness.outputs.tables import base_model, common_loss_rows, none_finished  # noqa: E402
 from harness.outputs.verdict_text import better_first, holm_tested  # noqa: E402
 
 SMOOTHING = 0.9  # exponential moving average weight of the smoothed loss curves
@@ -289,9 +289,10 @@ def _unsupported_gains(front: pd.DataFrame) -> str:
     Empty with one seed (no pair is supported; the bars say what they cover) or a front of one."""
     if "indistinguishable_from" not in front or len(front) < 2:
         return ""
-    peers = [set(filter(None, str(p if isinstance(p, str) else "").split(", "))) for p in front["indistinguishable_from"]]
+    peers = [set(filter(None, p.split(", "))) if isinstance(p, str) else set() for p in front["indistinguishable_from"]]
     names = list(front["model"])
-    unsupported = sum(names[i + 1] in peers[i] for i in range(len(names) - 1))
+    compared = [not none_finished(s) for s in front["status"]] if "status" in front else [True] * len(names)  # a race's dropped: no pairs
+    unsupported = sum(names[i + 1] in peers[i] or not (compared[i] and compared[i + 1]) for i in range(len(names) - 1))
     if unsupported == 0:
         return ""
     if len(names) == 2:
