@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_main, tiny_config
+from conftest import run_main, tiny_config, write_yaml
 
 from harness.api import run
 from harness.core.backend import onednn_enabled
@@ -281,6 +281,31 @@ def test_a_races_ranking_says_its_finishers_come_first():
     print_summary(summary.assign(status="ok"), "val_iou", console=console)
     assert "ranked by val_iou, best first, every model trained to its end (" in console.export_text()
 
+
+
+def test_a_run_of_one_model_says_what_its_interval_covers_at_the_terminal_and_in_the_report(tmp_path):
+    """One model has no pair: the terminal said nothing under its ranked row, and the report "No
+    interval for test_iou" beside a table that showed one."""
+    from rich.console import Console
+
+    from harness.rundir import RunRecord
+
+    seeds = pd.DataFrame({"rank": [1], "model": ["fcn"], "status": ["ok"], "repeats": [3], "test_iou": [0.1315], "test_iou_std": [0.0068],
+                          "test_iou_low": [0.0765], "test_iou_high": [0.1865], "interval_covers": ["training seeds and test images"]})
+    no_pairs = pd.DataFrame(columns=["model_a", "model_b", "compared_on"])
+    text = verdict(no_pairs, "test_iou", seeds)
+    assert text == ("One model, so nothing to compare: the interval of its test_iou covers training seeds and test images. "
+                    "Seed-to-seed spread (std) over 3 training seeds: 0.0068.")
+    one_seed = seeds.drop(columns="test_iou_std").assign(repeats=1, interval_covers="test images only (one training seed: training randomness not measured)")
+    assert verdict(no_pairs, "test_iou", one_seed).endswith("training randomness not measured). To measure how its score moves with "
+                                                            "training randomness (initial weights, data order), set train.repeats: 3 or more.")
+    assert verdict(no_pairs, "test_iou", seeds.drop(columns=["test_iou_low", "test_iou_high"])).startswith("No interval for test_iou")
+    RunDir(tmp_path).write_record(RunRecord(name="tiny", run_id="r1", status="completed"))
+    write_yaml(tmp_path / "config.yaml", tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn"}], train={"repeats": 3}))
+    save_table(no_pairs, tmp_path / "pairs.csv")
+    console = Console(record=True, width=250)
+    print_summary(seeds, "test_iou", run_dir=tmp_path, console=console)
+    assert text in console.export_text()
 
 
 def test_the_ranking_of_a_race_stopped_between_rungs_calls_nobody_a_finisher(tmp_path):

@@ -47,7 +47,7 @@ def print_summary(summary: pd.DataFrame, rank_by: str = "val_iou", run_dir: Path
     pairs_file = run.path / "pairs.csv" if run is not None else None
     if pairs_file is not None and pairs_file.is_file():
         pairs = read_csv(pairs_file)
-        if len(pairs):
+        if len(pairs) or len(summary) == 1:  # one model has no pair, and its interval is still said
             console.print(terminal_text(verdict(pairs, rank_by, summary)), soft_wrap=False)
             config = run.read_config()
             chose = bool(record and record.chose_any_weights())

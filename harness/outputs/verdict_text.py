@@ -147,7 +147,23 @@ def _no_verdict(rank_by: str, summary: pd.DataFrame | None) -> str:
                         "the ranking is of the scores they had when they stopped.")
             return (f"No verdict between models: only {done[0]} finished; the others did not ({how}), and a score from fewer "
                     "steps is not compared with a finished model's.")
+    if summary is not None and len(summary) == 1 and (alone := _one_model(rank_by, summary.iloc[0])):
+        return alone
     return f"No interval for {rank_by}: the ranking by it comes with no statement of how sure it is."
+
+
+def _one_model(rank_by: str, row: pd.Series) -> str:
+    """A run of one model has no pair; its interval still says how sure its score is, and of what
+    (the report said there was none, the terminal nothing)."""
+    covers = row.get("interval_covers")
+    if not isinstance(covers, str) or pd.isna(row.get(f"{rank_by}_low")):
+        return ""
+    text = f"One model, so nothing to compare: the interval of its {rank_by} covers {covers}."
+    if not covers_training(covers):
+        return text + " To measure how its score moves with training randomness (initial weights, data order), set train.repeats: 3 or more."
+    spread = row.get(f"{rank_by}_std")
+    seeds = f" over {int(row['repeats'])} training seeds" if pd.notna(row.get("repeats")) else ""
+    return text + (f" Seed-to-seed spread (std){seeds}: {_spread(spread)}." if pd.notna(spread) else "")
 
 
 def validation_choices(config, rank_by: str) -> tuple[str, ...]:
