@@ -31,6 +31,11 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = No
     """`harness plan`: each model measured alone (cached) and packed into groups, without
     training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
     results/<name>/plan.json."""
+    return planned(config, overrides, results_dir)[0]
+
+
+def planned(config: ExperimentConfig | str | Path | dict, overrides: Overrides = None, results_dir: str | Path | None = None):
+    """`plan`, and where its plan.json was written (`harness plan` prints it)."""
     from harness.training.preflight import check_module_paths
 
     if overrides or not isinstance(config, ExperimentConfig):
@@ -38,7 +43,7 @@ def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = No
     check_module_paths(config)  # before TensorFlow's import, as run() does
     from harness.scale.launch import plan_only
 
-    return plan_only(config, Path(results_dir) if results_dir else None)[0]
+    return plan_only(config, Path(results_dir) if results_dir else None)
 
 
 def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data: bool = False):
@@ -48,9 +53,10 @@ def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data
     from harness.rundir import RunDir
     from harness.training.preflight import check_module_paths, refuse_locked
 
-    RunDir(Path(run_dir)).read_info()  # not a run directory: said before TensorFlow's import
-    refuse_locked(Path(run_dir))  # exit 5 too
-    check_module_paths(RunDir(Path(run_dir)).read_config(as_overrides(overrides)))  # and code that cannot be found
+    run = RunDir(Path(run_dir))
+    run.read_info()  # not a run directory: said before TensorFlow's import
+    refuse_locked(run.path)  # exit 5 too
+    check_module_paths(run.read_config(as_overrides(overrides)))  # and code that cannot be found
     pool.start(1)
     from harness.scale.launch import resume as resume_any
 

@@ -292,14 +292,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from harness.config.loading import load_config
-    from harness.training.preflight import check_module_paths
+    from harness.api import planned
 
-    config = load_config(args.config, args.overrides)
-    check_module_paths(config)  # before TensorFlow's import, as `harness run` does
-    from harness.scale.launch import plan_only
-
-    plan, path = plan_only(config, args.results)
+    plan, path = planned(args.config, args.overrides, args.results)
     for line in plan.describe():
         print(line)
     print(f"plan: {path}")

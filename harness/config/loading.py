@@ -7,6 +7,7 @@ import copy
 import json
 import re
 import typing
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -179,14 +180,13 @@ def apply_override(raw: dict, override: str) -> None:
     key, parts, value = _parsed(override)
     node: Any = raw
     schema: Any = ExperimentConfig
-    depth = -1
-    while depth + 1 < len(parts):
-        depth += 1
+    remaining, done = deque(parts), []
+    while remaining:
+        part = remaining.popleft()
         if isinstance(node, list):  # an item's name may hold dots (unet-lr0.003): the longest name that matches
-            parts = _dotted_name_joined(node, parts, depth)
-        part = parts[depth]
-        last = depth == len(parts) - 1
-        where = ".".join(parts[: depth + 1])
+            part = _item_name(node, part, remaining)
+        done.append(part)
+        last, where = not remaining, ".".join(done)
         if isinstance(node, list):
             index = _list_index(node, part, where)
             if last:
@@ -196,7 +196,7 @@ def apply_override(raw: dict, override: str) -> None:
             schema = _item_type(schema)
             continue
         if not isinstance(node, dict):
-            raise ConfigError(f"--set {key}: {'.'.join(parts[:depth])} is not a mapping")
+            raise ConfigError(f"--set {key}: {'.'.join(done[:-1])} is not a mapping")
         fields = _field_names(schema)
         if fields is not None and part not in fields:
             raise ConfigError(f"--set {key}: unknown key {where!r}{unknown_key_hint(schema, part, where.rpartition('.')[0])}")
@@ -206,7 +206,7 @@ def apply_override(raw: dict, override: str) -> None:
         if part == GRID and schema is not ExperimentConfig:
             # grid keys are dotted paths themselves: models.unet.grid.optimizer.learning_rate=[...]
             grid = node[part] if isinstance(node.get(part), dict) else {}
-            node[part] = {**grid, ".".join(parts[depth + 1 :]): value}
+            node[part] = {**grid, ".".join(remaining): value}
             return
         child_schema = _field_type(schema, part)
         if part not in node or node[part] is None:
@@ -232,14 +232,17 @@ def _parsed(override: str) -> tuple[str, list[str], Any]:
         return key, parts, text
 
 
-def _dotted_name_joined(items: list, parts: list[str], depth: int) -> list[str]:
-    """`parts` with the item name that starts at `depth` as one part when that name holds dots
-    (models.unet-lr0.003.backbone: the name is `unet-lr0.003`); unchanged otherwise."""
+def _item_name(items: list, part: str, remaining: deque) -> str:
+    """`part`, or the longest item name that starts with it and goes on through the next parts
+    (models.unet-lr0.003.backbone: `unet-lr0.003`), those parts then taken from `remaining`."""
     names = {item.get("name") for item in items if isinstance(item, dict)}
-    for end in range(len(parts), depth + 1, -1):
-        if ".".join(parts[depth:end]) in names:
-            return [*parts[:depth], ".".join(parts[depth:end]), *parts[end:]]
-    return parts
+    for count in range(len(remaining), 0, -1):
+        name = ".".join([part, *list(remaining)[:count]])
+        if name in names:
+            for _ in range(count):
+                remaining.popleft()
+            return name
+    return part
 
 
 def _list_index(items: list, part: str, where: str) -> int:

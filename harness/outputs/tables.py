@@ -30,7 +30,10 @@ SERVE_COLUMNS = ("latency_ms", "latency_p90_ms", "serve_images_per_s", "serve_pe
 FINAL_LOSS_WINDOW = 10  # final_train_loss is the mean of the last 10 steps: one batch is too noisy
 
 
-INTEGER_COLUMNS = ("rank", "params", "flops_per_example", "steps", "best_step", "selected_step", "diverged_step", "repeats")
+# Whole numbers whose mean over a model's seeds is rounded to one (the others: rank is given, diverged_step
+# is the earliest seed's, repeats a count).
+ROUNDED_MEANS = ("params", "flops_per_example", "steps", "best_step", "selected_step")
+INTEGER_COLUMNS = ("rank", *ROUNDED_MEANS, "diverged_step", "repeats")
 
 
 def read_table(path: Path, needs: tuple[str, ...] = (), dtype: dict | None = None, growing: bool = False) -> pd.DataFrame:
@@ -169,7 +172,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
         replaced = [c for c in intervals.columns if c != "model" and c in summary]
         summary = summary.drop(columns=replaced).merge(intervals, on="model", how="left")
     summary = _rank(summary, rank_by, pair_stats)
-    for column in ("params", "flops_per_example", "steps", "best_step", "selected_step"):  # with repeats: the seeds' mean, rounded
+    for column in ROUNDED_MEANS:  # with repeats: the seeds' mean, rounded
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
