@@ -236,8 +236,9 @@ def _item_name(items: list, part: str, remaining: deque) -> str:
     """`part`, or the longest item name that starts with it and goes on through the next parts
     (models.unet-lr0.003.backbone: `unet-lr0.003`), those parts then taken from `remaining`."""
     names = {item.get("name") for item in items if isinstance(item, dict)}
-    for count in range(len(remaining), 0, -1):
-        name = ".".join([part, *list(remaining)[:count]])
+    following = list(remaining)
+    for count in range(len(following), 0, -1):
+        name = ".".join([part, *following[:count]])
         if name in names:
             for _ in range(count):
                 remaining.popleft()
