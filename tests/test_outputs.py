@@ -427,6 +427,10 @@ def test_mlflow_has_a_parent_run_and_one_run_per_model(repeated):
     params = child.data.params
     assert params["arch"] == "tiny_fcn" and params["optimizer.name"] == "adam" and "name" not in params
     assert "None" not in params.values() and "backbone" not in params  # unset settings are left out, not 'None'
+    second = client.get_run(record["runs"]["unet@2"]).data.params  # which model and seed a run was, for grouping
+    seed = int(parent.data.params["seed"])
+    assert (params["model"], params["repeat"], params["training_seed"]) == ("fcn", "1", str(seed))
+    assert (second["model"], second["repeat"], second["training_seed"]) == ("unet", "2", str(seed + 1))
     # The end: the member's summary row (summary_members.csv), the model's on the parent (across seeds)
     members = read_csv(result.run_dir / "summary_members.csv").set_index("model")
     final = child.data.metrics

@@ -5,9 +5,9 @@ Order: the parent and child runs are created when training starts and their ids 
 run.json (`mlflow`) at once, so a resumed run logs into the same MLflow runs; every batch of rows
 the run writes is logged with its real time; rows at or before the last step already logged (redone
 after a resume) are not logged twice. At the end: each member's settings as params named by their
-section (`optimizer.name`) and its row of the summary as metrics (scores of the chosen weights,
-test scores, costs); each model's summary row on the parent (`unet.test_iou`, `unet.test_iou_low`:
-across seeds with repeats); and the run's files as artifacts (report.html, plots/, config.yaml,
+section (`optimizer.name`), with its model, repeat and training seed, and its row of the summary
+as metrics (scores of the chosen weights, test scores, costs); each model's summary row on the
+parent (`unet.test_iou`, `unet.test_iou_low`: across seeds with repeats); and the run's files as artifacts (report.html, plots/, config.yaml,
 summary.csv, pairs.csv, compare_by.csv and expected_best.csv when written; models/ with
 `output.mlflow.log_models`). A failure to log is a warning, never the run's failure: MLflow holds
 a copy, the run directory the results.
@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.config.naming import model_of, repeat_of, training_seed
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings, is_finite
@@ -150,7 +151,7 @@ def finish_runs(run, config: ExperimentConfig, info: RunRecord) -> dict[str, Any
     _log_metrics(client, parent, [Metric(f"{model}.{k}", v, now, 0) for model, figures in by_model.items() for k, v in figures.items()])
     for member, child in record["runs"].items():
         facts = info.models[member].as_dict() if member in info.models else {}
-        params = member_params(specs[member]) if member in specs else {}
+        params = member_params(specs[member], config.seed) if member in specs else {}
         _log_metrics(client, child, [Metric(k, v, now, 0) for k, v in by_member.get(member, {}).items()])
         client.log_batch(child, params=[Param(k, _text(v)) for k, v in params.items()])
         client.set_tag(child, "harness.status", facts.get("status", "ok"))
@@ -188,11 +189,14 @@ def _log_metrics(client, run_id: str, metrics: list) -> None:
         client.log_batch(run_id, metrics=metrics[start : start + BATCH])
 
 
-def member_params(spec) -> dict[str, Any]:
-    """A member's settings, named by their section (`optimizer.learning_rate`), unset ones left out."""
+def member_params(spec, seed: int) -> dict[str, Any]:
+    """A member's settings, named by their section (`optimizer.learning_rate`), unset ones left out;
+    with the model it trains, its repeat and that repeat's training seed, so MLflow's UI can group
+    a model's seeds (`model`) and name the seed each run was (`unet@2`: model unet, repeat 2)."""
     data = spec.model_dump(mode="json")
     data.pop("name", None)
-    return flat_settings(data)
+    repeat = repeat_of(spec.name)
+    return {"model": model_of(spec.name), "repeat": repeat, "training_seed": training_seed(seed, repeat), **flat_settings(data)}
 
 
 def experiment_params(config: ExperimentConfig, info: RunRecord) -> dict[str, Any]:
