@@ -399,6 +399,22 @@ def test_tensorboard_events_read_back_with_tensorboards_reader(repeated):
     np.testing.assert_allclose([v for _, v in logged], expected["value"], rtol=1e-6)
     hparams = events.PluginTagToContent("hparams")  # serialized HParamsPluginData, one per tag
     assert any(b"tiny_unet" in content for content in hparams.values()), hparams
+    second = session_hparams(result.run_dir / "tb" / "unet@2")  # which model and seed, for grouping
+    seed = result.info["config"]["seed"]
+    assert (second["model"], second["repeat"], second["training_seed"], second["arch"]) == ("unet", 2, seed + 1, "tiny_unet")
+
+
+def session_hparams(folder) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    for content in events.PluginTagToContent("hparams").values():
+        start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+        if start.hparams:
+            return {k: (v.string_value if v.HasField("string_value") else int(v.number_value)) for k, v in start.hparams.items() if k != "learning_rate"}
+    raise AssertionError(f"no hparams in {folder}")
 
 
 def tf_value(event):

@@ -31,3 +31,11 @@ def repeat_of(member: str) -> int:
 def training_seed(seed: int, repeat: int) -> int:
     """The training seed of repeat `repeat` (1-based) of a run whose `seed:` is `seed`."""
     return seed + repeat - 1
+
+
+def repeat_facts(member: str, seed: int) -> dict[str, str | int]:
+    """What a member is among a model's seeds, as trackers record it beside its settings
+    (MLflow's params, TensorBoard's hparams), so their tables can group a model's seeds:
+    `unet@2` of a run with `seed: 0` -> model unet, repeat 2, training_seed 1."""
+    repeat = repeat_of(member)
+    return {"model": model_of(member), "repeat": repeat, "training_seed": training_seed(seed, repeat)}

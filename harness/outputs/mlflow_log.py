@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.config.naming import model_of, repeat_of, training_seed
+from harness.config.naming import repeat_facts
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.outputs.columns import flat_settings, is_finite
@@ -195,8 +195,7 @@ def member_params(spec, seed: int) -> dict[str, Any]:
     a model's seeds (`model`) and name the seed each run was (`unet@2`: model unet, repeat 2)."""
     data = spec.model_dump(mode="json")
     data.pop("name", None)
-    repeat = repeat_of(spec.name)
-    return {"model": model_of(spec.name), "repeat": repeat, "training_seed": training_seed(seed, repeat), **flat_settings(data)}
+    return {**repeat_facts(spec.name, seed), **flat_settings(data)}
 
 
 def experiment_params(config: ExperimentConfig, info: RunRecord) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from harness.config.naming import repeat_facts
 from harness.outputs.tables import load_losses
 from harness.outputs.progress import TerminalWriter
 from harness.outputs.writers import CsvRowsWriter, MultiWriter, Row, TensorBoardWriter
@@ -15,7 +16,7 @@ def make_writers(config, run: RunDir, members: list, start: int, resuming: bool,
     names = [m.name for m in members]
     writers = [CsvRowsWriter(run.losses_csv), TerminalWriter(config.total_steps, names, config.output.progress, start)]
     if config.output.tensorboard:
-        writers.append(tensorboard_writer(run, members, resuming))
+        writers.append(tensorboard_writer(run, members, resuming, config.seed))
     if config.output.mlflow is not None and is_chief:
         from harness.outputs.mlflow_log import MlflowWriter  # MLflow is an optional extra
 
@@ -23,18 +24,19 @@ def make_writers(config, run: RunDir, members: list, start: int, resuming: bool,
     return MultiWriter(writers)
 
 
-def tensorboard_writer(run: RunDir, members: list, resuming: bool) -> TensorBoardWriter:
+def tensorboard_writer(run: RunDir, members: list, resuming: bool, seed: int) -> TensorBoardWriter:
     """TensorBoard files are derived data: on resume they are rebuilt from losses.csv (already
     cut back to the checkpoint), so redone steps never appear twice in TensorBoard either."""
     folder = run.path / "tb"
     if resuming:
         shutil.rmtree(folder, ignore_errors=True)
-    writer = TensorBoardWriter(folder, {m.name: hparams(m.spec) for m in members})
+    writer = TensorBoardWriter(folder, {m.name: hparams(m.spec, seed) for m in members})
     if resuming:
         writer.write([Row(*r) for r in load_losses(run.losses_csv).itertuples(index=False)], step=0)
     return writer
 
 
-def hparams(spec) -> dict[str, Any]:
+def hparams(spec, seed: int) -> dict[str, Any]:
+    """A member's settings in TensorBoard's hparams table, with which model and seed it is."""
     optimizer = spec.optimizer
-    return {"arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss, "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}
+    return {**repeat_facts(spec.name, seed), "arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss, "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}
