@@ -615,3 +615,53 @@ def test_a_run_in_groups_stopped_before_merging_them_is_told_not_crashed_on(tmp_
     assert list_runs(tmp_path / "results")["members"].tolist() == [4]
     assert g2.resumed_from == run.path and run.resumed_from == run.path
     assert unfinished_note(g2.path).endswith(f"harness resume {run.path} continues it.")
+
+
+def _ranked_run(folder, rank_by: str, summary: list[dict], pairs: list[dict], declared=()) -> None:
+    """A finished run's record and tables as a run writes them, for `runs` to read (no training)."""
+    import pandas as pd
+
+    from harness.rundir import MemberRecord, RunDir, RunRecord
+
+    run = RunDir(folder / "results" / "lead" / "20261206-120000")
+    run.path.mkdir(parents=True)
+    models = {f"{row['model']}@1": MemberRecord(higher_is_better=list(declared)) for row in summary}
+    run.write_record(RunRecord(name="lead", run_id=run.run_id, status="completed", total_steps=8, steps_done=8,
+                               config={"output": {"rank_by": rank_by}}, models=models))
+    pd.DataFrame(summary).to_csv(run.summary_csv, index=False)
+    if pairs is not None:
+        pd.DataFrame(pairs, columns=["model_a", "model_b", "metric", "diff", "supported"]).to_csv(run.path / "pairs.csv", index=False)
+
+
+@pytest.mark.parametrize("rank_by, diffs, said", [
+    ("val_iou", (-0.05, +0.01), (1, 2)),      # higher is better: fcn - unet < 0 is unet's lead, supported
+    ("val_loss", (+0.05, -0.01), (1, 2)),     # lower is better: fcn - unet > 0 is unet's lead
+    ("val_loss", (-0.05, -0.01), (0, 2)),     # a supported difference against the leader is no support for it
+    ("val_psnr", (-0.05, +0.01), (1, 2)),     # a metric a member kind declared higher-is-better (run.json)
+])
+def test_runs_says_over_how_many_of_the_models_compared_with_it_the_best_ones_lead_is_supported(tmp_path, monkeypatch, rank_by, diffs, said):
+    """`harness runs` named a best model with nothing on how sure its lead is: a 3-seed run whose
+    verdict supported no difference read exactly like one that supported them all."""
+    summary = [{"rank": r, "model": m, rank_by: v, "status": "ok", "repeats": 3} for r, (m, v) in enumerate([("unet", 0.5), ("fcn", 0.4), ("deconv", 0.3)], 1)]
+    pairs = [{"model_a": "fcn", "model_b": "unet", "metric": rank_by, "diff": diffs[0], "supported": True},
+             {"model_a": "unet", "model_b": "deconv", "metric": rank_by, "diff": diffs[1], "supported": False},
+             {"model_a": "fcn", "model_b": "deconv", "metric": rank_by, "diff": 0.1, "supported": True},      # not the leader's
+             {"model_a": "unet", "model_b": "deconv", "metric": "val_f1", "diff": 0.1, "supported": True}]   # not the ranking's
+    _ranked_run(tmp_path, rank_by, summary, pairs, declared=["psnr"] if rank_by == "val_psnr" else [])
+    monkeypatch.setenv("COLUMNS", "160")  # wide enough for every column
+    (row,) = json.loads(run_main("runs", "--results", tmp_path / "results", "--json").stdout)
+    assert (row["best"], row["repeats"], row["lead_supported_over"], row["lead_compared_with"]) == ("unet", 3, *said)
+    printed = run_main("runs", "--results", tmp_path / "results").stdout
+    assert "lead supported" in printed and f"{said[0]} of {said[1]}" in printed
+
+
+def test_runs_says_a_one_seed_runs_lead_is_untested_and_names_nothing_without_pairs(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")  # wide enough for every column
+    summary = [{"rank": 1, "model": "unet", "val_iou": 0.5, "status": "ok", "repeats": 1}, {"rank": 2, "model": "fcn", "val_iou": 0.4, "status": "ok", "repeats": 1}]
+    _ranked_run(tmp_path / "one", "val_iou", summary, [{"model_a": "fcn", "model_b": "unet", "metric": "val_iou", "diff": -0.1, "supported": False}])
+    printed = run_main("runs", "--results", tmp_path / "one" / "results").stdout
+    assert "one seed" in printed
+    _ranked_run(tmp_path / "none", "val_iou", summary, None)  # pairs.csv gone: nothing made up
+    (row,) = json.loads(run_main("runs", "--results", tmp_path / "none" / "results", "--json").stdout)
+    assert row["lead_supported_over"] is None and row["lead_compared_with"] is None
+    assert " - " in run_main("runs", "--results", tmp_path / "none" / "results").stdout

@@ -58,13 +58,14 @@ def test_runs_show_the_whole_run_id_a_user_copies_into_resume(width):
     runs = pd.DataFrame({"name": ["smoke"], "run_id": ["20261123-221500-2"], "status": ["completed"],
                          "started": ["2026-11-23T22:15:00"], "steps": pd.array([40], dtype="Int64"),
                          "total_steps": pd.array([40], dtype="Int64"), "members": [12], "best": [LONG_MODEL],
-                         "ranked_by": ["val_iou"], "best_value": [0.5]})
+                         "ranked_by": ["val_iou"], "best_value": [0.5], "repeats": pd.array([3], dtype="Int64"),
+                         "lead_supported_over": pd.array([1], dtype="Int64"), "lead_compared_with": pd.array([2], dtype="Int64")})
     out = printed(width, lambda c: print_runs(runs, "results", c))
     assert RUN in out and "completed" in out
     assert max(len(line) for line in out.splitlines()) <= width  # a best member too long to fit is left out
-    assert " of 6 columns at this width; --json for all" in " ".join(out.split()) and LONG_MODEL not in out
+    assert " of 7 columns at this width; --json for all" in " ".join(out.split()) and LONG_MODEL not in out
     wide = printed(200, lambda c: print_runs(runs, "results", c))
-    assert LONG_MODEL in wide and "columns at this width" not in wide
+    assert LONG_MODEL in wide and "columns at this width" not in wide and "1 of 2" in wide
     short = printed(80, lambda c: print_runs(runs.assign(best=["unet"]), "results", c))
     header = next(line for line in short.splitlines() if "status" in line)
     assert "unet (val_iou 0.5000)" in short and "started" not in header  # the best before the start the run id tells

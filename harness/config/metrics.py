@@ -136,13 +136,14 @@ def declare_higher_is_better(names: Iterable[str]) -> None:
     _DECLARED_HIGHER.update(names)
 
 
-def higher_is_better(name: str) -> bool:
+def higher_is_better(name: str, declared: Iterable[str] = ()) -> bool:
     """True for scores and throughput; False for losses, sizes and times. A metric the vocabulary
-    does not know goes up only if a member kind declared it so."""
+    does not know goes up only if a member kind declared it so: in this process, or in `declared`
+    (a finished run's, read from its run.json without declaring it for every run a command reads)."""
     known = describe(name)
     if known is not None:
         return known.higher_is_better
-    return metric_of(name) in _DECLARED_HIGHER
+    return metric_of(name) in _DECLARED_HIGHER or metric_of(name) in set(declared)
 
 
 def has_direction(name: str) -> bool:

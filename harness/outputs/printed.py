@@ -77,15 +77,27 @@ def per_group_lines(summary: pd.DataFrame, run_dir: Path, rank_by: str = "val_io
     return text.rstrip()
 
 
+def lead_text(repeats, supported_over, compared_with) -> str:
+    """The `lead supported` column: over how many of the models compared with the best one its lead
+    is supported (runs.lead_of), `2 of 3`; `one seed` (without repeats nothing is called
+    supported: training randomness not measured); `-` when nothing was compared with it."""
+    if pd.isna(compared_with) or not compared_with:
+        return "-"
+    if pd.notna(repeats) and repeats < 2:
+        return "one seed"
+    return f"{supported_over:.0f} of {compared_with:.0f}"
+
+
 def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
     """`harness runs`: newest first; the run (`name/run_id`, what `resume` and `report` take) whole,
-    then what a list of runs is read for, the status and the best member, and last the start, which
+    then what a list of runs is read for, the status, the best member and what backs its lead, and last the start, which
     the run id already tells (a narrow terminal leaves out the last columns first)."""
     frame = pd.DataFrame({
         "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
         "status": runs["status"],
         "best": ["-" if not isinstance(b, str) else b if pd.isna(v) else f"{b} ({k} {v:.4f})"  # b: "none finished"
                  for b, k, v in zip(runs["best"], runs["ranked_by"], runs["best_value"])],
+        "lead supported": [lead_text(r, s, c) for r, s, c in zip(runs["repeats"], runs["lead_supported_over"], runs["lead_compared_with"])],
         "steps": [f"{s:.0f}/{t:.0f}" if pd.notna(t) else ("-" if pd.isna(s) else f"{s:.0f}") for s, t in zip(runs["steps"], runs["total_steps"])],
         "members": runs["members"],
         "started": ["-" if pd.isna(s) or not s else str(s)[:16].replace("T", " ") for s in runs["started"]],

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.config.metrics import on_split, split_column
+from harness.config.metrics import higher_is_better, on_split, split_column
 from harness.config.schema import NAME_PATTERN
 from harness.errors import ConfigError, did_you_mean
 from harness.outputs.tables import none_finished
 from harness.rundir import RunDir, RunStatus, holder_of, read_csv, runs_held, runs_in
 
-COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value"]
+COLUMNS = ["name", "run_id", "status", "started", "steps", "total_steps", "members", "best", "ranked_by", "best_value",
+           "repeats", "lead_supported_over", "lead_compared_with"]
 
 
 def where_runs_are(results: Path, name: str | None) -> tuple[Path, str | None]:
@@ -56,7 +57,8 @@ def list_runs(results: Path, name: str | None = None) -> pd.DataFrame:
     experiments = [results / name] if name else sorted(p for p in results.iterdir() if p.is_dir()) if results.is_dir() else []
     rows = [_row(run) for folder in experiments for run in runs_in(folder)]
     table = pd.DataFrame([r for r in rows if r is not None], columns=COLUMNS)
-    table = table.astype({"steps": "Int64", "total_steps": "Int64", "members": "Int64", "best_value": "Float64"})  # --json: numbers
+    table = table.astype({"steps": "Int64", "total_steps": "Int64", "members": "Int64", "best_value": "Float64",
+                          "repeats": "Int64", "lead_supported_over": "Int64", "lead_compared_with": "Int64"})  # --json: numbers
     return table.sort_values(["started", "run_id"], ascending=False, na_position="last").reset_index(drop=True)
 
 
@@ -97,4 +99,26 @@ def _row(run: Path) -> dict | None:
                 row.update(best="none finished", ranked_by=ranked_by)
             else:
                 row.update(best=str(best["model"]), ranked_by=ranked_by, best_value=float(best[ranked_by]))
+                row.update(lead_of(run, best, ranked_by, [n for m in info.models.values() for n in m.higher_is_better]))
     return row
+
+
+def lead_of(run: Path, best: pd.Series, ranked_by: str, declared: list[str]) -> dict:
+    """How far the run's statistics back its leader (pairs.csv, on the ranking column): over how
+    many of the models compared with it its lead is supported (Holm-adjusted, with repeats), and
+    of how many. A model compared with nothing (a race's dropped one, one that finished no seed)
+    is not counted. With one seed nothing is called supported (training randomness not measured):
+    `repeats` 1 says so. Nothing when pairs.csv is missing or unreadable."""
+    repeats = int(best["repeats"]) if "repeats" in best and pd.notna(best["repeats"]) else 1
+    try:
+        pairs = read_csv(run / "pairs.csv")
+    except (OSError, ValueError, pd.errors.ParserError):
+        return {"repeats": repeats}
+    if not {"model_a", "model_b", "metric", "diff", "supported"} <= set(pairs.columns):
+        return {"repeats": repeats}
+    leader = str(best["model"])
+    mine = pairs[(pairs["metric"] == ranked_by) & ((pairs["model_a"] == leader) | (pairs["model_b"] == leader)) & pairs["diff"].notna()]
+    up = higher_is_better(ranked_by, declared)
+    ahead = [(d > 0) == up if a == leader else (d < 0) == up for a, d in zip(mine["model_a"], mine["diff"])]
+    supported = sum(str(s).lower() == "true" and a for s, a in zip(mine["supported"], ahead))  # a blank is no support
+    return {"repeats": repeats, "lead_supported_over": supported, "lead_compared_with": len(mine)}

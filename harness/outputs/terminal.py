@@ -18,7 +18,7 @@ import pandas as pd
 from harness.config.metrics import label
 from harness.outputs.columns import format_column, plain_text
 
-TEXT_COLUMNS = frozenset({"run", "model", "status", "night", "run_id", "commit", "harness", "started", "best", "compare_group"})
+TEXT_COLUMNS = frozenset({"run", "model", "status", "night", "run_id", "commit", "harness", "started", "best", "lead supported", "compare_group"})
 BORDER = 3  # rich's separator and padding per column
 EDGE = 1  # the table's outer border: rich draws n columns in their widths + 3n + 1
 
