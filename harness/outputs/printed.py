@@ -90,8 +90,8 @@ def lead_text(repeats, supported_over, compared_with) -> str:
 
 def print_runs(runs: pd.DataFrame, results: Path, console=None) -> None:
     """`harness runs`: newest first; the run (`name/run_id`, what `resume` and `report` take) whole,
-    then what a list of runs is read for, the status, the best member and what backs its lead, and last the start, which
-    the run id already tells (a narrow terminal leaves out the last columns first)."""
+    then what a list of runs is read for, the status, the best member and what backs its lead, and
+    last the start, which the run id already tells (a narrow terminal leaves out the last columns first)."""
     frame = pd.DataFrame({
         "run": [f"{n}/{r}" for n, r in zip(runs["name"], runs["run_id"])],
         "status": runs["status"],
