@@ -143,7 +143,7 @@ def higher_is_better(name: str, declared: Iterable[str] = ()) -> bool:
     known = describe(name)
     if known is not None:
         return known.higher_is_better
-    return metric_of(name) in _DECLARED_HIGHER or metric_of(name) in set(declared)
+    return metric_of(name) in {*_DECLARED_HIGHER, *declared}
 
 
 def has_direction(name: str) -> bool:

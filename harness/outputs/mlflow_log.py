@@ -7,9 +7,9 @@ the run writes is logged with its real time; rows at or before the last step alr
 after a resume) are not logged twice. At the end: each member's settings as params named by their
 section (`optimizer.name`), with its model, repeat and training seed, and its row of the summary
 as metrics (scores of the chosen weights, test scores, costs); each model's summary row on the
-parent (`unet.test_iou`, `unet.test_iou_low`: across seeds with repeats); and the run's files as artifacts (report.html, plots/, config.yaml,
-summary.csv, pairs.csv, compare_by.csv and expected_best.csv when written; models/ with
-`output.mlflow.log_models`). A failure to log is a warning, never the run's failure: MLflow holds
+parent (`unet.test_iou`, `unet.test_iou_low`: across seeds with repeats); and the run's files as
+artifacts (report.html, plots/, config.yaml, summary.csv, pairs.csv, compare_by.csv and
+expected_best.csv when written; models/ with `output.mlflow.log_models`). A failure to log is a warning, never the run's failure: MLflow holds
 a copy, the run directory the results.
 
 Bounded in time: every request to a tracking server times out after `output.mlflow.timeout_s`

@@ -118,7 +118,7 @@ def lead_of(run: Path, best: pd.Series, ranked_by: str, declared: list[str]) -> 
         return {"repeats": repeats}
     leader = str(best["model"])
     mine = pairs[(pairs["metric"] == ranked_by) & ((pairs["model_a"] == leader) | (pairs["model_b"] == leader)) & pairs["diff"].notna()]
-    up = higher_is_better(ranked_by, declared)
-    ahead = [(d > 0) == up if a == leader else (d < 0) == up for a, d in zip(mine["model_a"], mine["diff"])]
-    supported = sum(str(s).lower() == "true" and a for s, a in zip(mine["supported"], ahead))  # a blank is no support
-    return {"repeats": repeats, "lead_supported_over": supported, "lead_compared_with": len(mine)}
+    leader_minus_other = mine["diff"].where(mine["model_a"] == leader, -mine["diff"])
+    ahead = (leader_minus_other > 0) == higher_is_better(ranked_by, declared)
+    supported = mine["supported"].astype(str).str.lower() == "true"  # a blank is no support
+    return {"repeats": repeats, "lead_supported_over": int((ahead & supported).sum()), "lead_compared_with": len(mine)}

@@ -39,4 +39,5 @@ def tensorboard_writer(run: RunDir, members: list, resuming: bool, seed: int) ->
 def hparams(spec, seed: int) -> dict[str, Any]:
     """A member's settings in TensorBoard's hparams table, with which model and seed it is."""
     optimizer = spec.optimizer
-    return {**repeat_facts(spec.name, seed), "arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss, "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}
+    return {**repeat_facts(spec.name, seed), "arch": spec.arch, "backbone": spec.backbone or "", "loss": spec.loss,
+            "optimizer": optimizer.name, "learning_rate": optimizer.learning_rate}
