@@ -281,6 +281,43 @@ def test_fingerprint_ignores_output_but_not_training():
     assert base.fingerprint() == moved.fingerprint() != changed.fingerprint()
 
 
+def _as_an_older_harness_recorded(config, *dropped: tuple[str, ...]) -> tuple[str, dict]:
+    """run.json's `config` and `config_fingerprint` as a harness without the `dropped` settings
+    wrote them: the dict without those keys, hashed as the fingerprint hashes (output and placement
+    left out)."""
+    import hashlib
+    import json
+
+    recorded = config.to_dict()
+    for path in dropped:
+        *parents, leaf = path
+        node = recorded
+        for key in parents:
+            node = node[key]
+        del node[leaf]
+    payload = {k: v for k, v in recorded.items() if k not in ("output", "placement")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16], recorded
+
+
+def test_a_run_recorded_before_a_setting_existed_trains_as_the_config_with_it_at_its_default():
+    """`resume` and tonight's run of `harness nightly` match a run by this rule: a setting harness
+    added since the run was recorded, at its default, changes nothing; a recorded setting that
+    differs, or a section set where the run had none, does."""
+    from harness.config.changes import changed_since
+
+    config = validate_config(tiny_config())
+    fingerprint, recorded = _as_an_older_harness_recorded(config, ("data", "exif_orientation"), ("models", 0, "options"))
+    assert fingerprint != config.fingerprint()  # what made harness nightly train tonight's night again
+    assert config.trains_as_recorded(fingerprint, recorded)
+    assert changed_since(recorded, config.to_dict()) == []
+    longer = validate_config(tiny_config(train={"epochs": 3}))
+    assert not longer.trains_as_recorded(fingerprint, recorded)
+    assert changed_since(recorded, longer.to_dict()) == ["train.epochs: 2 -> 3"]
+    raced = validate_config(tiny_config(train={"epochs": 3, "race": {"rungs": [1], "keep": 0.5}}))
+    assert [line.split(":")[0] for line in changed_since(recorded, raced.to_dict())] == ["train.epochs", "train.race"]
+    assert config.trains_as_recorded(None, None), "a run that recorded no fingerprint"
+
+
 def test_static_backbone_list_matches_segmentation_models():
     sm = zoo.import_segmentation_models()
     assert sorted(catalog.SM_BACKBONES) == sorted(sm.Backbones.models_names())

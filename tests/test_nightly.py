@@ -137,6 +137,69 @@ def test_a_watched_metric_the_earlier_run_did_not_have_is_noted_not_passed_over(
     assert not any(c.metric == "test_iou" for c in compare(now, before, {"unet": "ok"}, {"unet": "ok"}, thresholds, "previous", "a"))
 
 
+def _older_harness_run(folder: Path, config, dropped_from_data: str):
+    """A run folder as an older harness left it: run.json's config and fingerprint, and
+    config.yaml, without the data setting `dropped_from_data` (added to harness since)."""
+    import hashlib
+
+    from harness.rundir import RunDir, RunRecord as RunJson
+
+    recorded = config.to_dict()
+    del recorded["data"][dropped_from_data]
+    payload = {k: v for k, v in recorded.items() if k not in ("output", "placement")}
+    fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+    folder.mkdir(parents=True)
+    run = RunDir(folder)
+    run.write_record(RunJson(name="tiny", run_id=folder.name, status="completed", config=recorded, config_fingerprint=fingerprint))
+    write_yaml(run.config_file, recorded)
+    return run, fingerprint
+
+
+def test_tonights_run_made_by_an_older_harness_is_tonights_run_still(tmp_path, capsys):
+    """A harness upgraded during the night: tonight's run, recorded without a setting added since,
+    was not this experiment's any more ("the experiment changed"), and the night was trained again
+    from scratch. It is the same experiment, as `resume` judges it; a real change is named."""
+    from harness.nights.tonight import _tonights_run
+
+    config = validate_config(tiny_config())
+    experiment = tmp_path / "tiny"
+    run, _ = _older_harness_run(experiment / "20261203-021500", config, "exif_orientation")
+    store = HistoryStore.beside(experiment)
+    store.register_night("2026-12-02", run.path.name)
+    assert _tonights_run(store, experiment, "2026-12-02", config).path == run.path
+    assert "changed" not in capsys.readouterr().err
+    longer = validate_config(tiny_config(train={"epochs": 3}))
+    assert _tonights_run(store, experiment, "2026-12-02", longer) is None
+    said = capsys.readouterr().err
+    assert "the experiment changed since tonight's run 20261203-021500 started (train.epochs: 2 -> 3)" in said, said
+    assert "exif_orientation" not in said
+
+
+def test_settings_an_older_harness_did_not_have_are_noted_apart_from_a_change(tmp_path):
+    """Against a run an older harness made, its config.yaml lacks every setting added since: the
+    note listed them first, alphabetically, as the config's changes ("data.exif_orientation: a = -,
+    b = ignore; ... and 9 more"), burying a real change; each night against that baseline said so."""
+    from harness.nights.tonight import config_notes
+    from harness.rundir import RunDir
+
+    config = validate_config(tiny_config())
+    earlier, _ = _older_harness_run(tmp_path / "tiny" / "20261201-021500", config, "exif_orientation")
+    tonight = tmp_path / "tiny" / "20261202-021500"
+    tonight.mkdir()
+    write_yaml(RunDir(tonight).config_file, config.to_dict())
+    reference = RunRecord("20261201-021500", "2026-12-01", "completed", "f1", None, str(earlier.path), 0)
+    notes = config_notes(reference, tonight, "baseline", fingerprints_differ=True)
+    assert notes == ["settings that the baseline run (20261201-021500)'s harness did not have yet, at defaults meant to keep what it did: "
+                     "data.exif_orientation: tiny/20261201-021500 = -, tiny/20261202-021500 = ignore"], notes
+    write_yaml(RunDir(tonight).config_file, validate_config(tiny_config(train={"epochs": 3})).to_dict())
+    changed, not_had = config_notes(reference, tonight, "baseline", fingerprints_differ=True)
+    assert changed == "the experiment's config changed since the baseline run (20261201-021500): train.epochs: tiny/20261201-021500 = 2, tiny/20261202-021500 = 3"
+    assert not_had.startswith("settings that the baseline run")
+    gone = RunRecord("20261201-021500", "2026-12-01", "completed", "f1", None, str(tmp_path / "gone"), 0)
+    assert config_notes(gone, tonight, "previous", fingerprints_differ=True) == ["the experiment's config changed since the previous run (20261201-021500)"]
+    assert config_notes(gone, tonight, "previous", fingerprints_differ=False) == []
+
+
 def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_path):
     """ms_per_step doubled because the earlier night ran on a faster machine: no regression, and
     the change says why; a score on the same pair of nights is still judged."""

@@ -191,14 +191,14 @@ def test_compare_says_which_settings_differ_between_the_runs(results, tmp_path):
 
 
 def test_a_model_in_one_run_only_is_one_line_of_the_settings_that_differ(tmp_path):
-    from harness.outputs.compare import differing_settings
+    from harness.outputs.compare import setting_lines
 
     models = [{"name": "fcn", "arch": "tiny_fcn", "optimizer": {"learning_rate": 0.1}}, {"name": "gen", "kind": "gan", "arch": "tiny_unet"}]
     runs = []
     for name, seed, listed in (("one", 0, models), ("two", 1, models[:1])):
         (tmp_path / name / "20261127-000000").mkdir(parents=True)
         runs.append(write_yaml(tmp_path / name / "20261127-000000" / "config.yaml", {"seed": seed, "models": listed, "output": {"plot_formats": []}}).parent)
-    lines = differing_settings(runs)
+    lines = setting_lines(runs)[0]
     assert lines == ["models.gen: one/20261127-000000 = gan tiny_unet, two/20261127-000000 = -",
                      "seed: one/20261127-000000 = 0, two/20261127-000000 = 1"], lines
 
@@ -207,7 +207,7 @@ def test_a_train_setting_every_model_took_is_one_line_of_the_settings_that_diffe
     """config.yaml copies `--set train.optimizer.learning_rate=0.01` into each model entry without
     its own: the rate was listed three times, once for train and once per model. A model's line
     that differs exactly as train's does is said on train's; one that differs otherwise stays."""
-    from harness.outputs.compare import differing_settings
+    from harness.outputs.compare import setting_lines
 
     def entry(name, rate):
         return {"name": name, "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": rate}}
@@ -218,9 +218,9 @@ def test_a_train_setting_every_model_took_is_one_line_of_the_settings_that_diffe
         folder.mkdir(parents=True)
         listed = [entry("unet", rate), entry("unet.b", rate), entry("deconv", own)]
         runs.append(write_yaml(folder / "config.yaml", {"models": listed, "train": {"optimizer": {"name": "adam", "learning_rate": rate}}}).parent)
-    assert differing_settings(runs[:2]) == [
+    assert setting_lines(runs[:2])[0] == [
         "train.optimizer.learning_rate (unet, unet.b took it too): one/20261129-000000 = 0.003, two/20261129-000000 = 0.01"]
-    assert differing_settings(runs[1:]) == [
+    assert setting_lines(runs[1:])[0] == [
         "models.deconv.optimizer.learning_rate: two/20261129-000000 = 0.05, three/20261129-000000 = 0.2"]
     took_all = []
     for name, rate in (("four", 0.003), ("five", 0.01)):
@@ -228,8 +228,37 @@ def test_a_train_setting_every_model_took_is_one_line_of_the_settings_that_diffe
         folder.mkdir(parents=True)
         listed = [entry("unet", rate), entry("unet.b", rate), entry("deconv", rate)]
         took_all.append(write_yaml(folder / "config.yaml", {"models": listed, "train": {"optimizer": {"name": "adam", "learning_rate": rate}}}).parent)
-    assert differing_settings(took_all) == [
+    assert setting_lines(took_all)[0] == [
         "train.optimizer.learning_rate (every model's too): four/20261129-000000 = 0.003, five/20261129-000000 = 0.01"]
+
+
+def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that_differ(tmp_path, capsys):
+    """A run an older harness made has no key for a setting added since: `compare` listed each such
+    setting among those that differ (13 against a run of the first release), ahead of a real change.
+    They are listed apart; a section set in one run and null in the other stays a difference."""
+    from harness.outputs.compare import print_settings, setting_lines
+
+    def run_with(name: str, **sections) -> Path:
+        folder = tmp_path / name / "20261201-000000"
+        folder.mkdir(parents=True)
+        return write_yaml(folder / "config.yaml", {"models": [{"name": "fcn", "arch": "tiny_fcn"}], **sections}).parent
+
+    old = run_with("old", data={"train_size": 64}, train={"epochs": 2, "race": None})
+    new = run_with("new", data={"train_size": 64, "exif_orientation": "ignore"},
+                   train={"epochs": 3, "race": {"rungs": [1]}}, models=[{"name": "fcn", "arch": "tiny_fcn", "weights": None}])
+    differing, not_had = setting_lines([old, new])
+    assert differing == ["train.epochs: old/20261201-000000 = 2, new/20261201-000000 = 3",
+                         "train.race: old/20261201-000000 = None, new/20261201-000000 = -",
+                         "train.race.rungs: old/20261201-000000 = -, new/20261201-000000 = [1]"], differing
+    assert not_had == ["data.exif_orientation: old/20261201-000000 = -, new/20261201-000000 = ignore",
+                       "models.fcn.weights: old/20261201-000000 = -, new/20261201-000000 = None"], not_had
+    print_settings([old, new])
+    printed = capsys.readouterr().out
+    assert printed.index("settings that differ") < printed.index("train.epochs") < printed.index("did not have yet") < printed.index("exif_orientation")
+    same = run_with("same", data={"train_size": 64, "exif_orientation": "ignore"}, train={"epochs": 2, "race": None})
+    assert setting_lines([old, same]) == ([], ["data.exif_orientation: old/20261201-000000 = -, same/20261201-000000 = ignore"])
+    print_settings([old, same])
+    assert capsys.readouterr().out.startswith("the settings every run's harness had are the same")
 
 
 def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results, tmp_path):

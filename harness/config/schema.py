@@ -18,6 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
 from harness.config.consistency import combination_problems, loss_problems, sized_problems
+from harness.config.changes import keys_like
 from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side, weights_paths
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
@@ -447,21 +448,18 @@ class ExperimentConfig(Strict):
         payload.pop("output", None)
         payload.pop("placement", None)
         if keys_of is not None:
-            payload = _keys_like(payload, keys_of)
+            payload = keys_like(payload, keys_of)
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+    def trains_as_recorded(self, fingerprint: str | None, recorded: dict | None) -> bool:
+        """Whether a run recorded with this fingerprint and config (run.json) trains what this
+        config trains: the same fingerprint, or the same on the keys its config had (changes.py). A
+        run that recorded no fingerprint is taken to."""
+        return fingerprint is None or fingerprint in (self.fingerprint(), self.fingerprint(keys_of=recorded))
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-def _keys_like(payload: Any, older: Any) -> Any:
-    """`payload` with only the keys `older` has, at every level (lists matched item by item)."""
-    if isinstance(payload, dict) and isinstance(older, dict):
-        return {k: _keys_like(v, older[k]) for k, v in payload.items() if k in older}
-    if isinstance(payload, list) and isinstance(older, list) and len(payload) == len(older):
-        return [_keys_like(p, o) for p, o in zip(payload, older)]
-    return payload

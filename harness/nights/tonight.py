@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 from harness import rundir as rd
+from harness.config.changes import changed_since
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions
@@ -32,7 +33,7 @@ from harness.nights.regressions import Change, compare, metrics_added, models_ad
 from harness.nights.paired import paired_changes
 from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
-from harness.outputs.compare import differing_settings
+from harness.outputs.compare import setting_lines
 from harness.outputs.derived import write_report_page
 from harness.rundir import FolderLock, read_csv
 from harness.rundir.hardware import describe as describe_machine, differs, several
@@ -148,14 +149,15 @@ def _tonights_run(store: HistoryStore, folder: Path, night: str, config: Experim
     run = rd.RunDir(folder / run_id)
     if run.run_json.exists():
         try:
-            fingerprint = run.read_record().config_fingerprint
+            record = run.read_record()
         except ConfigError:
             return None
-        if fingerprint != config.fingerprint():
-            print(
-                f"harness: the experiment changed since tonight's run {run_id} started; starting a new run for the night",
-                file=sys.stderr,
-            )
+        # The rule `resume` applies: a setting harness added since that run, at its default, is no change.
+        if not config.trains_as_recorded(record.config_fingerprint, record.config):
+            changed = changed_since(record.config, config.to_dict())
+            listed = f" ({'; '.join(changed[:SETTINGS_LISTED])}{'; ...' if len(changed) > SETTINGS_LISTED else ''})" if changed else ""
+            print(f"harness: the experiment changed since tonight's run {run_id} started{listed}; starting a new run for the night",
+                  file=sys.stderr)
             return None
     return run
 
@@ -241,9 +243,7 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
         changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired, machine)
         added = models_added_or_removed(now_status, before_status) + metrics_added(now, before, thresholds)
         notes += [f"{against} ({reference.run_id}): {n}" for n in added]
-        changed = config_changes(reference.run_dir, run.path)
-        if reference.fingerprint != store.get(run_id).fingerprint or changed:
-            notes.append(f"the experiment's config changed since the {against} run ({reference.run_id})" + (f": {changed}" if changed else ""))
+        notes += config_notes(reference, run.path, against, reference.fingerprint != store.get(run_id).fingerprint)
         notes += _versions_note(store, reference.run_id, run_id, against)
     watched = {metric for _, metric in now}
     notes += [f"threshold for {m!r}, but summary.csv has no such column: it watches nothing{likely_column(m, watched)}"
@@ -265,13 +265,24 @@ def _versions_note(store: HistoryStore, earlier: str, run_id: str, against: str)
 SETTINGS_LISTED = 4  # a note names at most this many changed settings (`harness compare` lists them all)
 
 
-def config_changes(earlier_dir: str | None, tonight: Path) -> str:
-    """Which settings differ from the earlier run's config.yaml ("train.optimizer.learning_rate:
-    a = 0.003, b = 1e-07"), output.select_by and export included; "" when they are the same or
-    that run's folder is gone."""
-    if not earlier_dir or not (Path(earlier_dir) / "config.yaml").is_file():
-        return ""
-    lines = differing_settings([Path(earlier_dir), tonight])
+def config_notes(earlier: RunRecord, tonight: Path, against: str, fingerprints_differ: bool) -> list[str]:
+    """What changed in the config since the earlier run, read from both config.yaml files
+    (output.select_by and export included): the settings that differ ("train.optimizer.learning_rate:
+    a = 0.003, b = 1e-07"), then apart those its harness did not have yet (an upgrade's, at their
+    defaults: no change of the experiment). Its folder gone, only the fingerprint can say."""
+    said = f"the {against} run ({earlier.run_id})"
+    if not earlier.run_dir or not (Path(earlier.run_dir) / "config.yaml").is_file():
+        return [f"the experiment's config changed since {said}"] if fingerprints_differ else []
+    differing, not_had = setting_lines([Path(earlier.run_dir), tonight])
+    notes = [f"the experiment's config changed since {said}: {_listed(differing)}"] if differing else []
+    if fingerprints_differ and not differing and not not_had:
+        notes.append(f"the experiment's config changed since {said}")
+    if not_had:
+        notes.append(f"settings that {said}'s harness did not have yet, at defaults meant to keep what it did: {_listed(not_had)}")
+    return notes
+
+
+def _listed(lines: list[str]) -> str:
     more = f"; and {len(lines) - SETTINGS_LISTED} more (harness compare lists them)" if len(lines) > SETTINGS_LISTED else ""
     return "; ".join(lines[:SETTINGS_LISTED]) + more
 

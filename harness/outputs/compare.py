@@ -46,10 +46,7 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
     else:
         print_comparison(table, pairs_tested=found is not None, ranked_by=ranking_columns(run_dirs))
         if len(run_dirs) > 1:
-            differing = differing_settings(run_dirs)
-            print("settings that differ between these runs:" if differing else "the runs' settings are the same (outside output.*, but for its select_by and export)")
-            for line in differing:
-                print(f"  {plain_text(line)}")
+            print_settings(run_dirs)
             if found is None and (versions := version_lines(run_dirs)):  # with --pairs, a note of the pairs says it
                 print("versions that differ between these runs (a change can move every score):")
                 for line in versions:
@@ -60,6 +57,20 @@ def compare_command(run_dirs: list[Path], as_json: bool, csv: Path | None, pairs
         if path and frame is not None:
             save_table_as(frame, path, option)
             print(f"saved: {path}", file=sys.stderr if as_json else sys.stdout)  # stdout holds the JSON
+
+
+def print_settings(run_dirs: list[Path]) -> None:
+    """The settings that differ between the runs, then those some runs' harness did not have."""
+    differing, not_had = setting_lines(run_dirs)
+    same = "the settings every run's harness had are the same" if not_had else "the runs' settings are the same"
+    print("settings that differ between these runs:" if differing else f"{same} (outside output.*, but for its select_by and export)")
+    for line in differing:
+        print(f"  {plain_text(line)}")
+    if not_had:
+        print(f"settings some of these runs' harness did not have yet ({ABSENT}: no such key in that run's config.yaml; "
+              "a setting is added at a default meant to keep what harness did before it):")
+        for line in not_had:
+            print(f"  {plain_text(line)}")
 
 
 def compare_runs(run_dirs: list[Path]) -> pd.DataFrame:
@@ -244,10 +255,12 @@ def _images_noise(one_seed: pd.DataFrame) -> str:
 SCORING_OUTPUT = ("select_by", "export")
 
 
-def differing_settings(run_dirs: list[Path]) -> list[str]:
-    """`key.path: run_a = x, run_b = y` for every config setting (outside output.*, but for
-    SCORING_OUTPUT) that is not the same in all the compared runs; read from each run's
-    config.yaml, no code imported."""
+def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
+    """Two lists of `key.path: run_a = x, run_b = y`, read from each run's config.yaml (no code
+    imported), outside output.* but for SCORING_OUTPUT: the settings not the same in all the runs;
+    then those some runs' config.yaml has no key for (`-` there) where the others agree, added to
+    harness after those runs were made at a default meant to keep what it did before
+    (config/changes.py), listed apart so that an upgrade's new keys do not bury a real change."""
     import yaml
 
     flat, models = {}, {}
@@ -266,10 +279,30 @@ def differing_settings(run_dirs: list[Path]) -> list[str]:
     settings = {f"models.{name}": {label: _what_model(held.get(name)) for label, held in models.items()} for name in partial}
     for key in sorted(set().union(*flat.values())):
         if not any(key.startswith(f"models.{name}.") for name in partial):
-            settings[key] = {label: values.get(key, "-") for label, values in flat.items()}
+            settings[key] = {label: values.get(key, ABSENT) for label, values in flat.items()}
     differing = {key: values for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1}
-    return [f"{key}{took}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
-            for key, (values, took) in _said_with_train(differing, set.intersection(*(set(held) for held in models.values()))).items()]
+    not_had = {key: values for key, values in differing.items() if _not_had(key, values, flat)}
+    in_every = set.intersection(*(set(held) for held in models.values()))
+    return tuple([f"{key}{took}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
+                  for key, (values, took) in _said_with_train(chosen, in_every).items()]
+                 for chosen in ({k: v for k, v in differing.items() if k not in not_had}, not_had))
+
+
+ABSENT = "-"  # a setting's value where a run's config.yaml has no such key
+
+
+def _not_had(key: str, values: dict, flat: dict[str, dict]) -> bool:
+    """Whether `key` is a setting the runs without it did not have: the runs with it agree on its
+    value (a model in some runs only, `models.<name>`, is no run's key), and a run without it has
+    no other key on its path (`train.race: null` against
+    `train.race.rungs`: a section set in one run only is a change, said as it is)."""
+    present = {repr(v) for label, v in values.items() if key in flat[label]}
+    if len(present) != 1:
+        return False
+    for label, held in flat.items():
+        if key not in held and any(other.startswith(f"{key}.") or key.startswith(f"{other}.") for other in held):
+            return False
+    return True
 
 
 def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, tuple[dict, str]]:

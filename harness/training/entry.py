@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
+from harness.config.changes import changed_since, differences
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import (Placement, build_placement, configure_determinism, configure_devices, configure_precision,
                                     input_pipeline_warning)
@@ -218,27 +219,13 @@ def refuse_changed_weights(run: rd.RunDir, record: rd.RunRecord, accept: bool) -
 
 
 def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> None:
-    if info.get("config_fingerprint") in (None, config.fingerprint(), config.fingerprint(keys_of=info.get("config"))):
+    if config.trains_as_recorded(info.get("config_fingerprint"), info.get("config")):
         return
     raise ConfigError(
         "config.yaml changed since this run started, so its checkpoints do not belong to it; "
         "start a new run instead (harness run). What differs (started -> now):",
-        differences(info.get("config", {}), config.to_dict()) or ["(the config fingerprint differs)"],
+        changed_since(info.get("config") or {}, config.to_dict()) or ["(the config fingerprint differs)"],
     )
-
-
-def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
-    """`key.path: old -> new` for every leaf that differs (output settings are not compared)."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for key in sorted(set(old) | set(new), key=str):
-            if key == "output":
-                continue
-            out += differences(old.get(key), new.get(key), f"{prefix}{key}.")
-        return out
-    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [d for i, (a, b) in enumerate(zip(old, new)) for d in differences(a, b, f"{prefix}{i}.")]
-    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
 def load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
