@@ -301,21 +301,38 @@ def _as_an_older_harness_recorded(config, *dropped: tuple[str, ...]) -> tuple[st
 
 def test_a_run_recorded_before_a_setting_existed_trains_as_the_config_with_it_at_its_default():
     """`resume` and tonight's run of `harness nightly` match a run by this rule: a setting harness
-    added since the run was recorded, at its default, changes nothing; a recorded setting that
-    differs, or a section set where the run had none, does."""
-    from harness.config.changes import changed_since
-
+    added since the run was recorded, at its default, changes nothing; set to anything else (a test
+    split, a race the older harness could not have run), or a recorded setting that differs, does."""
     config = validate_config(tiny_config())
-    fingerprint, recorded = _as_an_older_harness_recorded(config, ("data", "exif_orientation"), ("models", 0, "options"))
+    fingerprint, recorded = _as_an_older_harness_recorded(config, ("data", "exif_orientation"), ("data", "test_size"),
+                                                          ("train", "race"), ("models", 0, "options"))
     assert fingerprint != config.fingerprint()  # what made harness nightly train tonight's night again
     assert config.trains_as_recorded(fingerprint, recorded)
-    assert changed_since(recorded, config.to_dict()) == []
+    assert config.changed_since(recorded) == []
     longer = validate_config(tiny_config(train={"epochs": 3}))
     assert not longer.trains_as_recorded(fingerprint, recorded)
-    assert changed_since(recorded, longer.to_dict()) == ["train.epochs: 2 -> 3"]
-    raced = validate_config(tiny_config(train={"epochs": 3, "race": {"rungs": [1], "keep": 0.5}}))
-    assert [line.split(":")[0] for line in changed_since(recorded, raced.to_dict())] == ["train.epochs", "train.race"]
+    assert longer.changed_since(recorded) == ["train.epochs: 2 -> 3"]
+    raced = validate_config(tiny_config(train={"race": {"rungs": [1], "keep": 0.5}}, data={"test_size": 8}))
+    assert not raced.trains_as_recorded(fingerprint, recorded), "a race added where the run had no such setting"
+    assert [line.split(":")[0] for line in raced.changed_since(recorded)] == ["data.test_size", "train.race"]
+    assert "data.test_size: (not a setting then) -> 8" in raced.changed_since(recorded)
+    placed = validate_config(tiny_config(placement={"strategy": "one_device"}))
+    assert placed.trains_as_recorded(fingerprint, recorded), "where it runs is not what it trains"
     assert config.trains_as_recorded(None, None), "a run that recorded no fingerprint"
+
+
+def test_a_settings_default_is_looked_up_by_its_path_through_sections_and_model_entries():
+    from harness.config.changes import NO_DEFAULT, default_at
+    from harness.config.schema import ExperimentConfig
+
+    assert default_at(ExperimentConfig, ("data", "exif_orientation")) == "ignore"
+    assert default_at(ExperimentConfig, ("data", "augment", "flip_left_right")) is False
+    assert default_at(ExperimentConfig, ("train", "race")) is None
+    assert default_at(ExperimentConfig, ("models", "options")) == {}
+    assert default_at(ExperimentConfig, ("models", "optimizer", "name")) == "adam"
+    assert default_at(ExperimentConfig, ("models", "arch")) is NO_DEFAULT, "required"
+    assert default_at(ExperimentConfig, ("data", "no_such_key")) is NO_DEFAULT
+    assert isinstance(default_at(ExperimentConfig, ("data", "image_size")), list), "as config.yaml writes it"
 
 
 def test_static_backbone_list_matches_segmentation_models():

@@ -235,7 +235,9 @@ def test_a_train_setting_every_model_took_is_one_line_of_the_settings_that_diffe
 def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that_differ(tmp_path, capsys):
     """A run an older harness made has no key for a setting added since: `compare` listed each such
     setting among those that differ (13 against a run of the first release), ahead of a real change.
-    They are listed apart; a section set in one run and null in the other stays a difference."""
+    They are listed apart, where the other runs left them at their default; a setting the older
+    harness could not have had, set to anything else, and a section set in one run and null in the
+    other, stay differences."""
     from harness.outputs.compare import print_settings, setting_lines
 
     def run_with(name: str, **sections) -> Path:
@@ -244,10 +246,11 @@ def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that
         return write_yaml(folder / "config.yaml", {"models": [{"name": "fcn", "arch": "tiny_fcn"}], **sections}).parent
 
     old = run_with("old", data={"train_size": 64}, train={"epochs": 2, "race": None})
-    new = run_with("new", data={"train_size": 64, "exif_orientation": "ignore"},
+    new = run_with("new", data={"train_size": 64, "exif_orientation": "ignore", "test_size": 8},
                    train={"epochs": 3, "race": {"rungs": [1]}}, models=[{"name": "fcn", "arch": "tiny_fcn", "weights": None}])
     differing, not_had = setting_lines([old, new])
-    assert differing == ["train.epochs: old/20261201-000000 = 2, new/20261201-000000 = 3",
+    assert differing == ["data.test_size: old/20261201-000000 = -, new/20261201-000000 = 8",  # not its default: a change
+                         "train.epochs: old/20261201-000000 = 2, new/20261201-000000 = 3",
                          "train.race: old/20261201-000000 = None, new/20261201-000000 = -",
                          "train.race.rungs: old/20261201-000000 = -, new/20261201-000000 = [1]"], differing
     assert not_had == ["data.exif_orientation: old/20261201-000000 = -, new/20261201-000000 = ignore",

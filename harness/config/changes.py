@@ -1,15 +1,83 @@
-"""What changed between a run's recorded config (run.json `config`) and a config now.
+"""What changed between a run's recorded config (run.json `config`, config.yaml) and another.
 
 A setting harness added after a run was made is absent from that run's record. It is added at a
-default meant to keep what harness did before it, so it is not a change of the experiment: the
-fingerprint is compared on the keys the older record had too (`keys_like`), and the differences
-listed are those of its keys (`differences`). `resume` and `harness nightly` (is tonight's run
-this experiment's?) decide with the same rule.
+default meant to keep what harness did before it, so at that default it is no change of the
+experiment; set to anything else it is one (a race, a test split the older run could not have
+had). `resume`, `harness nightly` (is tonight's run this experiment's?), `compare` and the nightly
+notes decide with this one rule; the defaults are the schema's, looked up by a setting's path.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import json
+import typing
+from typing import Any, Sequence
+
+from pydantic import BaseModel, ValidationError
+
+NO_DEFAULT = object()  # a path the schema has no default for: unknown, required, or inside a list
+
+
+def default_at(root: type[BaseModel], parts: Sequence[str]) -> Any:
+    """The default of the setting at `parts` under `root`, as config.yaml writes it (JSON types);
+    a model entry's setting is ("models", "optimizer", "name"), without the entry's name."""
+    cls: Any = root
+    for depth, name in enumerate(parts):
+        field = getattr(cls, "model_fields", {}).get(name)
+        if field is None:
+            return NO_DEFAULT
+        if depth == len(parts) - 1:
+            section = _default_section(cls)
+            if section is not None:  # resolved as a run resolves it (`test_size: null` becomes 0)
+                value = getattr(section, name)
+            elif field.is_required():
+                return NO_DEFAULT
+            else:
+                value = field.get_default(call_default_factory=True)
+            return json.loads(json.dumps(value.model_dump(mode="json") if isinstance(value, BaseModel) else value, default=str))
+        cls = _section_class(field.annotation)
+        if cls is None:
+            return NO_DEFAULT
+    return NO_DEFAULT
+
+
+@functools.cache
+def _default_section(cls: type[BaseModel]) -> BaseModel | None:
+    """The section with every setting at its default, validated (None where a setting is required:
+    a model entry's name and arch)."""
+    try:
+        return cls()
+    except ValidationError:
+        return None
+
+
+def _section_class(annotation: Any) -> type[BaseModel] | None:
+    """The settings class a field holds (through Optional, Annotated, a union and a list)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation) if typing.get_origin(annotation) not in (None, typing.Literal) else ():
+        if (found := _section_class(arg)) is not None:
+            return found
+    return None
+
+
+def added_off_default(root: type[BaseModel], now: Any, older: Any, parts: tuple[str, ...] = (), shown: str = "") -> list[str]:
+    """`key.path: (not a setting then) -> value` for each setting of `now` that `older` has no key
+    for and that is not at its default: a change the older harness could not have made."""
+    if isinstance(now, dict) and isinstance(older, dict):
+        out = []
+        for key, value in now.items():
+            where = f"{shown}{key}"
+            if key not in older:
+                if value != default_at(root, (*parts, key)):
+                    out.append(f"{where}: (not a setting then) -> {value!r}")
+            else:
+                out += added_off_default(root, value, older[key], (*parts, key), f"{where}.")
+        return out
+    if isinstance(now, list) and isinstance(older, list) and len(now) == len(older):
+        return [line for i, (n, o) in enumerate(zip(now, older)) for line in added_off_default(root, n, o, parts, f"{shown}{i}.")]
+    return []
 
 
 def keys_like(payload: Any, older: Any) -> Any:
@@ -36,7 +104,10 @@ def differences(old: Any, new: Any, prefix: str = "") -> list[str]:
     return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
 
 
-def changed_since(older: dict, now: dict) -> list[str]:
-    """`differences` between a run's recorded config and `now`, on the keys the record has: a
-    setting added to harness since that run is not listed (it was not the experiment's)."""
-    return differences(older, keys_like(now, older))
+def changed_since(root: type[BaseModel], older: dict, now: dict) -> list[str]:
+    """What differs between a run's recorded config and `now`: the settings the record has that
+    differ, and those added to harness since that `now` has off their default. `output` is not
+    compared (where results go changes nothing trained)."""
+    now = {k: v for k, v in now.items() if k != "output"}
+    return differences(older, keys_like(now, older)) + added_off_default(root, now, older)
+

@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from harness.config import metrics
 from harness.config.consistency import combination_problems, loss_problems, sized_problems
-from harness.config.changes import keys_like
+from harness.config.changes import added_off_default, changed_since, keys_like
 from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side, weights_paths
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
@@ -444,19 +444,28 @@ class ExperimentConfig(Strict):
         """A short hash of what is trained: not where results go, nor where it runs (a run trained
         under one placement may be resumed under another). `keys_of`: hash only the keys this
         older config dict had (a setting added since, at its default, changes nothing)."""
-        payload = self.to_dict()
-        payload.pop("output", None)
-        payload.pop("placement", None)
+        payload = self._trained()
         if keys_of is not None:
             payload = keys_like(payload, keys_of)
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
+    def _trained(self) -> dict[str, Any]:
+        return {k: v for k, v in self.to_dict().items() if k not in ("output", "placement")}
+
     def trains_as_recorded(self, fingerprint: str | None, recorded: dict | None) -> bool:
         """Whether a run recorded with this fingerprint and config (run.json) trains what this
-        config trains: the same fingerprint, or the same on the keys its config had (changes.py). A
-        run that recorded no fingerprint is taken to."""
-        return fingerprint is None or fingerprint in (self.fingerprint(), self.fingerprint(keys_of=recorded))
+        config trains: the same fingerprint, or the same on the keys its config had with every
+        setting added since at its default (changes.py). A run that recorded no fingerprint is
+        taken to."""
+        if fingerprint is None or fingerprint == self.fingerprint():
+            return True
+        return (recorded is not None and fingerprint == self.fingerprint(keys_of=recorded)
+                and not added_off_default(ExperimentConfig, self._trained(), recorded))
+
+    def changed_since(self, recorded: dict) -> list[str]:
+        """`key.path: then -> now` for what differs from a run's recorded config (output aside)."""
+        return changed_since(ExperimentConfig, recorded, self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -25,7 +25,6 @@ from typing import Any
 import pandas as pd
 
 from harness import rundir as rd
-from harness.config.changes import changed_since
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions
@@ -154,7 +153,7 @@ def _tonights_run(store: HistoryStore, folder: Path, night: str, config: Experim
             return None
         # The rule `resume` applies: a setting harness added since that run, at its default, is no change.
         if not config.trains_as_recorded(record.config_fingerprint, record.config):
-            changed = changed_since(record.config, config.to_dict())
+            changed = config.changed_since(record.config)
             listed = f" ({'; '.join(changed[:SETTINGS_LISTED])}{'; ...' if len(changed) > SETTINGS_LISTED else ''})" if changed else ""
             print(f"harness: the experiment changed since tonight's run {run_id} started{listed}; starting a new run for the night",
                   file=sys.stderr)

@@ -281,8 +281,8 @@ def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
         if not any(key.startswith(f"models.{name}.") for name in partial):
             settings[key] = {label: values.get(key, ABSENT) for label, values in flat.items()}
     differing = {key: values for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1}
-    not_had = {key: values for key, values in differing.items() if _not_had(key, values, flat)}
     in_every = set.intersection(*(set(held) for held in models.values()))
+    not_had = {key: values for key, values in differing.items() if _not_had(key, values, flat, in_every)}
     return tuple([f"{key}{took}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
                   for key, (values, took) in _said_with_train(chosen, in_every).items()]
                  for chosen in ({k: v for k, v in differing.items() if k not in not_had}, not_had))
@@ -291,18 +291,23 @@ def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
 ABSENT = "-"  # a setting's value where a run's config.yaml has no such key
 
 
-def _not_had(key: str, values: dict, flat: dict[str, dict]) -> bool:
-    """Whether `key` is a setting the runs without it did not have: the runs with it agree on its
-    value (a model in some runs only, `models.<name>`, is no run's key), and a run without it has
-    no other key on its path (`train.race: null` against
-    `train.race.rungs`: a section set in one run only is a change, said as it is)."""
-    present = {repr(v) for label, v in values.items() if key in flat[label]}
-    if len(present) != 1:
+def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str]) -> bool:
+    """Whether `key` is a setting the runs without it did not have, left at its default by the
+    runs with it (config/changes.py): they agree on that value (a model in some runs only,
+    `models.<name>`, is no run's key), and a run without it has no other key on its path
+    (`train.race: null` against `train.race.rungs`: a section set in one run only is a change)."""
+    from harness.config.changes import default_at
+    from harness.config.schema import ExperimentConfig
+
+    present = [v for label, v in values.items() if key in flat[label]]
+    if not present or any(v != present[0] for v in present):
         return False
     for label, held in flat.items():
         if key not in held and any(other.startswith(f"{key}.") or key.startswith(f"{other}.") for other in held):
             return False
-    return True
+    name = next((n for n in sorted(model_names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
+    parts = ("models", *key[len(f"models.{name}."):].split(".")) if name is not None else tuple(key.split("."))
+    return present[0] == default_at(ExperimentConfig, parts)
 
 
 def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, tuple[dict, str]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 
-from harness.config.changes import changed_since, differences
+from harness.config.changes import differences
 from harness.config.schema import ExperimentConfig
 from harness.core.placement import (Placement, build_placement, configure_determinism, configure_devices, configure_precision,
                                     input_pipeline_warning)
@@ -224,7 +224,7 @@ def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> Non
     raise ConfigError(
         "config.yaml changed since this run started, so its checkpoints do not belong to it; "
         "start a new run instead (harness run). What differs (started -> now):",
-        changed_since(info.get("config") or {}, config.to_dict()) or ["(the config fingerprint differs)"],
+        config.changed_since(info.get("config") or {}) or ["(the config fingerprint differs)"],
     )
 
 
