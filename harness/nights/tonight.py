@@ -154,7 +154,7 @@ def _tonights_run(store: HistoryStore, folder: Path, night: str, config: Experim
         # The rule `resume` applies: a setting harness added since that run, at its default, is no change.
         if not config.trains_as_recorded(record.config_fingerprint, record.config):
             changed = config.changed_since(record.config)
-            listed = f" ({'; '.join(changed[:SETTINGS_LISTED])}{'; ...' if len(changed) > SETTINGS_LISTED else ''})" if changed else ""
+            listed = f" ({_listed(changed, 'compare its config.yaml with yours')})" if changed else ""
             print(f"harness: the experiment changed since tonight's run {run_id} started{listed}; starting a new run for the night",
                   file=sys.stderr)
             return None
@@ -281,8 +281,8 @@ def config_notes(earlier: RunRecord, tonight: Path, against: str, fingerprints_d
     return notes
 
 
-def _listed(lines: list[str]) -> str:
-    more = f"; and {len(lines) - SETTINGS_LISTED} more (harness compare lists them)" if len(lines) > SETTINGS_LISTED else ""
+def _listed(lines: list[str], where_all: str = "harness compare lists them") -> str:
+    more = f"; and {len(lines) - SETTINGS_LISTED} more ({where_all})" if len(lines) > SETTINGS_LISTED else ""
     return "; ".join(lines[:SETTINGS_LISTED]) + more
 
 

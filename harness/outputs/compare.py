@@ -256,10 +256,10 @@ SCORING_OUTPUT = ("select_by", "export")
 
 
 def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
-    """Two lists of `key.path: run_a = x, run_b = y`, read from each run's config.yaml (no code
-    imported), outside output.* but for SCORING_OUTPUT: the settings not the same in all the runs;
-    then those some runs' config.yaml has no key for (`-` there) where the others agree, added to
-    harness after those runs were made at a default meant to keep what it did before
+    """Two lists of `key.path: run_a = x, run_b = y`, read from each run's config.yaml (no code it
+    names imported), outside output.* but for SCORING_OUTPUT: the settings not the same in all the runs;
+    then those some runs' config.yaml has no key for (`-` there) where the others hold its default:
+    added to harness after those runs were made, at a default meant to keep what it did before
     (config/changes.py), listed apart so that an upgrade's new keys do not bury a real change."""
     import yaml
 
