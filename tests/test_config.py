@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 from conftest import REPO, run_main, tiny_config, write_yaml
 
@@ -319,6 +321,22 @@ def test_a_run_recorded_before_a_setting_existed_trains_as_the_config_with_it_at
     placed = validate_config(tiny_config(placement={"strategy": "one_device"}))
     assert placed.trains_as_recorded(fingerprint, recorded), "where it runs is not what it trains"
     assert config.trains_as_recorded(None, None), "a run that recorded no fingerprint"
+
+
+def test_a_run_from_before_data_seed_drew_its_data_from_its_seed():
+    """data.seed's default (0) is not what a run recorded before it existed did: its synthetic data
+    came from the run's `seed`. resume reads such a run with its seed as data.seed; today's config
+    at the default draws other data, so it is another experiment, and compare says so."""
+    from harness.config.changes import fill_absent
+
+    config = validate_config(tiny_config(seed=3))
+    fingerprint, recorded = _as_an_older_harness_recorded(config, ("data", "seed"))
+    assert config.data.seed == 0 and not config.trains_as_recorded(fingerprint, recorded)
+    assert config.changed_since(recorded) == ["data.seed: (not a setting then) -> 0"]
+    raw = copy.deepcopy(recorded)
+    fill_absent(raw)
+    resumed = validate_config(raw)
+    assert resumed.data.seed == 3 and resumed.trains_as_recorded(fingerprint, recorded)
 
 
 def test_a_settings_default_is_looked_up_by_its_path_through_sections_and_model_entries():

@@ -18,6 +18,30 @@ from pydantic import BaseModel, ValidationError
 
 NO_DEFAULT = object()  # a path the schema has no default for: unknown, required, or inside a list
 
+# Settings whose default does not say what a run recorded before they existed did: synthetic data
+# was drawn from the run's `seed` before `data.seed`, and no test split was held out before
+# `data.test_size`. Each reads the older record (its top-level keys).
+BEFORE_THEY_EXISTED = {
+    "data.seed": lambda record: record.get("seed", 0),
+    "data.test_size": lambda record: 0,
+}
+
+
+def fill_absent(raw: dict) -> None:
+    """Set in an older run's config what its harness did for the settings it had no key for where
+    the default would say otherwise (BEFORE_THEY_EXISTED), before it is validated."""
+    for path, then in BEFORE_THEY_EXISTED.items():
+        section, _, key = path.partition(".")
+        if isinstance(raw.get(section), dict):
+            raw[section].setdefault(key, then(raw))
+
+
+def meant_when_absent(root: type[BaseModel], parts: Sequence[str], record: Any) -> Any:
+    """What a run whose record has no key at `parts` did for that setting: its value before it
+    existed where BEFORE_THEY_EXISTED says, else the schema's default (`default_at`)."""
+    then = BEFORE_THEY_EXISTED.get(".".join(parts))
+    return then(record) if then is not None and hasattr(record, "get") else default_at(root, parts)
+
 
 def default_at(root: type[BaseModel], parts: Sequence[str]) -> Any:
     """The default of the setting at `parts` under `root`, as config.yaml writes it (JSON types);
@@ -62,21 +86,24 @@ def _section_class(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def added_off_default(root: type[BaseModel], now: Any, older: Any, parts: tuple[str, ...] = (), shown: str = "") -> list[str]:
-    """`key.path: (not a setting then) -> value` for each setting of `now` that `older` has no key
-    for and that is not at its default: a change the older harness could not have made."""
+def added_off_default(root: type[BaseModel], now: Any, older: Any, record: Any = None, parts: tuple[str, ...] = (),
+                      shown: str = "") -> list[str]:
+    """`key.path: (not a setting then) -> value` for each setting of `now` that `older` (the
+    record, at the top) has no key for and that is not what that run did (`meant_when_absent`): a
+    change the older harness could not have made."""
+    record = older if record is None else record
     if isinstance(now, dict) and isinstance(older, dict):
         out = []
         for key, value in now.items():
             where = f"{shown}{key}"
             if key not in older:
-                if value != default_at(root, (*parts, key)):
+                if value != meant_when_absent(root, (*parts, key), record):
                     out.append(f"{where}: (not a setting then) -> {value!r}")
             else:
-                out += added_off_default(root, value, older[key], (*parts, key), f"{where}.")
+                out += added_off_default(root, value, older[key], record, (*parts, key), f"{where}.")
         return out
     if isinstance(now, list) and isinstance(older, list) and len(now) == len(older):
-        return [line for i, (n, o) in enumerate(zip(now, older)) for line in added_off_default(root, n, o, parts, f"{shown}{i}.")]
+        return [line for i, (n, o) in enumerate(zip(now, older)) for line in added_off_default(root, n, o, record, parts, f"{shown}{i}.")]
     return []
 
 

@@ -292,11 +292,12 @@ ABSENT = "-"  # a setting's value where a run's config.yaml has no such key
 
 
 def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str]) -> bool:
-    """Whether `key` is a setting the runs without it did not have, left at its default by the
-    runs with it (config/changes.py): they agree on that value (a model in some runs only,
-    `models.<name>`, is no run's key), and a run without it has no other key on its path
-    (`train.race: null` against `train.race.rungs`: a section set in one run only is a change)."""
-    from harness.config.changes import default_at
+    """Whether `key` is a setting the runs without it did not have, left by the runs with it at
+    what those runs did (its default, or its value before it existed: config/changes.py): they
+    agree on that value (a model in some runs only, `models.<name>`, is no run's key), and a run
+    without it has no other key on its path (`train.race: null` against `train.race.rungs`: a
+    section set in one run only is a change)."""
+    from harness.config.changes import meant_when_absent
     from harness.config.schema import ExperimentConfig
 
     present = [v for label, v in values.items() if key in flat[label]]
@@ -307,7 +308,7 @@ def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str
             return False
     name = next((n for n in sorted(model_names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
     parts = ("models", *key[len(f"models.{name}."):].split(".")) if name is not None else tuple(key.split("."))
-    return present[0] == default_at(ExperimentConfig, parts)
+    return all(present[0] == meant_when_absent(ExperimentConfig, parts, held) for held in flat.values() if key not in held)
 
 
 def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, tuple[dict, str]]:

@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.config.changes import fill_absent
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, HarnessError, ResourceError
 from harness.rundir.files import atomic_write_text, is_disk_full, make_folder
@@ -126,10 +127,8 @@ class RunDir:
             )
         for override in overrides or []:
             apply_override(raw, override)
-        if isinstance(raw, dict) and isinstance(raw.get("data"), dict):
-            # Runs from before these settings: their data came from the seed, with no test split.
-            raw["data"].setdefault("seed", raw.get("seed", 0))
-            raw["data"].setdefault("test_size", 0)
+        if isinstance(raw, dict):
+            fill_absent(raw)  # a run from before data.seed drew its data from its seed (config/changes.py)
         return validate_config(raw, source=str(self.config_file), accepted=True)
 
     def write_run_info(self, info: dict[str, Any]) -> None:
