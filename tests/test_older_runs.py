@@ -82,8 +82,8 @@ def test_compare_and_pairs_read_older_runs_and_say_what_differs(results, tmp_pat
     assert "harness: first/20261206-190206 = 0.1.0, seeds/20261206-190223 = 0.3.0" in text
     differ, not_had = text.split("settings that differ between these runs:")[1].split("did not have yet")
     assert "train.repeats: first/20261206-190206 = 1, seeds/20261206-190223 = 3" in differ
-    assert "data.test_size: first/20261206-190206 = -, seeds/20261206-190223 = 16" in differ  # not its default: a change
-    assert "data.seed: first/20261206-190206 = -, seeds/20261206-190223 = 0" in differ  # first's data came from its seed, 3
+    assert "data.test_size: first/20261206-190206 = - (then 0), seeds/20261206-190223 = 16" in differ  # not its default: a change
+    assert "data.seed: first/20261206-190206 = - (then 3), seeds/20261206-190223 = 0" in differ  # first's data came from its seed
     assert "data.exif_orientation" not in differ and "data.exif_orientation: first/20261206-190206 = -" in not_had
     copy = tmp_path / "again" / "seeds" / "20261206-190223"
     shutil.copytree(results / SEEDS, copy)

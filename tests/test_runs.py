@@ -249,7 +249,7 @@ def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that
     new = run_with("new", data={"train_size": 64, "exif_orientation": "ignore", "test_size": 8},
                    train={"epochs": 3, "race": {"rungs": [1]}}, models=[{"name": "fcn", "arch": "tiny_fcn", "weights": None}])
     differing, not_had = setting_lines([old, new])
-    assert differing == ["data.test_size: old/20261201-000000 = -, new/20261201-000000 = 8",  # not its default: a change
+    assert differing == ["data.test_size: old/20261201-000000 = - (then 0), new/20261201-000000 = 8",  # not its default: a change
                          "train.epochs: old/20261201-000000 = 2, new/20261201-000000 = 3",
                          "train.race: old/20261201-000000 = None, new/20261201-000000 = -",
                          "train.race.rungs: old/20261201-000000 = -, new/20261201-000000 = [1]"], differing

@@ -13,6 +13,7 @@ from harness.rundir import RunDir, beside_runs, differing_versions, given_once, 
 from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
+from harness.config.changes import BEFORE_THEY_EXISTED, meant_when_absent
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text, with_intervals
@@ -283,6 +284,9 @@ def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
     differing = {key: values for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1}
     in_every = set.intersection(*(set(held) for held in models.values()))
     not_had = {key: values for key, values in differing.items() if _not_had(key, values, flat, in_every)}
+    for key in set(differing) & set(BEFORE_THEY_EXISTED) - set(not_had):  # `-` says what such a run did
+        differing[key] = {label: f"{ABSENT} (then {BEFORE_THEY_EXISTED[key](flat[label])})" if key not in flat[label] else value
+                          for label, value in differing[key].items()}
     return tuple([f"{key}{took}: " + ", ".join(f"{label} = {value}" for label, value in values.items())
                   for key, (values, took) in _said_with_train(chosen, in_every).items()]
                  for chosen in ({k: v for k, v in differing.items() if k not in not_had}, not_had))
@@ -297,7 +301,6 @@ def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str
     agree on that value (a model in some runs only, `models.<name>`, is no run's key), and a run
     without it has no other key on its path (`train.race: null` against `train.race.rungs`: a
     section set in one run only is a change)."""
-    from harness.config.changes import meant_when_absent
     from harness.config.schema import ExperimentConfig
 
     present = [v for label, v in values.items() if key in flat[label]]
