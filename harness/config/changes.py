@@ -40,7 +40,7 @@ def meant_when_absent(root: type[BaseModel], parts: Sequence[str], record: Any) 
     """What a run whose record has no key at `parts` did for that setting: its value before it
     existed where BEFORE_THEY_EXISTED says, else the schema's default (`default_at`)."""
     then = BEFORE_THEY_EXISTED.get(".".join(parts))
-    return then(record) if then is not None and hasattr(record, "get") else default_at(root, parts)
+    return then(record) if then is not None else default_at(root, parts)
 
 
 def default_at(root: type[BaseModel], parts: Sequence[str]) -> Any:

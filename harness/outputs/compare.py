@@ -14,6 +14,7 @@ from harness.rundir.hardware import describe as describe_machine, several
 from rich.markup import escape
 
 from harness.config.changes import BEFORE_THEY_EXISTED, meant_when_absent
+from harness.config.schema import ExperimentConfig
 from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text, with_intervals
@@ -301,17 +302,23 @@ def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str
     agree on that value (a model in some runs only, `models.<name>`, is no run's key), and a run
     without it has no other key on its path (`train.race: null` against `train.race.rungs`: a
     section set in one run only is a change)."""
-    from harness.config.schema import ExperimentConfig
-
     present = [v for label, v in values.items() if key in flat[label]]
     if not present or any(v != present[0] for v in present):
         return False
     for label, held in flat.items():
         if key not in held and any(other.startswith(f"{key}.") or key.startswith(f"{other}.") for other in held):
             return False
-    name = next((n for n in sorted(model_names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
-    parts = ("models", *key[len(f"models.{name}."):].split(".")) if name is not None else tuple(key.split("."))
+    name, setting = _model_setting(key, model_names)
+    parts = ("models", *setting.split(".")) if name is not None else tuple(key.split("."))
     return all(present[0] == meant_when_absent(ExperimentConfig, parts, held) for held in flat.values() if key not in held)
+
+
+def _model_setting(key: str, names: set[str]) -> tuple[str | None, str]:
+    """The model entry a flattened key is a setting of, and the setting (`models.unet.b.arch`:
+    `unet.b`, `arch`); (None, key) outside the entries. A name may hold dots: the longest name that
+    prefixes the key is its model."""
+    name = next((n for n in sorted(names, key=len, reverse=True) if key.startswith(f"models.{n}.")), None)
+    return (name, key[len(f"models.{name}."):]) if name is not None else (None, key)
 
 
 def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, tuple[dict, str]]:
@@ -319,13 +326,12 @@ def _said_with_train(differing: dict[str, dict], names: set[str]) -> dict[str, t
     differs exactly as train's does (`--set train.optimizer.learning_rate=...`, which config.yaml
     copies into every entry that did not set its own) is said once, on train's line, with the
     models that took it ("every model's too"), not once more per model. `names`: the models in
-    every run (a name may hold dots: the longest that prefixes the key is its model)."""
+    every run (`_model_setting`)."""
     took: dict[str, list[str]] = {}
     kept = {}
-    longest_first = sorted(names, key=len, reverse=True)
     for key, values in differing.items():
-        name = next((n for n in longest_first if key.startswith(f"models.{n}.")), None)
-        default = f"train.{key[len(f'models.{name}.'):]}" if name is not None else None
+        name, setting = _model_setting(key, names)
+        default = f"train.{setting}" if name is not None else None
         if default is not None and differing.get(default) == values:
             took.setdefault(default, []).append(name)
         else:
