@@ -134,7 +134,7 @@ def test_a_signal_after_training_stops_before_the_end_of_run_and_resume_redoes_i
     def ctrl_c(done):
         os.kill(os.getpid(), signal.SIGINT)  # arrives while the end of the run has begun
 
-    with pytest.raises(Interrupted, match=f"after step {TOTAL_STEPS}/{TOTAL_STEPS} before the end of the run"):
+    with pytest.raises(Interrupted, match=f"after step {TOTAL_STEPS}/{TOTAL_STEPS} before the end of the run: FLOPs, exported models, tables, plots and report.html not written"):
         run_experiment(validate_config(KILL_CONFIG), tmp_path / "r", end_of_run=(ctrl_c, *END_OF_RUN))
     run_dir = only_run_dir(tmp_path / "r")
     info = json.loads((run_dir / "run.json").read_text())
@@ -147,6 +147,27 @@ def test_a_signal_after_training_stops_before_the_end_of_run_and_resume_redoes_i
     assert info["resumes"][-1]["from_step"] == TOTAL_STEPS and info["resumes"][-1]["rows_redone"] == 0
     assert (run_dir / "losses.csv").read_bytes() == trained  # nothing trained again
     assert (run_dir / "summary.csv").exists() and (run_dir / "report.html").exists() and load_exported(run_dir, "unet") is not None
+
+
+def test_a_run_stopped_during_its_end_names_only_what_is_still_unwritten():
+    """Stopped after its tables (Ctrl-C while they were written), a run said "probes, test scores,
+    tables and report not written" beside the summary.csv and plots it had just written. What is
+    left is named from the actions still to run, each with something to do."""
+    from types import SimpleNamespace
+
+    from harness.config.loading import validate_config
+    from harness.training.actions import END_OF_RUN, not_yet_written, write_tables
+
+    def done(**output):
+        return SimpleNamespace(config=validate_config({**KILL_CONFIG, "output": {**KILL_CONFIG["output"], **output}}), datasets=SimpleNamespace(test=None))
+
+    after_tables = END_OF_RUN[END_OF_RUN.index(write_tables) + 1:]
+    assert not_yet_written(done(), after_tables) == "report.html"
+    assert not_yet_written(done(mlflow={"tracking_uri": "file:/nowhere"}), after_tables) == "report.html and the MLflow copy"
+    everything = done(probe_steps=3, serve_probe=True)
+    assert not_yet_written(everything, END_OF_RUN) == "probes, FLOPs, exported models, serving costs, tables, plots and report.html"
+    assert not_yet_written(done(export=False), END_OF_RUN) == "FLOPs, tables, plots and report.html"  # the suite's tiny runs probe nothing
+    assert not_yet_written(done(), ()) == "nothing"
 
 
 def copy_run(source: Path, target: Path, keep_until_step: int) -> Path:

@@ -256,6 +256,25 @@ PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     write_tables: lambda d: "writing tables, statistics, plots and the report",
     log_mlflow: lambda d: "logging to MLflow" if d.config.output.mlflow is not None else None,
 }
+# What an action adds to the run, for the message of a run stopped before it (`mark_completed` and
+# the records add nothing a user reads by name).
+WRITES: dict[Callable, tuple[str, ...]] = {
+    probe_input_share: ("probes",), probe_step_times: ("probes",), count_flops: ("FLOPs",), export_models: ("exported models",),
+    probe_serving: ("serving costs",), score_test: ("test scores",), write_tables: ("tables", "plots"),
+    write_final_report: ("report.html",), log_mlflow: ("the MLflow copy",),
+}
+
+
+def not_yet_written(done: FinishedRun, actions) -> str:
+    """`tables, plots and report.html`: what the actions left to run would have written, each
+    once, those with nothing to do left out (no probes with `output.probe_steps: 0`, no test scores
+    without a test split): a run stopped after its tables were written does not say they were not."""
+    names: list[str] = []
+    for action in actions:
+        if action in PHASES and PHASES[action](done) is None:
+            continue
+        names += [name for name in WRITES.get(action, ()) if name not in names]
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "nothing"
 
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:

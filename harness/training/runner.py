@@ -34,7 +34,7 @@ from harness.outputs import pool
 from harness.outputs.writers import Row, ValScoresWriter
 from harness.rundir import RunDir, RunStatus
 from harness.training import checkpoints as ckpt
-from harness.training.actions import END_OF_RUN, PHASES, FinishedRun
+from harness.training.actions import END_OF_RUN, PHASES, FinishedRun, not_yet_written
 from harness.training.compiled import CompiledMembers
 from harness.training.controller import Controller, Schedule, StopFlag
 from harness.training.eval_actions import SaveBest, make_eval_actions
@@ -117,9 +117,9 @@ class Runner:
         self.stop.at_once = f"stopped at once (exit 130); training is checkpointed (step {step}): harness resume {run.path} redoes the end of the run"
         with self.clock.timed("end: output_processes_ready"):
             pool.settle()  # no output process is loading its libraries while the probes time
-        for action in self.end_of_run:  # 8.
+        for index, action in enumerate(self.end_of_run):  # 8.
             if self.stop.signal is not None and self.book.record.status != RunStatus.COMPLETED:
-                self._stopped(step, "before the end of the run: probes, test scores, tables and report not written")
+                self._stopped(step, f"before the end of the run: {not_yet_written(done, self.end_of_run[index:])} not written")
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
             with self.clock.timed(f"end: {action.__name__}"):
