@@ -459,6 +459,27 @@ def test_compare_marks_no_best_timing_between_runs_on_different_machines():
     assert best_index(one_machine, "ms_per_step") == 1 and "different machines" not in comparison_note(one_machine)
 
 
+def test_compare_marks_no_best_loss_between_models_trained_on_different_losses():
+    """An autoencoder's MSE beside a unet's bce+dice marked the autoencoder's val_loss best in bold
+    green (0.0064 against 0.63-1.18): no best of a model's own loss where the losses differ, and the
+    note says why; scores and the losses of models that share one are marked as before."""
+    import pandas as pd
+
+    from harness.outputs.compare import best_index, comparison_note
+
+    rows = [{"run": "ae", "model": "small", "kind": "autoencoder", "loss": "mse", "val_loss": 0.0064, "best_val_loss": 0.0064, "val_iou": None},
+            {"run": "s", "model": "unet", "kind": "supervised", "loss": "bce+dice", "val_loss": 1.18, "best_val_loss": 1.18, "val_iou": 0.46},
+            {"run": "s", "model": "deconv", "kind": "supervised", "loss": "focal+dice", "val_loss": 0.63, "best_val_loss": 0.63, "val_iou": 0.37}]
+    table = pd.DataFrame(rows)
+    assert best_index(table, "val_loss") is None and best_index(table, "best_val_loss") is None
+    assert best_index(table, "val_iou") == 1
+    assert "trained on different losses (autoencoder's loss, bce+dice, focal+dice)" in comparison_note(table)
+    same = table.assign(kind="supervised", loss="bce+dice")
+    assert best_index(same, "val_loss") == 0 and "different losses" not in comparison_note(same)
+    gan = same.assign(kind=["gan", "supervised", "supervised"])  # a generator trains on its adversarial loss plus L1
+    assert best_index(gan, "val_loss") is None and best_index(gan.iloc[1:], "val_loss") == 2
+
+
 def test_a_run_whose_groups_ran_on_several_machines_names_each_models_machine(tmp_path):
     """Ray placed one group on a VM and one on a GPU box: the run's own timings are two machines'.
     compare names each model's (its group's) machine and marks no best among them."""

@@ -58,6 +58,8 @@ WATCHABLE = tuple(VAL + name for name in ("iou", "f1", "loss"))
 RANK_METRICS = (*WATCHABLE, VAL + "compare_loss", "best_val_loss", "final_train_loss")
 # Rankings that compare members' own losses: meaningless across members trained on different ones.
 OWN_LOSS_RANKINGS = (VAL + "loss", TEST + "loss", "best_val_loss", "final_train_loss")
+# Every column of a member's own loss: no best among members that trained on different ones.
+OWN_LOSS_COLUMNS = (*OWN_LOSS_RANKINGS, SELECTED_VAL + "loss")
 
 _PER_CLASS = re.compile(r"^(?P<metric>.+)_c(?P<cls>\d+)$")
 

@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from harness.config.changes import BEFORE_THEY_EXISTED, meant_when_absent
 from harness.config.schema import ExperimentConfig
-from harness.config.metrics import SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
+from harness.config.metrics import OWN_LOSS_COLUMNS, SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text, with_intervals
 from harness.outputs.terminal import TerminalTable, print_table
@@ -25,7 +25,7 @@ COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", 
            "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "test_loss", "test_iou", "test_f1",
            # each score's 95% interval: in --csv and --json, and at the terminal beside a ranking column's value
            *(f"{split}_{score}_{side}" for split in ("val", "test") for score in ("loss", "iou", "f1") for side in ("low", "high")),
-           "repeats", "interval_covers", "machine"]
+           "kind", "loss", "repeats", "interval_covers", "machine"]  # kind, loss: what each trained on
 INTERVAL_SIDES = ("_low", "_high")
 FINISHED = "summary.csv"
 STOPPED = "summary.csv of a run not at its end"
@@ -159,12 +159,27 @@ def _so_far(run: RunDir) -> pd.DataFrame:
     return frame
 
 
+def trained_losses(table: pd.DataFrame) -> list[str]:
+    """The training losses of the table's models: summary.csv's `loss` (`bce+dice`, ...), and for
+    another kind than a supervised model's its kind too (a GAN's generator trains on its adversarial
+    loss plus L1 whatever `loss` says; an older autoencoder run's `loss` named a mask loss it never
+    read)."""
+    if "loss" not in table:
+        return []
+    kinds = table["kind"] if "kind" in table else pd.Series([""] * len(table), index=table.index)
+    named = {(loss if kind in ("", "supervised") else f"{kind}'s loss")
+             for loss, kind in zip(table["loss"].fillna("").astype(str), kinds.fillna("").astype(str)) if loss}
+    return sorted(named)
+
+
 def best_index(table: pd.DataFrame, column: str) -> int | None:
     values = pd.to_numeric(table[column], errors="coerce")
     if values.notna().sum() < 2:
         return None
     if not has_direction(column) or (is_timed(column) and machines_differ(table)):
         return None  # no best of timings taken on different machines
+    if column in OWN_LOSS_COLUMNS and len(trained_losses(table[values.notna()])) > 1:
+        return None  # nor of losses that are not the same function
     return int(values.idxmax() if higher_is_better(column) else values.idxmin())
 
 
@@ -228,6 +243,10 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
     if one_seed.any():
         note += (f" Runs with one training seed measured no training randomness (their intervals cover {_images_noise(table[one_seed])} "
                  f"only): train with train.repeats: 3 or more{'' if pairs_tested else ', in one run,'} for verdicts about models.")
+    if len(losses := trained_losses(table)) > 1:
+        note += (f" The models trained on different losses ({', '.join(losses)}): a column of each one's own loss (val_loss, "
+                 "best_val_loss, ...) compares different functions, so no best is marked there; compare them on a score (val_iou, ...), or "
+                 "within one run on its summary.csv's val_compare_loss.")
     if machines_differ(table):
         note += (f" The models were timed on different machines ({_who_ran_where(table)}): their timings (ms/step, and in summary.csv "
                  "latency and serving throughput) measure the machines as much as the models, so no best is marked among them; "
