@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -251,6 +252,40 @@ def test_threshold_needs_exactly_one_kind():
         validate_config(tiny_config(output={"nightly": {"thresholds": {"val_iou": {}}}}))
     assert "output.nightly.thresholds.val_iou" in error.value.render() and "exactly one" in error.value.render()
     assert ThresholdSpec(rel=0.1, higher_is_better=True).higher_is_better
+
+
+def test_a_signal_once_tonights_run_is_trained_is_answered_and_the_comparison_finished(tmp_path, monkeypatch, capsys):
+    """A SIGTERM after tonight's run was trained, while it was recorded and compared (a systemd stop
+    a few seconds late), ended the nightly with 143 and no word, its nightly.md unwritten. It is
+    answered at once, the comparison is finished, and the handlers before it come back."""
+    from harness.nights import tonight
+    from harness.rundir import RunDir
+
+    config = validate_config(tiny_config())
+    run = RunDir(tmp_path / "tiny" / "20261206-021500")
+    unhandled = []
+    monkeypatch.setattr(tonight, "_train_tonight", lambda *args: (run, False))  # recorded already: nothing to train
+
+    def compare_and_report(config, store, run, night, trained):
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "SIGTERM received" not in (said := capsys.readouterr().err) and time.monotonic() < deadline:
+            time.sleep(0.02)  # said by the thread that reads the signal's pipe
+        compare_and_report.said = said
+        return tonight.NightlyResult(night, run.path, [], [], trained)
+
+    monkeypatch.setattr(tonight, "_compare_and_report", compare_and_report)
+    def guard(*args):  # where the default handler would have ended the process
+        unhandled.append(args)
+
+    before = signal.signal(signal.SIGTERM, guard)
+    try:
+        result = tonight.run_nightly(config, tmp_path, "2026-12-05")
+        assert signal.getsignal(signal.SIGTERM) is guard and not unhandled  # handled by the nightly, then given back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert result.exit_code == 0
+    assert "tonight's run 20261206-021500 is trained; harness records it in the history and finishes its comparison" in compare_and_report.said
 
 
 def test_night_changes_at_the_configured_hour():

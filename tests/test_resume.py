@@ -149,6 +149,29 @@ def test_a_signal_after_training_stops_before_the_end_of_run_and_resume_redoes_i
     assert (run_dir / "summary.csv").exists() and (run_dir / "report.html").exists() and load_exported(run_dir, "unet") is not None
 
 
+def test_a_signal_once_the_run_is_complete_says_what_it_still_writes_not_exit_75(tmp_path, capsys):
+    """Ctrl-C after the run is marked completed (while its report page is written) was answered
+    "harness stops after the end-of-run action in progress and exits with 75; harness resume ...
+    redoes the end of the run", and then the run finished with 0: a completed run is not stopped."""
+    from harness.config.loading import validate_config
+    from harness.training.actions import END_OF_RUN, mark_completed
+    from harness.training.entry import run_experiment
+
+    def ctrl_c(done):
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while "SIGINT received" not in (said := capsys.readouterr().err) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the notice is printed by a thread that reads the signal's pipe
+        ctrl_c.said = said
+
+    after = END_OF_RUN.index(mark_completed) + 1
+    run_experiment(validate_config(KILL_CONFIG), tmp_path / "r", end_of_run=(*END_OF_RUN[:after], ctrl_c, *END_OF_RUN[after:]))
+    run_dir = only_run_dir(tmp_path / "r")
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed" and (run_dir / "report.html").exists()
+    assert f"the run is complete (step {TOTAL_STEPS}); harness finishes writing report.html" in ctrl_c.said, ctrl_c.said
+    assert "exits with 75" not in ctrl_c.said
+
+
 def test_a_run_stopped_during_its_end_names_only_what_is_still_unwritten():
     """Stopped after its tables (Ctrl-C while they were written), a run said "probes, test scores,
     tables and report not written" beside the summary.csv and plots it had just written. What is
@@ -167,7 +190,7 @@ def test_a_run_stopped_during_its_end_names_only_what_is_still_unwritten():
     everything = done(probe_steps=3, serve_probe=True)
     assert not_yet_written(everything, END_OF_RUN) == "probes, FLOPs, exported models, serving costs, tables, plots and report.html"
     assert not_yet_written(done(export=False), END_OF_RUN) == "FLOPs, tables, plots and report.html"  # the suite's tiny runs probe nothing
-    assert not_yet_written(done(), ()) == "nothing"
+    assert not_yet_written(done(), ()) == ""
 
 
 def copy_run(source: Path, target: Path, keep_until_step: int) -> Path:

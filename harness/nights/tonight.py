@@ -89,22 +89,40 @@ def run_nightly(
         config, scan = resolve_data_sizes(config, results_dir)  # tonight's run is matched on the resolved config
         trial_build(config)
         store = HistoryStore.beside(folder)
-        run, trained = _train_tonight(config, scan, folder, store, night, code_dir)
-        result = _compare_and_report(config, store, run, night, trained)
-        removed = apply_retention(store, settings.keep_checkpoints_of_runs)
+        commit = git_commit(code_dir or Path.cwd())
+        run, trained = _train_tonight(config, scan, folder, store, night, commit)
+        with signals_acknowledged(run):
+            if trained:
+                store.record_run(measurements(run, night, commit, regressions=None))
+            result = _compare_and_report(config, store, run, night, trained)
+            removed = apply_retention(store, settings.keep_checkpoints_of_runs)
         if removed:
             result.notes.append(f"checkpoints removed (retention {settings.keep_checkpoints_of_runs} runs): {', '.join(removed)}")
         return result
+
+
+def signals_acknowledged(run: rd.RunDir):
+    """Once tonight's run is trained, what is left (recording it, the comparison, retention) takes
+    seconds: a SIGTERM or Ctrl-C then is answered at once and the nightly finishes it (a second Ctrl-C stops
+    at once, exit 130). Unhandled, a SIGTERM there (a systemd stop) ended the process with 143 and
+    no word; an exception raised from a handler can land in a weakref callback, which swallows it."""
+    from harness.training.controller import StopFlag
+
+    again = "the same harness nightly command again writes what is missing and trains nothing"
+    return StopFlag(notice=f"tonight's run {run.path.name} is trained; harness records it in the history and finishes its comparison "
+                           f"with earlier nights (seconds), then exits (Ctrl-C again: stop at once; {again})",
+                    at_once=f"stopped at once (exit 130): tonight's run {run.path.name} is trained, its record in the history and "
+                            f"comparison with earlier nights perhaps not written; {again}")
 
 
 # ---------------------------------------------------------------------------------------------
 # 2-3. Train (or resume) tonight's run and record it
 
 
-def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryStore, night: str, code_dir: Path | None):
+def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryStore, night: str, commit: str | None):
+    """Tonight's run, trained or resumed, and whether this call trained it (the caller records it)."""
     from harness.scale.launch import resume, start_run
 
-    commit = git_commit(code_dir or Path.cwd())
     existing = _tonights_run(store, folder, night, config)
     if existing is not None and (recorded := store.get(existing.path.name)) and recorded.status == "completed":
         print(f"harness: the night of {night} is already recorded ({existing.path}); nothing to train", file=sys.stderr)
@@ -126,7 +144,6 @@ def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryS
     except Exception:
         _record_failure(store, run, night, commit)
         raise
-    store.record_run(measurements(run, night, commit, regressions=None))
     return run, True
 
 

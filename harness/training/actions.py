@@ -268,13 +268,14 @@ WRITES: dict[Callable, tuple[str, ...]] = {
 def not_yet_written(done: FinishedRun, actions) -> str:
     """`tables, plots and report.html`: what the actions left to run would have written, each
     once, those with nothing to do left out (no probes with `output.probe_steps: 0`, no test scores
-    without a test split): a run stopped after its tables were written does not say they were not."""
+    without a test split): a run stopped after its tables were written does not say they were not.
+    "" when none is left."""
     names: list[str] = []
     for action in actions:
         if action in PHASES and PHASES[action](done) is None:
             continue
         names += [name for name in WRITES.get(action, ()) if name not in names]
-    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else "nothing"
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else ""
 
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:

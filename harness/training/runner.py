@@ -124,6 +124,10 @@ class Runner:
                 self._phase(text)
             with self.clock.timed(f"end: {action.__name__}"):
                 action(done)
+            if self.book.record.status == RunStatus.COMPLETED and (left := not_yet_written(done, self.end_of_run[index + 1:])):
+                # A signal no longer stops the run: say what it still writes, not "exits with 75".
+                self.stop.notice = f"the run is complete (step {step}); harness finishes writing {left} (Ctrl-C again: stop at once)"
+                self.stop.at_once = f"stopped at once (exit 130); the run is complete: harness report {run.path} writes its tables and report.html again"
         self.clock.mark("end_of_run_done")
         self.book.update(phases=self.clock.as_dict())
         self._wait_for_every_worker()
