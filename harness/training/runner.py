@@ -110,6 +110,12 @@ class Runner:
             self._phase(f"every member has stopped or diverged by step {step} of {config.total_steps}: the run ends here")
         done = FinishedRun(config, run, self.placement, members, datasets, self.scan, self.compiled, global_step,
                            self.roster.records, self.timing, self.book, warnings=self._run_warnings(schedule))
+        self._end_of_run(done, step)
+
+    def _end_of_run(self, done: FinishedRun, step: int) -> None:
+        """Step 8: the end-of-run actions in order, each timed; a signal stops the run between two
+        of them until it is marked completed, and after that is told what is still written."""
+        run = self.run_dir
         # From here a signal stops the run between two end-of-run actions (the quickstart's take a
         # minute), not after them: training is checkpointed, and `resume` redoes the end of the run.
         self.stop.notice = (f"training is done and checkpointed (step {step}); harness stops after the end-of-run action in "
