@@ -288,6 +288,23 @@ def test_a_signal_once_tonights_run_is_trained_is_answered_and_the_comparison_fi
     assert "tonight's run 20261206-021500 is trained; harness records it in the history and finishes its comparison" in compare_and_report.said
 
 
+def test_nightly_md_names_the_previous_runs_night_and_an_earlier_run_of_the_same_night_as_such(tmp_path):
+    """A night trained again with a changed config compared with the run of that same night,
+    which nightly.md called "Previous night". It names the run, then its night or that it was
+    earlier the same night."""
+    from harness.nights.tonight import render_markdown
+
+    store = HistoryStore.beside(tmp_path)
+    for run_id, night in (("r1", "2026-12-01"), ("r2", "2026-12-02"), ("r3", "2026-12-02")):
+        record(store, run_id, night, {("fcn", "val_iou"): 0.5})
+    report = {"night": "2026-12-02", "run_id": "r3", "baseline": None, "regressions": 0, "watched": ["val_iou"], "changes": [], "notes": [], "trend_plots": []}
+    same = render_markdown("tiny", {**report, "previous": "r2", "previous_night": "2026-12-02"}, store.table())
+    assert "Previous run: `r2` (earlier the same night); baseline: `-`." in same
+    other = render_markdown("tiny", {**report, "previous": "r1", "previous_night": "2026-12-01"}, store.table())
+    assert "Previous run: `r1` (night of 2026-12-01)" in other
+    assert "Previous run: `-`; baseline" in render_markdown("tiny", {**report, "previous": None, "previous_night": None}, store.table())
+
+
 def test_night_changes_at_the_configured_hour():
     from datetime import datetime
 

@@ -335,6 +335,7 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
         "night": result.night,
         "run_id": run.path.name,
         "previous": references["previous"].run_id if references["previous"] else None,
+        "previous_night": references["previous"].night if references["previous"] else None,
         "baseline": references["baseline"].run_id if references["baseline"] else None,
         "regressions": len(result.regressions),
         "watched": list(config.nightly_thresholds()),
@@ -350,6 +351,15 @@ def write_nightly_report(config: ExperimentConfig, store: HistoryStore, run: rd.
     return report
 
 
+def _of_night(report: dict[str, Any]) -> str:
+    """` (night of 2026-12-01)` after the previous run's id; `(earlier the same night)` for a run
+    the night trained before tonight's, its config since changed (it was called the previous night)."""
+    night = report.get("previous_night")
+    if not report.get("previous") or not night:
+        return ""
+    return " (earlier the same night)" if night == report["night"] else f" (night of {night})"
+
+
 def _json_number(value: Any) -> Any:
     return None if isinstance(value, float) and not is_finite(value) else value
 
@@ -359,7 +369,7 @@ def render_markdown(name: str, report: dict[str, Any], history: pd.DataFrame, li
     lines = [
         f"# {name}: night of {report['night']}",
         "",
-        f"Run `{report['run_id']}`: {verdict}. Previous night: `{report['previous'] or '-'}`; "
+        f"Run `{report['run_id']}`: {verdict}. Previous run: `{report['previous'] or '-'}`{_of_night(report)}; "
         f"baseline: `{report['baseline'] or '-'}`.",
         "",
     ]
