@@ -56,6 +56,10 @@ def test_report_of_a_run_that_did_not_complete_says_so_and_what_to_do(tmp_path):
     assert unfinished_note(tmp_path).endswith("failed at step 12 of 40: the report holds what it had by then; run.json says why (disk full: /x).")
     run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.RUNNING, total_steps=40, steps_done=8))
     assert unfinished_note(tmp_path).startswith("This run stopped without a word (killed; run.json still says running) at step 8 of 40")
+    # Stopped during the end of the run (Ctrl-C while its tables were written): nothing is left to train.
+    run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.INTERRUPTED, total_steps=40, steps_done=40))
+    assert unfinished_note(tmp_path).endswith(f"training is done: harness resume {tmp_path} does the end of the run (what a run does after its last step), "
+                                              "training nothing.")
     run.write_record(RunRecord(name="smoke", run_id="r1", status=RunStatus.COMPLETED, total_steps=40, steps_done=40))
     assert unfinished_note(tmp_path) is None
 
