@@ -103,9 +103,10 @@ def run_nightly(
 
 def signals_acknowledged(run: rd.RunDir):
     """Once tonight's run is trained, what is left (recording it, the comparison, retention) takes
-    seconds: a SIGTERM or Ctrl-C then is answered at once and the nightly finishes it (a second Ctrl-C stops
-    at once, exit 130). Unhandled, a SIGTERM there (a systemd stop) ended the process with 143 and
-    no word; an exception raised from a handler can land in a weakref callback, which swallows it."""
+    seconds: a SIGTERM or Ctrl-C then is answered at once and the nightly finishes it (a second
+    Ctrl-C stops at once, exit 130). Unhandled, a SIGTERM there (a systemd stop) ended the process
+    with 143 and no word. A flag, not an exception raised from the handler: that can land in a
+    weakref callback, which swallows it and goes on."""
     from harness.training.controller import StopFlag
 
     again = "the same harness nightly command again writes what is missing and trains nothing"
@@ -116,7 +117,7 @@ def signals_acknowledged(run: rd.RunDir):
 
 
 # ---------------------------------------------------------------------------------------------
-# 2-3. Train (or resume) tonight's run and record it
+# 2. Train (or resume) tonight's run (run_nightly records it)
 
 
 def _train_tonight(config: ExperimentConfig, scan, folder: Path, store: HistoryStore, night: str, commit: str | None):

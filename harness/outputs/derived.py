@@ -214,10 +214,12 @@ def unfinished_note(run_dir: Path) -> str | None:
     if record.status == RunStatus.COMPLETED:
         return None
     where = f"at step {record.steps_done} of {record.total_steps}" if record.total_steps else f"after {record.steps_done} step(s)"
-    trained = bool(record.total_steps) and record.steps_done >= record.total_steps  # stopped during the end of the run
-    then = (f"run.json says why ({record.error.splitlines()[0][:200]})" if record.status == RunStatus.FAILED and record.error
-            else f"training is done: harness resume {run.resumed_from} does the end of the run (what a run does after its last step), training nothing"
-            if trained else f"harness resume {run.resumed_from} continues it")
+    if record.status == RunStatus.FAILED and record.error:
+        then = f"run.json says why ({record.error.splitlines()[0][:200]})"
+    elif record.total_steps and record.steps_done >= record.total_steps:  # stopped during the end of the run
+        then = f"training is done: harness resume {run.resumed_from} does the end of the run (what a run does after its last step), training nothing"
+    else:
+        then = f"harness resume {run.resumed_from} continues it"
     # Still `running` here means its process is gone: the report took the run's lock, which a live run holds.
     state = "stopped without a word (killed; run.json still says running)" if record.status == RunStatus.RUNNING else record.status
     return f"This run {'is ' if record.status != RunStatus.RUNNING else ''}{state} {where}: the report holds what it had by then; {then}."
