@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 import json
+import os
 import signal
 import time
+from types import SimpleNamespace
 
 from conftest import TINY_CONFIG, assert_same_training, only_run_dir, run_cli, start_cli, tiny_config, wait_for_run_dir, write_yaml
 
@@ -178,6 +180,40 @@ def test_a_group_a_second_ctrl_c_stopped_at_once_is_interrupted_and_the_run_says
 
     with pytest.raises(Interrupted, match="g2 stopped at once .Ctrl-C again. and keeps its newest checkpoint, every other group"):
         driver._conclude(Stopped())
+
+
+def test_a_signal_while_the_groups_are_merged_is_answered_and_the_merge_finished(tmp_path, monkeypatch, capsys):
+    """Ctrl-C while the driver merged the trained groups printed "harness: interrupted" (exit 130)
+    and left run.json saying running. The merge takes seconds and trains nothing: the signal is
+    answered, the merge finished, and the handlers before it come back."""
+    from harness.rundir import RunDir, RunRecord
+    from harness.scale import groups as driver_module
+    from harness.scale.groups import GroupsRun, new_group_entry
+
+    config = validate_config(tiny_config(placement={"max_members_per_group": 2}, output={"progress": "none"}))
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    record = RunRecord.from_dict({"name": "tiny", "status": "running", "groups": [{**new_group_entry("g1", ["fcn"], config, None), "status": "completed"}]})
+    monkeypatch.setattr(driver_module, "merge_groups", lambda run, groups: {})  # no group folders here: nothing to merge
+    finished, unhandled = [], []
+
+    def finish(driver):
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while "SIGTERM received" not in (said := capsys.readouterr().err) and time.monotonic() < deadline:
+            time.sleep(0.02)  # said by the thread that reads the signal's pipe
+        finished.append(said)
+
+    def guard(*args):  # where the default handler would have ended the process
+        unhandled.append(args)
+
+    before = signal.signal(signal.SIGTERM, guard)
+    try:
+        GroupsRun(config, run, record, engine=None, memory_of={}, finish=finish)._conclude(SimpleNamespace(signal=None, name=""))
+        assert signal.getsignal(signal.SIGTERM) is guard and not unhandled
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert "every group is trained; harness merges them" in finished[0], finished
 
 
 def test_a_group_out_of_memory_is_split_and_a_member_too_big_alone_is_oom(tmp_path):

@@ -173,8 +173,18 @@ class GroupsRun:
             )
         # Whose timings these are: the groups' machines (Ray places them), not the driver's.
         machine = common_machine([g.get("hardware") for g in groups if g["status"] == "completed"])
-        self._update(**merge_groups(self.run, groups), hardware=machine or self.record.hardware)
-        self.finish(self)
+        with self._merging():
+            self._update(**merge_groups(self.run, groups), hardware=machine or self.record.hardware)
+            self.finish(self)
+
+    def _merging(self) -> StopFlag:
+        """The merge and the run's own outputs take seconds and train nothing: a signal then is
+        answered and they are finished (Ctrl-C again stops at once, and `resume` merges again).
+        Unhandled, a Ctrl-C there printed "harness: interrupted" and left run.json saying running."""
+        return StopFlag(notice=f"every group is trained; harness merges them (tables, statistics, plots, the report: seconds), then "
+                               f"exits (Ctrl-C again: stop at once; harness resume {self.run.path} then merges them again, training nothing)",
+                        at_once=f"stopped at once (exit 130): every group is trained, the merge not written; harness resume "
+                                f"{self.run.path} merges them again, training nothing")
 
     # -- records ----------------------------------------------------------------------------
 

@@ -103,7 +103,8 @@ def resume(run_dir: Path, overrides: list[str] | None = None, accept_changed_dat
             return load_result(run, config)
         engine = make_engine(config)  # before run.json changes: a cluster that is not up leaves the run as it was
         redo = [g["name"] for g in record.groups if g["status"] in ("pending", "running", "interrupted", "failed")]
-        print(f"harness: resuming {run.path}: group(s) {', '.join(redo) or 'none'} to finish, each from its newest checkpoint", file=sys.stderr)
+        print(f"harness: resuming {run.path}: " + (f"group(s) {', '.join(redo)} to finish, each from its newest checkpoint" if redo else
+              "every group is trained; merging them (nothing to train)"), file=sys.stderr)
         record.update(status=rd.RunStatus.RUNNING, ended=None, error=None)
         record.resumes.append({"at": rd.utc_now(), "groups": redo})
         memory = {m["model"]: m.get("peak_mb") for m in _read_plan(run).get("models", [])}
