@@ -125,7 +125,8 @@ class Runner:
             pool.settle()  # no output process is loading its libraries while the probes time
         for index, action in enumerate(self.end_of_run):  # 8.
             if self.stop.signal is not None and self.book.record.status != RunStatus.COMPLETED:
-                self._stopped(step, f"before the end of the run: {not_yet_written(done, self.end_of_run[index:])} not written")
+                left = not_yet_written(done, self.end_of_run[index:])  # "" in a group stopped just before `completed`
+                self._stopped(step, f"before the end of the run: {left} not written" if left else "before it was marked completed")
             if action in PHASES and (text := PHASES[action](done)):
                 self._phase(text)
             with self.clock.timed(f"end: {action.__name__}"):
