@@ -187,6 +187,20 @@ def test_factory_that_cannot_be_imported():
     assert problem.startswith("models.0(fcn).arch:") and "cannot import module 'no_such_pkg.models'" in problem
 
 
+def test_code_in_the_running_script_is_refused_with_where_to_put_it():
+    # `__main__:small` builds in the script's own process, but resume, report and nightly read
+    # config.yaml in processes of their own, where __main__ is something else
+    raw = tiny_config()
+    raw["models"][0]["arch"] = "__main__:small"
+    raw["models"].append({"name": "own", "arch": "tiny_fcn", "kind": "__mp_main__:MyKind"})
+    factory, kind = problems_of(raw)
+    assert factory.startswith("models.0(fcn): factory '__main__:small' is in the script or notebook running harness")
+    assert "name it 'mymodels:small'" in factory
+    assert kind.startswith(f"models.{len(raw['models']) - 1}(own): kind '__mp_main__:MyKind' is in the script") and "'mymodels:MyKind'" in kind
+    raw["models"][0]["arch"] = "main_models:small"  # a module merely named like it is a module
+    assert problems_of(raw) == [kind]
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")

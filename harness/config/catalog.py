@@ -66,6 +66,23 @@ def is_factory(arch: str) -> bool:
     return ":" in arch
 
 
+# The module Python names a running script (and a notebook's kernel); `__mp_main__` is its name
+# in a spawned process. A config.yaml naming it names code no other process can import.
+SCRIPT_MODULES = ("__main__", "__mp_main__")
+
+
+def script_module_problem(path: str, what: str) -> str | None:
+    """A factory or kind named in the script or notebook that runs harness (`__main__:f`): it
+    would build tonight, in that process, but the run's config.yaml must name code that `harness
+    resume`, `report`, `nightly` and a group's own process can import again, and those cannot."""
+    module, _, name = path.partition(":")
+    if module not in SCRIPT_MODULES:
+        return None
+    return (f"{what} {path!r} is in the script or notebook running harness ({module}), which no other process can "
+            f"import (harness resume, report and nightly read the run's config.yaml in one of their own): put {name} in a "
+            f"module of its own, e.g. mymodels.py beside the script, and name it 'mymodels:{name}' (docs/members.md)")
+
+
 def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list[str]:
     """Problems with a model's arch/backbone/options, found from names alone."""
     if arch in SM_ARCHS:
@@ -88,7 +105,9 @@ def check_spec(arch: str, backbone: str | None, options: dict[str, Any]) -> list
             problems.append(unknown)
         return problems
     if is_factory(arch):
-        return [] if FACTORY_PATTERN.match(arch) else [f"factory {arch!r} must look like package.module:function (a module's name, not its file's)"]
+        if not FACTORY_PATTERN.match(arch):
+            return [f"factory {arch!r} must look like package.module:function (a module's name, not its file's)"]
+        return [problem] if (problem := script_module_problem(arch, "factory")) else []
     return [f"unknown arch {arch!r}{did_you_mean(arch, ALL_ARCHS)}, or a factory 'package.module:function'"]
 
 

@@ -19,7 +19,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from harness.config import metrics
 from harness.config.consistency import combination_problems, loss_problems, sized_problems
 from harness.config.changes import added_off_default, changed_since, keys_like
-from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side, weights_paths
+from harness.config.catalog import check_input_size, check_spec, input_multiple, min_side, script_module_problem, weights_paths
 from harness.config.grid import expand_grids
 from harness.config.data_spec import SOURCES, AugmentSpec, DataSpec, TfdsSpec
 from harness.config.recipes import ACCEPTED, EarlyStoppingSpec, RaceSpec, ScheduleSpec, Strict
@@ -119,6 +119,7 @@ class ModelSpec(Strict):
     @model_validator(mode="after")
     def _arch_known(self, info: ValidationInfo) -> "ModelSpec":
         problems = check_spec(self.arch, self.backbone, self.options)
+        problems += [problem] if (problem := script_module_problem(self.kind, "kind")) else []
         problems += kind_loss_problems(self.predicts_masks, self.loss, (info.context or {}).get(ACCEPTED, False))
         if self.gan is not None and self.kind != "gan":
             problems.append(f"'gan' settings apply to kind: gan, not kind: {self.kind}")
