@@ -50,12 +50,16 @@ def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data
     """Continue an interrupted run from its newest valid checkpoint; returns a `RunResult`.
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
-    from harness.rundir import RunDir
+    from harness.rundir import RunDir, RunStatus
     from harness.training.preflight import check_module_paths, refuse_locked
 
     run = RunDir(Path(run_dir))
     run.read_info()  # not a run directory: said before TensorFlow's import
     refuse_locked(run.path)  # exit 5 too
+    if run.read_record().status == RunStatus.COMPLETED:  # nothing to train: its code is not asked for
+        from harness.training.entry import completed_result
+
+        return completed_result(run, as_overrides(overrides))
     check_module_paths(run.read_config(as_overrides(overrides)))  # and code that cannot be found
     pool.start(1)
     from harness.scale.launch import resume as resume_any

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 import json
 from pathlib import Path
 
@@ -53,6 +54,22 @@ def test_user_factory_from_config(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = read_csv(next((tmp_path / "r" / "tiny").glob("*/summary.csv")))
     assert summary.loc[0, "params"] == 3 * 3 * 3 * 3 + 3 + 3 * 1 + 1
+
+
+def test_resume_of_a_completed_run_does_not_ask_for_its_code(tmp_path, monkeypatch):
+    # a script's mymodels.py trained the run; `harness resume` from another folder has nothing to train
+    (tmp_path / "mymodels.py").write_text((REPO / "tests" / "factories.py").read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    raw = tiny_config(models=[{"name": "mine", "arch": "mymodels:small_convnet", "options": {"width": 3}}], train={"steps": 2})
+    assert run_main("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r").returncode == 0
+    (run_dir,) = (tmp_path / "r" / "tiny").iterdir()
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])  # the module gone from the path,
+    monkeypatch.delitem(sys.modules, "mymodels")  # and from this process
+    result = run_main("resume", run_dir)
+    assert result.returncode == 0 and "already completed; nothing to resume" in result.stderr, result.stderr
+    assert "mine" in result.stdout
+    result = run_main("resume", run_dir, "--set", "train.steps=3")  # still refused: it would not train the same
+    assert result.returncode == 2 and "only where it runs may change" in result.stderr
 
 
 def test_user_factory_size_rule_is_checked(tmp_path):

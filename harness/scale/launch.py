@@ -23,7 +23,7 @@ from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
 from harness.scale.plan import Plan, find_devices, make_plan, save_plan, uses_groups
 from harness.training.actions import data_warnings, log_mlflow, mark_completed, validation_warnings, write_final_report
-from harness.training.entry import ACCEPT_CHANGED_DATA, load_result, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
+from harness.training.entry import ACCEPT_CHANGED_DATA, load_result, nothing_to_resume, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
 from harness.training.records import RunResult
 from harness.training.run_book import RunBook
 
@@ -99,8 +99,7 @@ def resume(run_dir: Path, overrides: list[str] | None = None, accept_changed_dat
     with FolderLock(run.path):
         record = run.read_record()  # again, now that no other process can be writing it
         if record.status == rd.RunStatus.COMPLETED:
-            print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
-            return load_result(run, config)
+            return nothing_to_resume(run, config)
         engine = make_engine(config)  # before run.json changes: a cluster that is not up leaves the run as it was
         redo = [g["name"] for g in record.groups if g["status"] in ("pending", "running", "interrupted", "failed")]
         print(f"harness: resuming {run.path}: " + (f"group(s) {', '.join(redo)} to finish, each from its newest checkpoint" if redo else

@@ -105,8 +105,7 @@ def resume_run(run_dir: Path, overrides: list[str] | None = None, end_of_run=END
     with FolderLock(run.path):
         record = run.read_record()  # again, now that no other process can be writing it
         if record.status == rd.RunStatus.COMPLETED:
-            print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
-            return load_result(run, config)
+            return nothing_to_resume(run, config)
         rescanned, scan = resolve_data_sizes(config, run.results_dir, say=end_of_run is END_OF_RUN)
         refuse_changed_data(config, rescanned)
         accept = accept_changed_data or os.environ.get(ACCEPT_CHANGED_DATA) == "1"
@@ -226,6 +225,20 @@ def refuse_changed_config(config: ExperimentConfig, info: dict[str, Any]) -> Non
         "start a new run instead (harness run). What differs (started -> now):",
         config.changed_since(info.get("config") or {}) or ["(the config fingerprint differs)"],
     )
+
+
+def nothing_to_resume(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
+    print(f"harness: {run.path} is already completed; nothing to resume", file=sys.stderr)
+    return load_result(run, config)
+
+
+def completed_result(run: rd.RunDir, overrides: list[str]) -> RunResult:
+    """`harness resume` of a completed run, without its code: nothing is trained, so a factory no
+    longer on the path (a script's mymodels.py, run from another folder) is not asked for."""
+    record = run.read_record()
+    config = run.read_config(overrides)
+    refuse_changed_config(config, record)
+    return nothing_to_resume(run, config)
 
 
 def load_result(run: rd.RunDir, config: ExperimentConfig) -> RunResult:
