@@ -136,3 +136,19 @@ def test_ctrl_c_again_during_a_long_call_stops_at_once_but_a_forwarded_duplicate
     forwarded = subprocess.run([sys.executable, str(script), "0.01"], capture_output=True, text=True, timeout=300)
     assert forwarded.returncode == 0 and "the long call returned; flag: SIGINT" in forwarded.stderr, forwarded.stderr
     assert "SIGINT again" not in forwarded.stderr
+
+
+def test_a_models_seeds_are_one_entry_with_their_mean_and_range():
+    """smoke with train.repeats: 20 printed 60 members' scores at each validation, 1,500 characters"""
+    seeds = [f"{model}@{r}" for model in ("fcn", "unet") for r in range(1, 21)]
+    stream = io.StringIO()
+    writer = TerminalWriter(40, seeds, "lines", 0, stream)
+    val = [Row(40, 1, m, "val", metric, (0.3 if m.startswith("fcn") else 0.5) + 0.01 * i) for i, m in enumerate(seeds)
+           for metric in ("iou", "loss")]
+    writer.write(train_rows(40, seeds, 1.0), 40)
+    writer.write(train_rows(40, seeds[:3] + seeds[4:20] + seeds[20:], 1.0) + val, 40)  # fcn@4 left the run
+    first, scores, last = stream.getvalue().splitlines()
+    assert first.startswith("step 40/40  ") and first.endswith("mean loss: fcn@1-20 10.5000  unet@1-20 30.5000")
+    assert scores == ("val @ step 40, each model's mean over its seeds: fcn@1-20 iou 0.395 (seeds 0.300-0.490) loss 0.395 | "
+                      "unet@1-20 iou 0.795 (seeds 0.700-0.890) loss 0.795")
+    assert "fcn@1-3,5-20 " in last and "mine" not in last

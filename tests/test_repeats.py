@@ -10,7 +10,8 @@ from conftest import tiny_config
 
 from harness.api import run
 from harness.config.loading import validate_config
-from harness.config.naming import member_name, model_of, repeat_of, training_seed
+from harness.config.naming import member_name, model_of, repeat_of, repeats_span, training_seed
+from harness.core.placement import describe_plan
 
 
 def rows(result, member: str) -> list[float]:
@@ -41,6 +42,14 @@ def test_names_and_seeds_of_repeats():
     config = validate_config(tiny_config(train={"repeats": 3}))
     assert config.training_seeds() == (3, 4, 5)
 
+
+
+def test_a_models_seeds_are_named_as_one_span_and_placed_on_one_line():
+    assert repeats_span(["unet"]) == "unet" and repeats_span([f"unet@{r}" for r in range(1, 21)]) == "unet@1-20"
+    assert repeats_span(["unet@1", "unet@3", "unet@4", "unet@6"]) == "unet@1,3-4,6"
+    plan = {"strategy": "per_model", "replicas": 1, "global_batch": 8, "per_replica_batch": 8, "precision": "float32",
+            "models": {"a@1": ["/gpu:0"], "a@2": ["/gpu:1"], "a@3": ["/gpu:0"], "b@1": ["/gpu:1"], "b@2": ["/gpu:1"]}}
+    assert describe_plan(plan)[1:] == ["  a@1,3: /gpu:0", "  a@2: /gpu:1", "  b@1-2: /gpu:1"]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("repeat", [1, 3])

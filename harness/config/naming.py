@@ -39,3 +39,19 @@ def repeat_facts(member: str, seed: int) -> dict[str, str | int]:
     `unet@2` of a run with `seed: 0` -> model unet, repeat 2, training_seed 1."""
     repeat = repeat_of(member)
     return {"model": model_of(member), "repeat": repeat, "training_seed": training_seed(seed, repeat)}
+
+
+def repeats_span(members: list[str]) -> str:
+    """Members of one model as one label: `unet@1`..`unet@20` -> `unet@1-20`, `unet@1`, `unet@3`,
+    `unet@4` -> `unet@1,3-4`; a single member is its own name (progress and placement lines of a
+    run with many seeds, one per model instead of one per member)."""
+    if len(members) == 1:
+        return members[0]
+    repeats = sorted(repeat_of(m) for m in members)
+    spans, start = [], repeats[0]
+    for previous, current in zip(repeats, repeats[1:] + [None]):
+        if current == previous + 1:  # the span goes on (None, after the last, ends it)
+            continue
+        spans.append(f"{start}" if start == previous else f"{start}-{previous}")
+        start = current
+    return f"{model_of(members[0])}{REPEAT_SEPARATOR}{','.join(spans)}"

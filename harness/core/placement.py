@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.backend import import_keras, import_tf, onednn_enabled
+from harness.config.naming import model_of, repeats_span
 from harness.config.schema import ExperimentConfig, PlacementSpec
 from harness.errors import ConfigError
 
@@ -316,5 +317,8 @@ def describe_plan(plan: dict[str, Any]) -> list[str]:
         f"placement: {plan['strategy']}, {plan['replicas']} replica(s), global batch {plan['global_batch']} "
         f"({plan['per_replica_batch']} per replica), {plan['precision']}"
     ]
-    lines += [f"  {name}: {', '.join(devices)}" for name, devices in plan["models"].items()]
+    placed: dict[tuple[str, tuple[str, ...]], list[str]] = {}  # a model's seeds on the same devices: one line
+    for member, devices in plan["models"].items():
+        placed.setdefault((model_of(member), tuple(devices)), []).append(member)
+    lines += [f"  {repeats_span(members)}: {', '.join(devices)}" for (_, devices), members in placed.items()]
     return lines

@@ -8,6 +8,9 @@ rest counted ("+3 more").
 Members that left the run (dropped by a race, stopped early) are left out: their rows stop coming.
 Validation scores are printed above the line at each evaluation, wrapped to the width, on a
 terminal as in a log.
+With `train.repeats`, each model's seeds are one entry (`unet@1-20`): the mean of their losses and
+scores, and the seeds' range of the first score, where 20 entries per model made a validation
+1,500 characters long.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import shutil
 import sys
 import time
 from typing import Sequence, TextIO
+
+from harness.config.naming import model_of, repeats_span
 
 MIN_BAR = 10  # a bar narrower than this says nothing: leave it out
 SHOWN_VAL = ("iou", "loss")
@@ -56,10 +61,35 @@ def _fitted(values: dict[str, str], room: int, prefix: str = "") -> str:
     return prefix + "  ".join(shown) if shown else ""
 
 
-def val_lines(step: int, scores: dict[str, dict[str, str]], width: int) -> list[str]:
-    """`val @ step S: a iou 0.61 loss 0.43 | b ...`, wrapped at members to `width`."""
+def seeds_pooled(values: dict[str, float]) -> dict[str, list[float]]:
+    """Each model's members under one label, in the order given: `unet@1`..`unet@20` ->
+    `unet@1-20` with their 20 values; a model of one member keeps its name and its one value."""
+    grouped: dict[str, list[str]] = {}
+    for member in values:
+        grouped.setdefault(model_of(member), []).append(member)
+    return {repeats_span(members): [values[m] for m in members] for members in grouped.values()}
+
+
+def pooled_scores(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
+    """Validation scores per model: each metric's mean over its seeds, and, with seeds, their range
+    for the first metric shown (how far one seed's score is from another's)."""
+    by_metric = {k: seeds_pooled({m: v[k] for m, v in scores.items() if k in v}) for k in SHOWN_VAL}
+    shown: dict[str, dict[str, str]] = {}
+    for metric, pooled in by_metric.items():
+        for label, values in pooled.items():
+            entry = shown.setdefault(label, {})
+            text = f"{sum(values) / len(values):.3f}"
+            if len(values) > 1 and len(entry) == 0:
+                text += f" (seeds {min(values):.3f}-{max(values):.3f})"
+            entry[metric] = text
+    return shown
+
+
+def val_lines(step: int, scores: dict[str, dict[str, str]], width: int, pooled: bool = False) -> list[str]:
+    """`val @ step S: a iou 0.61 loss 0.43 | b ...`, wrapped at members to `width`; `pooled`: the
+    entries are models' means over their seeds, and the head says so."""
     items = [f"{m} " + " ".join(f"{k} {v[k]}" for k in SHOWN_VAL if k in v) for m, v in scores.items()]
-    lines, line = [], f"val @ step {step}:"
+    lines, line = [], f"val @ step {step}, each model's mean over its seeds:" if pooled else f"val @ step {step}:"
     for item in items:
         if len(line) + 3 + len(item) > width and not line.endswith(":"):
             lines.append(line)
@@ -77,6 +107,7 @@ class TerminalWriter:
         self.total, self.models, self.start_step = total_steps, list(models), start_step
         self.mode = ("bar" if self.stream.isatty() else "lines") if mode == "auto" else mode
         self.fixed_width = width
+        self._seeds = any(model_of(m) != m for m in self.models)  # train.repeats: a model's seeds as one entry
         self.latest: dict[str, str] = {}
         self._started = time.monotonic()
         self._paced_from: tuple[float, int] | None = None  # (time, step) when the first call returned
@@ -92,21 +123,23 @@ class TerminalWriter:
     def write(self, rows: Sequence, step: int) -> None:
         if self.mode == "none":
             return
-        current = {r.model: f"{r.value:.4f}" for r in rows if r.split == "train" and r.metric == "loss"}
+        current = {r.model: r.value for r in rows if r.split == "train" and r.metric == "loss"}
         if current:  # members with no row at this call have left the run: not shown
-            self.latest = {m: current[m] for m in self.models if m in current}
-        val: dict[str, dict[str, str]] = {}
+            pooled = seeds_pooled({m: current[m] for m in self.models if m in current})
+            self.latest = {label: f"{sum(values) / len(values):.4f}" for label, values in pooled.items()}
+        val: dict[str, dict[str, float]] = {}
         for r in rows:
             if r.split == "val" and r.metric in SHOWN_VAL:
-                val.setdefault(r.model, {})[r.metric] = f"{r.value:.3f}"
+                val.setdefault(r.model, {})[r.metric] = r.value
                 val_step = r.step
         now = time.monotonic()
         elapsed = now - self._started
         left = self._time_left(now, step)
         if val:
-            self._print_above(val_lines(val_step, val, self.width))
+            self._print_above(val_lines(val_step, pooled_scores(val), self.width, pooled=self._seeds))
         bar = self.mode == "bar"
-        line = status_line(step, self.total, elapsed, left, self.latest, self.width - bar, bar=bar, label="" if bar else "loss: ")
+        label = "" if bar else "mean loss: " if self._seeds else "loss: "
+        line = status_line(step, self.total, elapsed, left, self.latest, self.width - bar, bar=bar, label=label)
         if self.mode == "bar":
             self.stream.write("\r" + line.ljust(self.width - 1))
             self._drawn = True
