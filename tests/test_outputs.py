@@ -858,6 +858,10 @@ def test_quality_vs_cost_draws_each_models_interval_and_says_what_it_covers():
     plot_quality_vs_cost(ax, summary.drop(columns=["test_iou_low", "test_iou_high"]), "latency_ms", "test_iou")
     assert not ax.containers and "bars" not in ax.get_title()  # no interval, no bars
     plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))  # fcn cheaper and better: a front of one point, no dash drawn
+    plot_quality_vs_cost(ax, summary.assign(test_iou=[0.2, 0.1]), "latency_ms", "test_iou")
+    assert not [l for l in ax.lines if l.get_linestyle() == "--"] and ax.get_title().startswith("test_iou vs latency_ms (the Pareto front: fcn alone, none cheaper or better)\nbars")
+    plt.close(fig)
 
 
 def test_quality_vs_cost_says_which_gains_along_the_front_the_ranking_does_not_support():

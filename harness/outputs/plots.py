@@ -264,7 +264,9 @@ def plot_quality_vs_cost(ax, summary: pd.DataFrame, cost: str, quality: str):
             ax.errorbar([x], [y], yerr=bars[:, i : i + 1], fmt="none", ecolor=colours[model], capsize=4, alpha=0.6, zorder=2)
         bars_said = "\nbars: " + _interval_label(data)
     front = pareto_front(data, cost, quality, higher)
-    if len(front):
+    if len(front) == 1:  # no line to draw: the title said "dashed" over a plot without a dash
+        title += f" (the Pareto front: {front['model'].iloc[0]} alone, none cheaper or better)"
+    elif len(front):
         # Named in the title, not a legend: a legend box covered the top model's interval bar.
         ax.plot(front[cost], front[quality], linestyle="--", color="grey", zorder=2)
         title += " (dashed: the Pareto front)" + _unsupported_gains(front)
