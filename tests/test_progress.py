@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from harness.outputs.progress import TerminalWriter, status_line
+from harness.outputs.progress import TerminalWriter, pooled_scores, status_line
 from harness.outputs.writers import Row
 
 NAMES = [f"mine-lr0.0{i}" for i in range(6)]
@@ -152,3 +152,10 @@ def test_a_models_seeds_are_one_entry_with_their_mean_and_range():
     assert scores == ("val @ step 40, each model's mean over its seeds: fcn@1-20 iou 0.395 (seeds 0.300-0.490) loss 0.395 | "
                       "unet@1-20 iou 0.795 (seeds 0.700-0.890) loss 0.795")
     assert "fcn@1-3,5-20 " in last and "mine" not in last
+
+
+def test_small_scores_keep_three_significant_digits():
+    """autoencoders.yaml's MSE: 0.0120 and 0.0094 were printed as 0.012 and 0.009, and a model's
+    seeds' range as 0.012-0.012"""
+    scores = pooled_scores({"ae@1": {"loss": 0.01204}, "ae@2": {"loss": 0.00943}, "unet": {"iou": 0.4655, "loss": 1.2345}})
+    assert scores == {"ae@1-2": {"loss": "0.0107 (seeds 0.00943-0.0120)"}, "unet": {"iou": "0.466", "loss": "1.234"}}

@@ -78,11 +78,17 @@ def pooled_scores(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, st
     for metric, pooled in by_metric.items():
         for label, values in pooled.items():
             entry = shown.setdefault(label, {})
-            text = f"{sum(values) / len(values):.3f}"
+            text = _score(sum(values) / len(values))
             if len(values) > 1 and len(entry) == 0:
-                text += f" (seeds {min(values):.3f}-{max(values):.3f})"
+                text += f" (seeds {_score(min(values))}-{_score(max(values))})"
             entry[metric] = text
     return shown
+
+
+def _score(value: float) -> str:
+    """Three decimals, or three significant digits below 0.1: an autoencoder's MSE of 0.0120 and
+    0.0094 printed as 0.012 and 0.009, its seeds' range as 0.012-0.012."""
+    return f"{value:.3f}" if abs(value) >= 0.1 or value == 0 else f"{value:#.3g}"
 
 
 def val_lines(step: int, scores: dict[str, dict[str, str]], width: int, pooled: bool = False) -> list[str]:
