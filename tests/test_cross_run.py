@@ -308,6 +308,22 @@ def test_the_same_networks_in_two_runs_are_named_not_passed_off_as_a_pair_within
     assert _same_networks_note([first, other]) is None
 
 
+def test_runs_of_different_repeats_say_the_pairs_rest_on_the_fewer_seeds():
+    # a 20-seed run against a 3-seed one: "over 3 training seeds", and nothing said of the other 17
+    from types import SimpleNamespace
+
+    from harness.config.loading import validate_config
+    from harness.outputs.cross_run import _seeds_note
+
+    def run(label, repeats):
+        return SimpleNamespace(label=label, config=validate_config(tiny_config(train={"repeats": repeats})))
+
+    assert _seeds_note([run("s/a", 3), run("s/b", 3)]) is None
+    note = _seeds_note([run("s/a", 20), run("s/b", 3), run("s/c", 5)])
+    assert note.startswith("The runs trained different numbers of seeds (s/a 20, s/b 3, s/c 5): a pair across them is paired by repeat")
+    assert note.endswith("a pair with a model of a 3-seed run rests on 3 seeds (the pairs' `seeds` column), not on 20.")
+
+
 def test_a_model_that_did_not_finish_is_left_out_and_named_as_in_a_runs_own_pairs(results, tmp_path):
     """A diverged model's scores come from fewer steps: a run's own pairs leave it out, and so do
     pairs across runs (they once paired a diverged unet with every model of the other run)."""

@@ -98,7 +98,8 @@ def cross_run_pairs(run_dirs: list[Path], metric: str | None = None, same_model:
     for run in runs:
         _read_scores(run, rank, chosen)
     _same_images(runs, split, moved + other_split)
-    notes = [note for note in (_unfinished_note(runs), _same_networks_note(runs), _own_loss_note(runs, rank), _versions_note(runs)) if note]
+    notes = [note for note in (_unfinished_note(runs), _seeds_note(runs), _same_networks_note(runs), _own_loss_note(runs, rank), _versions_note(runs))
+             if note]
     if moved:
         notes.append("The data's files are elsewhere in some runs (" + "; ".join(moved) + "): the scored images were found the same "
                      "by their true masks, image by image.")
@@ -287,6 +288,19 @@ def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:
 def _unfinished_note(runs: list[RunScores]) -> str | None:
     left = [f"{', '.join(r.unfinished)} of {r.label}" for r in runs if r.unfinished]
     return ("Not compared, as they did not finish (a score from fewer steps): " + "; ".join(left) + ".") if left else None
+
+
+def _seeds_note(runs: list[RunScores]) -> str | None:
+    """Runs of different `train.repeats`: a pair across them is paired by repeat, over the repeats
+    both its models have, so its interval rests on the smaller count, which the verdict's "over N
+    training seeds" says without saying the larger run's other seeds were left out."""
+    counts = {r.label: r.config.train.repeats for r in runs}
+    if len(set(counts.values())) < 2:
+        return None
+    fewest, most = min(counts.values()), max(counts.values())
+    return (f"The runs trained different numbers of seeds ({', '.join(f'{label} {n}' for label, n in counts.items())}): a pair across "
+            f"them is paired by repeat, over the repeats both its models have, so a pair with a model of a {fewest}-seed run rests "
+            f"on {fewest} seeds (the pairs' `seeds` column), not on {most}.")
 
 
 def _same_networks_note(runs: list[RunScores]) -> str | None:
