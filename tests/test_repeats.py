@@ -10,7 +10,7 @@ from conftest import tiny_config
 
 from harness.api import run
 from harness.config.loading import validate_config
-from harness.config.naming import member_name, model_of, repeat_of, repeats_span, training_seed
+from harness.config.naming import member_name, members_said, model_of, repeat_of, repeats_span, training_seed
 from harness.core.placement import describe_plan
 
 
@@ -47,6 +47,7 @@ def test_names_and_seeds_of_repeats():
 def test_a_models_seeds_are_named_as_one_span_and_placed_on_one_line():
     assert repeats_span(["unet"]) == "unet" and repeats_span([f"unet@{r}" for r in range(1, 21)]) == "unet@1-20"
     assert repeats_span(["unet@1", "unet@3", "unet@4", "unet@6"]) == "unet@1,3-4,6"
+    assert members_said(["unet@1", "unet@2", "unet@3", "fcn@2", "unet@5"]) == "unet@1-3,5, fcn@2" and members_said(["a", "b"]) == "a, b"
     plan = {"strategy": "per_model", "replicas": 1, "global_batch": 8, "per_replica_batch": 8, "precision": "float32",
             "models": {"a@1": ["/gpu:0"], "a@2": ["/gpu:1"], "a@3": ["/gpu:0"], "b@1": ["/gpu:1"], "b@2": ["/gpu:1"]}}
     assert describe_plan(plan)[1:] == ["  a@1,3: /gpu:0", "  a@2: /gpu:1", "  b@1-2: /gpu:1"]

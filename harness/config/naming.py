@@ -55,3 +55,12 @@ def repeats_span(members: list[str]) -> str:
         spans.append(f"{start}" if start == previous else f"{start}-{previous}")
         start = current
     return f"{model_of(members[0])}{REPEAT_SEPARATOR}{','.join(spans)}"
+
+
+def members_said(members: list[str]) -> str:
+    """Members as a reader takes them in: each model's seeds as one span, in the order given
+    (`unet@1, unet@2, unet@3, fcn@2` -> `unet@1-3, fcn@2`)."""
+    by_model: dict[str, list[str]] = {}
+    for member in members:
+        by_model.setdefault(model_of(member), []).append(member)
+    return ", ".join(repeats_span(group) for group in by_model.values())

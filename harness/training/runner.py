@@ -24,6 +24,7 @@ import sys
 import time
 
 from harness.config.metrics import declare_higher_is_better
+from harness.config.naming import members_said
 from harness.config.schema import ExperimentConfig
 from harness.core.backend import import_tf
 from harness.core.placement import Placement, describe_plan, input_pipeline_warning
@@ -235,13 +236,13 @@ class Runner:
             with self.clock.timed("eval_actions"):
                 self.compiled.depart(self.roster.training(), step, "; ".join(d.why for d in departures), also_note=note)
             how = "switched off in the fused step (no new trace)" if self.compiled.switches is not None else "the fused step rebuilt without them"
-            self._phase(f"{', '.join(leaving)} leave: {how}")
+            self._phase(f"{members_said(leaving)} leave: {how}")
             self.book.record.rebuilds = self.compiled.rebuilds
         return rows
 
     def _switch_off_diverged(self) -> None:
         if leaving := self.compiled.switch_off_diverged(self.roster.diverged()):
-            self._phase(f"{', '.join(leaving)} diverged: switched off in the fused step (no new trace), frozen as it was")
+            self._phase(f"{members_said(leaving)} diverged: switched off in the fused step (no new trace), frozen as it was")
 
     # -- the steps of a run ---------------------------------------------------------------------
 
