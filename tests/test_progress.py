@@ -159,3 +159,9 @@ def test_small_scores_keep_three_significant_digits():
     seeds' range as 0.012-0.012"""
     scores = pooled_scores({"ae@1": {"loss": 0.01204}, "ae@2": {"loss": 0.00943}, "unet": {"iou": 0.4655, "loss": 1.2345}})
     assert scores == {"ae@1-2": {"loss": "0.0107 (seeds 0.00943-0.0120)"}, "unet": {"iou": "0.466", "loss": "1.234"}}
+
+
+def test_a_seed_that_is_not_finite_is_counted_apart_not_averaged():
+    nan = float("nan")
+    scores = pooled_scores({"u@1": {"iou": 0.5, "loss": nan}, "u@2": {"iou": nan, "loss": 1.0}, "u@3": {"iou": 0.4, "loss": 1.2}, "x": {"iou": nan}})
+    assert scores == {"u@1-3": {"iou": "0.450 (seeds 0.400-0.500; 1 of 3 not finite)", "loss": "1.100 (1 of 3 not finite)"}, "x": {"iou": "nan"}}

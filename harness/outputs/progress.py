@@ -15,6 +15,7 @@ scores, and the seeds' range of the first score, where 20 entries per model made
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import time
@@ -71,18 +72,23 @@ def seeds_pooled(values: dict[str, float]) -> dict[str, list[float]]:
 
 
 def pooled_scores(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
-    """Validation scores per model: each metric's mean over its seeds, and, with seeds, their range
-    for the first metric shown (how far one seed's score is from another's)."""
-    by_metric = {k: seeds_pooled({m: v[k] for m, v in scores.items() if k in v}) for k in SHOWN_VAL}
-    shown: dict[str, dict[str, str]] = {}
-    for metric, pooled in by_metric.items():
-        for label, values in pooled.items():
-            entry = shown.setdefault(label, {})
-            text = _score(sum(values) / len(values))
-            if len(values) > 1 and len(entry) == 0:
-                text += f" (seeds {_score(min(values))}-{_score(max(values))})"
-            entry[metric] = text
+    """Validation scores per model, in the order given: each metric's mean over its seeds, and,
+    with seeds, their range for the first metric shown (how far one seed's score is from
+    another's). A seed's score that is not finite (it diverged) is counted apart, not averaged:
+    one NaN would have made its model's mean and range NaN."""
+    shown: dict[str, dict[str, str]] = {label: {} for label in seeds_pooled(dict.fromkeys(scores, 0.0))}
+    for metric in SHOWN_VAL:
+        for label, values in seeds_pooled({m: v[metric] for m, v in scores.items() if metric in v}).items():
+            finite = [v for v in values if math.isfinite(v)]
+            notes = [f"seeds {_score(min(finite))}-{_score(max(finite))}"] if len(finite) > 1 and not shown[label] else []
+            notes += [f"{len(values) - len(finite)} of {len(values)} not finite"] if len(values) > len(finite) and len(values) > 1 else []
+            shown[label][metric] = (_score(mean_of_finite(values)) if finite else "nan") + (f" ({'; '.join(notes)})" if notes else "")
     return shown
+
+
+def mean_of_finite(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else math.nan
 
 
 def _score(value: float) -> str:
@@ -132,7 +138,7 @@ class TerminalWriter:
         current = {r.model: r.value for r in rows if r.split == "train" and r.metric == "loss"}
         if current:  # members with no row at this call have left the run: not shown
             pooled = seeds_pooled({m: current[m] for m in self.models if m in current})
-            self.latest = {label: f"{sum(values) / len(values):.4f}" for label, values in pooled.items()}
+            self.latest = {label: f"{mean_of_finite(values):.4f}" for label, values in pooled.items()}
         val: dict[str, dict[str, float]] = {}
         for r in rows:
             if r.split == "val" and r.metric in SHOWN_VAL:
