@@ -91,3 +91,31 @@ def test_whether_the_cpus_kernels_are_onednns_is_read_as_tensorflow_chose(asked,
     done = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "TF_ENABLE_ONEDNN_OPTS": asked}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == str(said)
+
+
+def test_child_processes_import_from_the_folders_this_process_does(tmp_path, monkeypatch):
+    """A script's own folder (mymodels.py beside it) is on its sys.path but not on that of a plan's
+    probe or a group's process started from another folder: "No module named 'mymodels'"."""
+    from harness.core.backend import code_path, user_environment
+
+    script_folder, elsewhere = tmp_path / "scripts", tmp_path / "elsewhere"
+    script_folder.mkdir(), elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr(sys, "path", [str(script_folder), "", os.path.dirname(os.__file__), str(tmp_path / "gone")])
+    assert code_path() == {"PYTHONPATH": os.pathsep.join([str(script_folder), str(elsewhere)])}  # not the standard library's, not a folder that is gone
+    assert user_environment()["PYTHONPATH"] == code_path()["PYTHONPATH"]
+
+
+@pytest.mark.subprocess
+def test_a_plan_from_a_script_in_another_folder_probes_the_scripts_factory(tmp_path, monkeypatch):
+    import harness
+    from conftest import REPO, tiny_config
+
+    script_folder, elsewhere = tmp_path / "scripts", tmp_path / "elsewhere"
+    script_folder.mkdir(), elsewhere.mkdir()
+    (script_folder / "beside_the_script.py").write_text((REPO / "tests" / "factories.py").read_text())
+    monkeypatch.syspath_prepend(str(script_folder))  # as `python scripts/plan.py` puts it
+    monkeypatch.chdir(elsewhere)
+    config = tiny_config(models=[{"name": "mine", "arch": "beside_the_script:small_convnet", "options": {"width": 3}}])
+    plan = harness.plan(config, results_dir=tmp_path / "r")
+    assert plan.models[0]["params"] == 3 * 3 * 3 * 3 + 3 + 3 * 1 + 1

@@ -83,12 +83,26 @@ def select_legacy_keras() -> None:
 
 
 def user_environment() -> dict[str, str]:
-    """The environment as the user gave it, for child processes (each makes its own choices)."""
-    env = dict(os.environ)
+    """The environment as the user gave it, for child processes (each makes its own choices), with
+    the folders this process imports code from (`code_path`)."""
+    env = {**os.environ, **code_path()}
     if not _USER_LOG_LEVEL:
         env.pop("TF_CPP_MIN_LOG_LEVEL", None)
         env.pop(_DEFAULTED, None)
     return env
+
+
+def code_path() -> dict[str, str]:
+    """PYTHONPATH for a child process that imports the code a config names (a group's process, a
+    plan's probe): the folders this process imports from that a new interpreter would not find by
+    itself (a script's own folder, `python -m`'s current folder, a notebook's sys.path additions),
+    in this process's order, the user's PYTHONPATH among them. A plan asked for by a script run from
+    another folder failed in its probe process with "No module named 'mymodels'", the module beside
+    the script that the script itself had imported."""
+    installed = [os.path.normpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}]
+    folders = dict.fromkeys(os.path.abspath(p or os.getcwd()) for p in sys.path)  # '' is the current folder
+    own = [f for f in folders if os.path.isdir(f) and not any(f == i or f.startswith(i + os.sep) for i in installed)]
+    return {"PYTHONPATH": os.pathsep.join(own)} if own else {}
 
 
 def _uses_legacy_keras(tf) -> bool:

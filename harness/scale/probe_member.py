@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 
 from harness.config.recipes import ACCEPTED
 from harness.config.schema import ExperimentConfig
+from harness.core.backend import code_path
 from harness.errors import ConfigError
 from harness.rundir import atomic_write_text, versions
 
@@ -65,7 +67,8 @@ def measure(raw: dict[str, Any], cache: Path, device: str, say=print, timeout_s:
         say(f"harness: the plan cache entry {path} is damaged or from another version: measuring again")
     say(f"harness: measuring {raw['models'][0]['name']} alone in a probe process (cached after this) ...")
     try:
-        done = subprocess.run([sys.executable, "-m", "harness.scale.probe_member"], input=json.dumps(raw), capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run([sys.executable, "-m", "harness.scale.probe_member"], input=json.dumps(raw), capture_output=True, text=True, timeout=timeout_s,
+                              env={**os.environ, **code_path()})  # the factories this process imports, wherever it was started
     except subprocess.TimeoutExpired:
         raise ConfigError(f"the memory probe of {raw['models'][0]['name']} took over {timeout_s:.0f} s") from None
     lines = done.stdout.strip().splitlines()
