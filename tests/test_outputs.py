@@ -791,6 +791,33 @@ def test_the_ranking_bars_warn_that_overlapping_intervals_are_no_verdict_and_kee
     plt.close(fig)
 
 
+def test_the_ranking_bars_show_each_finished_seeds_score_as_a_dot():
+    """smoke with 20 seeds: deconv's bar read 0.275 [0.17, 0.38], and nothing showed that 3 of its
+    20 seeds never learned (IoU 0 or near it)"""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from harness.outputs.figures import seed_scores, summary_figures
+    from harness.outputs.plots import figure_final
+
+    summary = pd.DataFrame({"model": ["fcn", "deconv"], "val_iou": [0.46, 0.27], "val_iou_low": [0.37, 0.17], "val_iou_high": [0.56, 0.38]})
+    seeds = pd.DataFrame({"model": ["fcn@1", "fcn@2", "fcn@3", "deconv@1", "deconv@2", "deconv@3"], "val_iou": [0.4, 0.5, 0.48, 0.0, 0.4, 0.9],
+                          "status": ["ok", "ok", "stopped", "ok", "ok", "diverged"]})
+    dots = seed_scores(seeds, "val_iou")
+    assert dots.to_dict("list") == {"model": ["fcn", "fcn", "fcn", "deconv", "deconv"], "value": [0.4, 0.5, 0.48, 0.0, 0.4]}  # not the diverged one
+    (job,) = [j for j in summary_figures(summary, "val_iou", None, seeds) if j.figure == "figure_final"]
+    fig = figure_final(*job.args)
+    ax = fig.axes[0]
+    import numpy as np
+
+    xy = np.vstack([c.get_offsets() for c in ax.collections if type(c).__name__ == "PathCollection"])  # the error bars: LineCollections
+    assert len(xy) == 5 and sorted(xy[:, 1].tolist()) == [0.0, 0.4, 0.4, 0.48, 0.5]
+    assert all(-0.35 < x < 0 for x in xy[:3, 0]) and all(0.65 < x < 1 for x in xy[3:, 0])  # each over its bar, left of its label
+    assert "dots: each training seed's score" in ax.get_title()
+    plt.close(fig)
+    assert summary_figures(summary, "val_iou", None)[0].args[2] is None  # one seed: no dots
+
+
 class _Tensor:
     def __init__(self, array):
         self.array = array

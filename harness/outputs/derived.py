@@ -24,7 +24,7 @@ from harness.core.scores import shows_foreground
 from harness.errors import ConfigError, HarnessError
 from harness.outputs import pool
 from harness.outputs.figures import FigureJob, curve_figures, summary_figures
-from harness.outputs.tables import base_model, load_losses
+from harness.outputs.tables import base_model, load_losses, load_summary
 from harness.rundir import FolderLock, RunDir, RunRecord, RunStatus
 
 
@@ -65,7 +65,8 @@ def write_outputs(run: RunDir, config: ExperimentConfig, record: RunRecord, samp
     drawn = [_draw(job, run, config, record) for job in curve_figures(losses, out.log_scale, config.compare_loss(), scored_on_common_loss(config))]
     summary, pairs = pool.result(tables)
     rank = config.ranking_column(record.scored_test())
-    drawn += [_draw(job, run, config, record) for job in summary_figures(summary, rank, pairs)]
+    seeds = load_summary(run.summary_members_csv) if config.train.repeats > 1 and run.summary_members_csv.is_file() else None
+    drawn += [_draw(job, run, config, record) for job in summary_figures(summary, rank, pairs, seeds)]
     if samples is not None:
         images, masks, predictors = samples
         shown, title = models_in_samples(list(predictors), summary, rank)

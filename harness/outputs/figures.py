@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.config.naming import model_of as base_model
-from harness.outputs.tables import charted_val_metrics, common_loss_rows
+from harness.outputs.tables import charted_val_metrics, common_loss_rows, finished
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,26 @@ def curve_figures(losses: pd.DataFrame, log_scale: bool, compared_on: str | None
 COSTS = ("params", "latency_ms", "ms_per_step")  # quality_vs_cost's panels, each when measured
 
 
-def summary_figures(summary: pd.DataFrame, rank_by: str, pairs: pd.DataFrame | None) -> list[FigureJob]:
+def summary_figures(summary: pd.DataFrame, rank_by: str, pairs: pd.DataFrame | None, seeds: pd.DataFrame | None = None) -> list[FigureJob]:
+    """`seeds`: with repeats, summary_members.csv (one row per seed), whose scores the ranking's
+    bars show as dots."""
     jobs = []
     if pairs is not None and "diff_low" in pairs and pairs["diff"].notna().any():
         best = base_model(str(summary["model"].iloc[0])) if len(summary) else None
         jobs.append(FigureJob("pair_differences", "figure_pair_differences", (pairs, best)))
     if rank_by in summary and summary[rank_by].notna().any():
-        jobs.append(FigureJob("final_" + rank_by, "figure_final", (summary, rank_by)))
+        jobs.append(FigureJob("final_" + rank_by, "figure_final", (summary, rank_by, seed_scores(seeds, rank_by))))
         if costs := [c for c in COSTS if c in summary and summary[c].notna().any()]:
             jobs.append(FigureJob("quality_vs_cost", "figure_quality_vs_cost", (summary, rank_by, costs)))
     return jobs
+
+
+def seed_scores(seeds: pd.DataFrame | None, rank_by: str) -> pd.DataFrame | None:
+    """Each finished seed's `rank_by` (model, value), the seeds a model's mean is taken over: what
+    a mean and its interval hide, such as 3 of 20 seeds that never learned (deconv in smoke with
+    20 seeds: IoU 0 beside a mean of 0.28). None without repeats."""
+    if seeds is None or rank_by not in seeds:
+        return None
+    done = seeds["status"].map(finished) if "status" in seeds else pd.Series(True, index=seeds.index)
+    rows = seeds[done]
+    return pd.DataFrame({"model": rows["model"].map(base_model), "value": pd.to_numeric(rows[rank_by], errors="coerce")}).dropna()

@@ -139,9 +139,10 @@ def plot_val_metric(ax, losses: pd.DataFrame, metric: str):
     return ax
 
 
-def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
+def plot_final_bars(ax, summary: pd.DataFrame, metric: str, seeds: pd.DataFrame | None = None):
     """The ranking metric per model, best first, with its 95% interval, titled with what the
-    interval covers (summary.csv `interval_covers`; runs written before it: `_ci95` across seeds)."""
+    interval covers (summary.csv `interval_covers`; runs written before it: `_ci95` across seeds);
+    `seeds` (model, value): each seed's score as a dot on its model's bar."""
     colours = model_colours(list(summary["model"]))
     values = summary[metric].astype(float)
     errors, label = None, ""
@@ -155,6 +156,9 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
     for i, value in enumerate(values):
         ax.annotate(f"{value:.3f}", (i, value), ha="left" if beside else "center", va="bottom", xytext=(5 if beside else 0, 3), textcoords="offset points")
     ax.set_ylabel(metric)
+    if seeds is not None and len(seeds):
+        _seed_dots(ax, list(summary["model"]), seeds)
+        label += "\ndots: each training seed's score"
     if beside and len(summary) > 1:
         # Every model is scored on the same images: their image noise is shared, and a pair's
         # difference is surer than two overlapping bars suggest.
@@ -165,6 +169,17 @@ def plot_final_bars(ax, summary: pd.DataFrame, metric: str):
         plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
         ax.figure.tight_layout()
     return ax
+
+
+def _seed_dots(ax, models: list[str], seeds: pd.DataFrame) -> None:
+    """Each seed's score over its model's bar, spread across the bar's left half (its right half
+    holds the value's label), in the seeds' order: no random jitter, so a run's figure is the
+    same each time it is drawn. Not clipped: a seed at 0 sits on the axis, whole."""
+    for i, model in enumerate(models):
+        values = seeds.loc[seeds["model"] == model, "value"].to_numpy(float)
+        if len(values):
+            offsets = np.linspace(-0.33, -0.08, len(values)) if len(values) > 1 else np.full(1, -0.2)
+            ax.scatter(i + offsets, values, s=12, color="black", alpha=0.6, zorder=4, linewidths=0, clip_on=False)
 
 
 def _interval_bars(summary: pd.DataFrame, metric: str) -> np.ndarray:
@@ -449,9 +464,9 @@ def figure_val_metrics(val_rows: pd.DataFrame, metrics: list[str]):
     return fig
 
 
-def figure_final(summary: pd.DataFrame, quality: str):
+def figure_final(summary: pd.DataFrame, quality: str, seeds: pd.DataFrame | None = None):
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    plot_final_bars(ax, summary, quality)
+    plot_final_bars(ax, summary, quality, seeds)
     return fig
 
 
