@@ -16,7 +16,8 @@ from conftest import Killed, only_run_dir, run_cli, saved_members, start_cli, ti
 import harness
 from harness.config.loading import validate_config
 from harness.errors import ConfigError
-from harness.training.race import correlations, decide, make_race
+from harness.training.eval_actions import rung_said
+from harness.training.race import Race, correlations, decide, make_race
 from harness.rundir import read_csv
 
 FOUR = [
@@ -43,6 +44,10 @@ def test_with_repeats_a_models_seeds_are_ranked_by_their_mean_and_go_together():
     ranking, dropped = decide(values, keep=0.5, higher=True)
     assert [r["model"] for r in ranking] == ["b", "a", "c"]  # b 0.6, a 0.5, c 0.25
     assert sorted(dropped) == ["c@1", "c@2"]
+    race = Race("val_iou", 0.5, {4: 1})
+    said = rung_said(race.decide(4, values), len(values), "val_iou")  # it said "4 of 6 member(s) kept"
+    assert said == "race rung 1 (epoch 1): 2 of 3 model(s) kept by val_iou (4 of 6 members: each model's seeds go together, ranked by their mean)"
+    assert rung_said(race.decide(4, {"a": 0.9, "b": 0.1}), 2, "val_iou").endswith(": 1 of 2 model(s) kept by val_iou")
 
 
 def test_rung_correlations_use_the_models_that_finished():

@@ -97,10 +97,18 @@ class RaceRung:
         for name in rung["dropped"]:
             self.records[name].mark_dropped(evaluation.step)
         self.save_race(self.race.as_info())
-        self.say(f"race rung {rung['rung']} (epoch {rung['epoch']}): {rung['members_after']} of {len(values)} member(s) kept by {self.race.metric}")
+        self.say(rung_said(rung, len(values), self.race.metric))
         if not rung["dropped"]:
             return None
         return Departure(list(rung["dropped"]), f"race rung {rung['rung']} dropped {', '.join(rung['dropped'])}", note=rung)
+
+
+def rung_said(rung: dict, members: int, metric: str) -> str:
+    """What a rung decided, in models (a race keeps or drops a model's seeds together, by their
+    mean), with the members they stand for when a model has several seeds."""
+    kept, models = sum(row["kept"] for row in rung["ranking"]), len(rung["ranking"])
+    seeds = f" ({rung['members_after']} of {members} members: each model's seeds go together, ranked by their mean)" if members > models else ""
+    return f"race rung {rung['rung']} (epoch {rung['epoch']}): {kept} of {models} model(s) kept by {metric}{seeds}"
 
 
 def watched_score(scores: dict, metric: str, member: str, what: str) -> float:
