@@ -51,7 +51,7 @@ def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data
     `overrides` may change only where it runs (`placement.*`). A run whose data files changed
     content since it started is refused (exit 3) unless `accept_changed_data`."""
     from harness.rundir import RunDir, RunStatus
-    from harness.training.preflight import check_module_paths, refuse_locked
+    from harness.training.preflight import check_module_paths, refuse_data_elsewhere, refuse_locked
 
     run = RunDir(Path(run_dir))
     run.read_info()  # not a run directory: said before TensorFlow's import
@@ -60,7 +60,9 @@ def resume(run_dir: str | Path, overrides: Overrides = None, accept_changed_data
         from harness.training.entry import completed_result
 
         return completed_result(run, as_overrides(overrides))
-    check_module_paths(run.read_config(as_overrides(overrides)))  # and code that cannot be found
+    config = run.read_config(as_overrides(overrides))
+    refuse_data_elsewhere(run, config)  # asked from another folder than the run's own
+    check_module_paths(config)  # and code that cannot be found
     pool.start(1)
     from harness.scale.launch import resume as resume_any
 

@@ -63,6 +63,7 @@ def test_resume_of_a_completed_run_does_not_ask_for_its_code(tmp_path, monkeypat
     raw = tiny_config(models=[{"name": "mine", "arch": "mymodels:small_convnet", "options": {"width": 3}}], train={"steps": 2})
     assert run_main("run", write_yaml(tmp_path / "c.yaml", raw), "--results", tmp_path / "r").returncode == 0
     (run_dir,) = (tmp_path / "r" / "tiny").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["started_in"] == str(Path.cwd())  # where its relative paths are read from
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])  # the module gone from the path,
     monkeypatch.delitem(sys.modules, "mymodels")  # and from this process
     result = run_main("resume", run_dir)
@@ -70,6 +71,33 @@ def test_resume_of_a_completed_run_does_not_ask_for_its_code(tmp_path, monkeypat
     assert "mine" in result.stdout
     result = run_main("resume", run_dir, "--set", "train.steps=3")  # still refused: it would not train the same
     assert result.returncode == 2 and "only where it runs may change" in result.stderr
+
+
+def test_a_run_asked_from_another_folder_says_where_it_was_started(tmp_path, monkeypatch):
+    # real_images.yaml's `data.images: data/skimage/images`, resumed from /tmp: "folder does not
+    # exist (a relative path is read from the current folder, /tmp)", and nothing of where it was
+    from harness.config.loading import validate_config
+    from harness.rundir import RunDir, RunRecord, RunStatus
+    from harness.rundir.start_folder import elsewhere_hint
+
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    (project / "data" / "images").mkdir(parents=True), (project / "data" / "masks").mkdir(), elsewhere.mkdir()
+    raw = tiny_config(data={"source": "folder", "images": "data/images", "masks": "data/masks", "image_size": [16, 16], "train_size": None, "val_size": None})
+    config = validate_config(raw)
+    run = RunDir(project / "results" / "tiny" / "20261207-010000")
+    run.path.mkdir(parents=True)
+    write_yaml(run.config_file, config.to_dict())
+    run.write_record(RunRecord(name="tiny", run_id=run.run_id, status=RunStatus.INTERRUPTED, config_fingerprint=config.fingerprint(),
+                               total_steps=8, steps_done=4, started_in=str(project)))
+    monkeypatch.chdir(project)
+    assert elsewhere_hint(config, str(project)) is None  # from the run's own folder: nothing to say
+    monkeypatch.chdir(elsewhere)
+    for command in (["resume", run.path], ["export-batches", run.path, "--steps", "1"]):
+        result = run_main(*command)
+        assert result.returncode == 2, result.stderr
+        assert (f"the run's data paths are relative to the folder it was started in, {project}, and this command runs in {elsewhere}, where "
+                f"they do not exist (data.images: data/images; data.masks: data/masks): run it from there (cd {project})") in result.stderr
+    assert elsewhere_hint(config, None) is None  # a run from before started_in: the scan's own message
 
 
 def test_user_factory_size_rule_is_checked(tmp_path):

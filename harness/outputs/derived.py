@@ -26,6 +26,7 @@ from harness.outputs import pool
 from harness.outputs.figures import FigureJob, curve_figures, summary_figures
 from harness.outputs.tables import base_model, load_losses, load_summary
 from harness.rundir import FolderLock, RunDir, RunRecord, RunStatus
+from harness.rundir.start_folder import elsewhere_hint
 
 
 def missing_score_tables(run: RunDir, record: RunRecord) -> list[str]:
@@ -190,7 +191,8 @@ def samples_from_exports(run: RunDir, config: ExperimentConfig):
     try:
         config, scan = resolve_data(config, 1, run.path.absolute().parent / ".data-cache")
     except HarnessError as exc:
-        print(f"harness: warning: sample predictions not redrawn, the data cannot be read: {exc}", file=sys.stderr)
+        where = elsewhere_hint(config, record.started_in)
+        print(f"harness: warning: sample predictions not redrawn, the data cannot be read: {where or exc}", file=sys.stderr)
         return None
     return samples_from_models(config, exported, scan)
 

@@ -95,7 +95,7 @@ class MemberRecord:
         return None if self.status == MemberStatus.OK else self.changed_at_step
 
 
-OPTIONAL = ("hardware", "weights_files", "error", "interrupted_by", "race", "rebuilds", "groups")
+OPTIONAL = ("hardware", "weights_files", "error", "interrupted_by", "race", "rebuilds", "groups", "started_in")
 
 
 @dataclass
@@ -128,6 +128,7 @@ class RunRecord:
     groups: list[dict[str, Any]] | None = None  # a run of several groups: each group's members and status
     error: str | None = None
     interrupted_by: str | None = None
+    started_in: str | None = None  # the folder the run was started from: its config's relative paths are read from there
     extra: dict[str, Any] = field(default_factory=dict)  # timing, test, mlflow, groups, trace_count, ...
 
     def __post_init__(self):

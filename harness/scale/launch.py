@@ -153,7 +153,7 @@ def _starting_record(config: ExperimentConfig, run: rd.RunDir, plan: Plan, scan)
         hardware=_this_machine() if config.placement.engine == "local" else None,
         placement={"strategy": "groups", "engine": config.placement.engine, "budget_mb": plan.budget_mb},
         config_fingerprint=config.fingerprint(), data=data_facts(config.data, scan), config=config.to_dict(),
-        deterministic=config.train.deterministic, total_steps=config.total_steps, groups=groups,
+        deterministic=config.train.deterministic, total_steps=config.total_steps, groups=groups, started_in=os.getcwd(),
     )
 
 

@@ -22,6 +22,7 @@ from harness.data.duplicates import duplicates_warning
 from harness.data.resolve import resolve_data
 from harness.data.scan import memory_warning
 from harness.errors import ConfigError
+from harness.rundir.start_folder import elsewhere_hint
 
 
 def before_tensorflow(config: ExperimentConfig, results_dir: Path | None = None):
@@ -125,3 +126,10 @@ def refuse_locked(run_dir: Path) -> None:
     if rd.holder_of(Path(run_dir)) is not None:
         with rd.FolderLock(Path(run_dir)):
             pass
+
+
+def refuse_data_elsewhere(run: rd.RunDir, config: ExperimentConfig) -> None:
+    """A command on a run asked from another folder than the one it was started from, where its
+    relative data paths are not found: said before TensorFlow's import, with where to run it."""
+    if hint := elsewhere_hint(config, run.read_record().started_in):
+        raise ConfigError(hint)

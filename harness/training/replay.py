@@ -23,12 +23,14 @@ import numpy as np
 from harness import rundir as rd
 from harness.config.naming import repeat_of
 from harness.errors import ConfigError
+from harness.training.preflight import refuse_data_elsewhere
 
 
 def export_batches(run_dir: Path, steps: int, out: Path | None = None) -> Path:
     run = rd.RunDir(Path(run_dir))
     run.read_info()  # a folder that is not a run says so, before its missing config.yaml is met
     config = run.read_config()
+    refuse_data_elsewhere(run, config)
     if not 1 <= steps <= config.total_steps:
         raise ConfigError(f"export-batches --steps: the run has {config.total_steps} steps; choose 1 to {config.total_steps}, got {steps}")
     target = Path(out or run.path / "replay")

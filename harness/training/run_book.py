@@ -4,6 +4,7 @@ this book only; the record itself is rundir.record.RunRecord."""
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from typing import Any
@@ -38,7 +39,7 @@ class RunBook:
             name=config.name, run_id=run.run_id, status=RunStatus.RUNNING,
             run_token=uuid.uuid4().hex,  # saved in every checkpoint: which run it belongs to
             started=utc_now(), versions=versions(), config_fingerprint=config.fingerprint(), weights_files=weights_fingerprints(config),
-            config=config.to_dict(), deterministic=config.train.deterministic, total_steps=config.total_steps, **facts,
+            config=config.to_dict(), deterministic=config.train.deterministic, total_steps=config.total_steps, started_in=os.getcwd(), **facts,
         )
         return cls(run, record)
 
