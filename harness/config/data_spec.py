@@ -61,6 +61,8 @@ SOURCES = ("synthetic", "folder", "csv", "arrays", "tfds")
 IGNORED_LABEL = 255
 SOURCE_FIELDS = {"folder": ("images", "masks"), "csv": ("manifest",), "arrays": ("arrays",), "tfds": ("tfds",)}
 REAL_SOURCES = ("folder", "csv", "arrays", "tfds")
+# The settings that say where the data's files are (not what they hold): read from the current folder when relative.
+FILE_PATHS = ("images", "masks", "val_images", "val_masks", "test_images", "test_masks", "manifest", "arrays")
 # Settings only some sources read. Given (anything but its default) under another source, one
 # would be ignored without a word: a test_fraction under synthetic would leave the run with no
 # test split at all, and its ranking on the validation images it chose with.

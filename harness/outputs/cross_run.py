@@ -35,6 +35,7 @@ import pandas as pd
 
 from harness.config.metrics import OWN_LOSS_RANKINGS, column, metric_of, split_column
 from harness.config.naming import model_of, repeat_of
+from harness.config.data_spec import FILE_PATHS
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
 from harness.outputs.columns import chosen_rows
@@ -46,7 +47,7 @@ from harness.rundir import RunDir, differing_versions, given_once, runs_held
 # Data settings that change how the models trained, never which images they were scored on.
 TRAINING_ONLY_DATA = ("batch_size", "augment", "bootstrap_train", "cache")
 # Data settings that say where the files are, not what they hold.
-WHERE_DATA = ("images", "masks", "val_images", "val_masks", "test_images", "test_masks", "manifest", "arrays", "tfds.data_dir")
+WHERE_DATA = (*FILE_PATHS, "tfds.data_dir")
 # Data settings of the test split. Runs compared on validation scores may differ in them (a test
 # split added since) if their validation images check out one by one: synthetic data draw test
 # images after the validation ones, while a folder's test_fraction moves files out of validation

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.config.data_spec import FILE_PATHS
 from harness.config.schema import ExperimentConfig
-
-DATA_PATHS = ("images", "masks", "val_images", "val_masks", "test_images", "test_masks", "manifest", "arrays")
 
 
 def elsewhere_hint(config: ExperimentConfig, started_in: str | None) -> str | None:
@@ -23,7 +22,7 @@ def elsewhere_hint(config: ExperimentConfig, started_in: str | None) -> str | No
     if not started_in or Path(started_in).resolve() == Path.cwd().resolve():
         return None
     start = Path(started_in)
-    paths = {key: getattr(config.data, key) for key in DATA_PATHS}
+    paths = {key: getattr(config.data, key) for key in FILE_PATHS}
     found_there = [f"data.{key}: {path}" for key, path in paths.items()
                    if path is not None and not path.is_absolute() and not path.exists() and (start / path).exists()]
     if not found_there:
