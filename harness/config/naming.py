@@ -57,10 +57,16 @@ def repeats_span(members: list[str]) -> str:
     return f"{model_of(members[0])}{REPEAT_SEPARATOR}{','.join(spans)}"
 
 
-def members_said(members: list[str]) -> str:
-    """Members as a reader takes them in: each model's seeds as one span, in the order given
-    (`unet@1, unet@2, unet@3, fcn@2` -> `unet@1-3, fcn@2`)."""
+def seeds_of_each_model(members) -> dict[str, list[str]]:
+    """Each model's members, models and members in the order given: `unet@1, fcn@1, unet@2` ->
+    {unet: [unet@1, unet@2], fcn: [fcn@1]}; a name without a repeat is its model's one member."""
     by_model: dict[str, list[str]] = {}
     for member in members:
         by_model.setdefault(model_of(member), []).append(member)
-    return ", ".join(repeats_span(group) for group in by_model.values())
+    return by_model
+
+
+def members_said(members: list[str]) -> str:
+    """Members as a reader takes them in: each model's seeds as one span, in the order given
+    (`unet@1, unet@2, unet@3, fcn@2` -> `unet@1-3, fcn@2`)."""
+    return ", ".join(repeats_span(group) for group in seeds_of_each_model(members).values())

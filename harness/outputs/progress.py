@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Sequence, TextIO
 
-from harness.config.naming import model_of, repeats_span
+from harness.config.naming import model_of, repeats_span, seeds_of_each_model
 
 MIN_BAR = 10  # a bar narrower than this says nothing: leave it out
 SHOWN_VAL = ("iou", "loss")
@@ -65,10 +65,7 @@ def _fitted(values: dict[str, str], room: int, prefix: str = "") -> str:
 def seeds_pooled(values: dict[str, float]) -> dict[str, list[float]]:
     """Each model's members under one label, in the order given: `unet@1`..`unet@20` ->
     `unet@1-20` with their 20 values; a model of one member keeps its name and its one value."""
-    grouped: dict[str, list[str]] = {}
-    for member in values:
-        grouped.setdefault(model_of(member), []).append(member)
-    return {repeats_span(members): [values[m] for m in members] for members in grouped.values()}
+    return {repeats_span(members): [values[m] for m in members] for members in seeds_of_each_model(values).values()}
 
 
 def pooled_scores(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, str]]:
@@ -76,13 +73,17 @@ def pooled_scores(scores: dict[str, dict[str, float]]) -> dict[str, dict[str, st
     with seeds, their range for the first metric shown (how far one seed's score is from
     another's). A seed's score that is not finite (it diverged) is counted apart, not averaged:
     one NaN would have made its model's mean and range NaN."""
-    shown: dict[str, dict[str, str]] = {label: {} for label in seeds_pooled(dict.fromkeys(scores, 0.0))}
-    for metric in SHOWN_VAL:
-        for label, values in seeds_pooled({m: v[metric] for m, v in scores.items() if metric in v}).items():
+    shown: dict[str, dict[str, str]] = {}
+    for members in seeds_of_each_model(scores).values():
+        entry = shown[repeats_span(members)] = {}
+        for metric in SHOWN_VAL:
+            values = [scores[m][metric] for m in members if metric in scores[m]]
+            if not values:
+                continue
             finite = [v for v in values if math.isfinite(v)]
-            notes = [f"seeds {_score(min(finite))}-{_score(max(finite))}"] if len(finite) > 1 and not shown[label] else []
+            notes = [f"seeds {_score(min(finite))}-{_score(max(finite))}"] if len(finite) > 1 and not entry else []
             notes += [f"{len(values) - len(finite)} of {len(values)} not finite"] if len(values) > len(finite) and len(values) > 1 else []
-            shown[label][metric] = (_score(mean_of_finite(values)) if finite else "nan") + (f" ({'; '.join(notes)})" if notes else "")
+            entry[metric] = (_score(sum(finite) / len(finite)) if finite else "nan") + (f" ({'; '.join(notes)})" if notes else "")
     return shown
 
 
@@ -92,8 +93,8 @@ def mean_of_finite(values: list[float]) -> float:
 
 
 def _score(value: float) -> str:
-    """Three decimals, or three significant digits below 0.1: an autoencoder's MSE of 0.0120 and
-    0.0094 printed as 0.012 and 0.009, its seeds' range as 0.012-0.012."""
+    """Three decimals, or three significant digits below 0.1: with three decimals alone an
+    autoencoder's MSE of 0.0120 and 0.0094 read 0.012 and 0.009, its seeds' range 0.012-0.012."""
     return f"{value:.3f}" if abs(value) >= 0.1 or value == 0 else f"{value:#.3g}"
 
 

@@ -18,16 +18,14 @@ from typing import Any
 import pandas as pd
 
 from harness.config.metrics import higher_is_better, metric_of
-from harness.outputs.tables import base_model
+from harness.config.naming import seeds_of_each_model
 
 MIN_MODELS_FOR_CORRELATION = 3  # with two, a rank correlation is +1 or -1 whatever the scores
 
 
 def rank_models(values: dict[str, float], higher: bool) -> list[tuple[str, float, list[str]]]:
     """(model, mean score over its members, members), best first; a NaN score ranks last."""
-    members: dict[str, list[str]] = {}
-    for member in values:
-        members.setdefault(base_model(member), []).append(member)
+    members = seeds_of_each_model(values)
     means = {model: _mean([values[m] for m in names]) for model, names in members.items()}
 
     def order(model: str) -> tuple:
