@@ -243,6 +243,45 @@ def test_a_timing_against_a_night_on_another_machine_is_shown_not_judged(tmp_pat
     assert common_machine([None, machines["here"], machines["here"]]) == machines["here"] and common_machine([None]) is None
 
 
+def test_tonight_with_another_number_of_repeats_is_compared_over_the_repeats_both_trained(tmp_path):
+    """Three seeds one night, one the next: the earlier mean (0.50) against tonight's single seed
+    (0.40, the same seed's very value) read as a drop of 0.10. Over the repeat both trained it is
+    0.40 against 0.40. A seed that diverged is left out, as summary.csv leaves it out."""
+    from harness.nights.common_repeats import over_common_repeats
+
+    earlier, tonight = tmp_path / "earlier", tmp_path / "tonight"
+    earlier.mkdir(), tonight.mkdir()
+    (earlier / "summary_members.csv").write_text(
+        "model,status,val_iou,best_val_loss\nfcn@1,ok,0.40,0.9\nfcn@2,ok,0.60,0.8\nfcn@3,ok,0.50,0.7\n"
+        "unet@1,diverged,0.0,9.0\nunet@2,ok,0.70,0.5\nunet@3,ok,0.65,0.6\n")
+    (tonight / "summary.csv").write_text("model,status,val_iou,best_val_loss\nfcn,ok,0.40,0.9\nunet,ok,0.69,0.5\n")
+    before = {("fcn", "val_iou"): 0.50, ("fcn", "best_val_loss"): 0.8, ("fcn", "repeats"): 3.0,
+              ("unet", "val_iou"): 0.675, ("unet", "best_val_loss"): 0.55, ("unet", "repeats"): 3.0}
+    now = {("fcn", "val_iou"): 0.40, ("fcn", "best_val_loss"): 0.9, ("fcn", "repeats"): 1.0, ("fcn", "val_iou_low"): 0.30, ("fcn", "val_iou_high"): 0.52,
+           ("unet", "val_iou"): 0.69, ("unet", "best_val_loss"): 0.5, ("unet", "repeats"): 1.0}
+    thresholds = {"val_iou": ThresholdSpec(abs=0.02), "best_val_loss": ThresholdSpec(rel=0.10)}
+    status = {"fcn": "ok", "unet": "ok"}
+    as_recorded = compare(now, before, status, status, thresholds, "previous", "r1")
+    assert [(c.model, c.metric) for c in as_recorded if c.regressed] == [("fcn", "best_val_loss"), ("fcn", "val_iou")]
+
+    now_common, before_common, notes = over_common_repeats(now, before, str(earlier), "r1", tonight, list(thresholds))
+    assert before_common[("fcn", "val_iou")] == pytest.approx(0.40) and now_common[("fcn", "val_iou")] == pytest.approx(0.40)
+    assert before_common[("unet", "val_iou")] == 0.675  # its only repeat tonight diverged then: nothing to pair, as recorded
+    assert not [c for c in compare(now_common, before_common, status, status, thresholds, "previous", "r1") if c.regressed]
+    assert notes == ["repeats differ from r1 (3 -> 1): each model compared over the repeats both runs trained (fcn@1), paired by repeat; "
+                     "unet: no finished repeat in common, compared as recorded; summary.csv keeps each run's mean over all its seeds"]
+
+    # Tonight with more seeds than then: its own interval (of a mean over three seeds) is dropped.
+    now3, before1, _ = over_common_repeats({**before, ("fcn", "val_iou_low"): 0.4, ("fcn", "val_iou_high"): 0.6}, now, str(tonight), "r2", earlier, ["val_iou"])
+    assert now3[("fcn", "val_iou")] == pytest.approx(0.40) and math.isnan(now3[("fcn", "val_iou_low")])
+
+    # The earlier folder gone: compared as recorded, and said.
+    kept_now, kept_before, gone = over_common_repeats(now, before, str(tmp_path / "gone"), "r1", tonight, list(thresholds))
+    assert kept_now == now and kept_before == before and "compared as recorded" in gone[0]
+    # The same number of repeats: nothing to do.
+    assert over_common_repeats(before, before, str(earlier), "r1", earlier, ["val_iou"]) == (before, before, [])
+
+
 def test_threshold_needs_exactly_one_kind():
     with pytest.raises(ValueError):
         ThresholdSpec()

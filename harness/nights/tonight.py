@@ -29,6 +29,7 @@ from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
 from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions
 from harness.nights.regressions import Change, compare, metrics_added, models_added_or_removed
+from harness.nights.common_repeats import over_common_repeats
 from harness.nights.paired import paired_changes
 from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
@@ -254,10 +255,12 @@ def _compare_and_report(config: ExperimentConfig, store: HistoryStore, run: rd.R
             notes.append(f"no {against} run to compare with" + (" (pin one: harness history NAME --pin RUN_ID)" if against == "baseline" else ""))
             continue
         before, before_status = store.metrics_of(reference.run_id), store.model_status_of(reference.run_id)
+        now_then, before, repeats_notes = over_common_repeats(now, before, reference.run_dir, reference.run_id, run.path, list(thresholds))
+        notes += [f"{against}: {n}" for n in repeats_notes]
         paired, unpaired = paired_changes(reference.run_dir, reference.run_id, run.path, thresholds)
         notes += [f"{against}: {n}" for n in unpaired]
         machine = other_machine(run, reference.run_dir)
-        changes += compare(now, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired, machine)
+        changes += compare(now_then, before, now_status, before_status, thresholds, against, reference.run_id, config.data.bootstrap_train, paired, machine)
         added = models_added_or_removed(now_status, before_status) + metrics_added(now, before, thresholds)
         notes += [f"{against} ({reference.run_id}): {n}" for n in added]
         notes += config_notes(reference, run.path, against, reference.fingerprint != store.get(run_id).fingerprint)
