@@ -264,8 +264,9 @@ def test_tonight_with_another_number_of_repeats_is_compared_over_the_repeats_bot
     as_recorded = compare(now, before, status, status, thresholds, "previous", "r1")
     assert [(c.model, c.metric) for c in as_recorded if c.regressed] == [("fcn", "best_val_loss"), ("fcn", "val_iou")]
 
-    now_common, before_common, notes = over_common_repeats(now, before, str(earlier), "r1", tonight, list(thresholds))
+    now_common, before_common, notes = over_common_repeats(now, before, str(earlier), "r1", tonight, [*thresholds, "only_in_summary"])
     assert before_common[("fcn", "val_iou")] == pytest.approx(0.40) and now_common[("fcn", "val_iou")] == pytest.approx(0.40)
+    assert ("fcn", "only_in_summary") not in before_common  # no per-seed column: left as recorded
     assert before_common[("unet", "val_iou")] == 0.675  # its only repeat tonight diverged then: nothing to pair, as recorded
     assert not [c for c in compare(now_common, before_common, status, status, thresholds, "previous", "r1") if c.regressed]
     assert notes == ["repeats differ from r1 (3 -> 1): each model compared over the repeats both runs trained (fcn@1), paired by repeat; "

@@ -43,6 +43,8 @@ def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, ea
             apart.append(model)
             continue
         for metric in metrics:
+            if not all(metric in rows[model][shared[0]] for rows in (then_rows, now_rows)):
+                continue  # a column of summary.csv alone: compared as recorded
             before[(model, metric)] = _mean(then_rows[model], shared, metric)
             now[(model, metric)] = _mean(now_rows[model], shared, metric)
             if len(shared) < len(now_rows[model]):  # tonight's interval is of a mean over more seeds
