@@ -376,6 +376,22 @@ def test_history_shows_each_models_metrics_in_the_order_asked_for(tmp_path):
     assert columns == ["fcn val_iou", "unet val_iou", "fcn val_f1", "unet val_f1"]
 
 
+def test_history_says_over_how_many_seeds_each_nights_figures_are_means_once_a_night_had_more_than_one(tmp_path):
+    """Three seeds, then one, then three: 0.49, 0.40, 0.56 read as a model that swings, where the
+    middle night is one seed of the others' means."""
+    store = HistoryStore(tmp_path / "history.sqlite")
+    record(store, "a", "2026-11-01", {("fcn", "val_iou"): 0.4883, ("fcn", "repeats"): 3.0})
+    assert history_pivot(store.table(), ["val_iou"])["seeds"].tolist() == [3]  # a mean over three seeds: said from the first night
+    record(store, "b", "2026-11-02", {("fcn", "val_iou"): 0.3968, ("fcn", "repeats"): 1.0})
+    record(store, "c", "2026-11-03", {("fcn", "val_iou"): 0.5645, ("fcn", "repeats"): 3.0})
+    record(store, "d", "2026-11-04", {("fcn", "val_iou"): 0.5})  # made before summary.csv had `repeats`
+    table = history_pivot(store.table(), ["val_iou"]).set_index("run_id")
+    assert table["seeds"].tolist()[:3] == [3, 1, 3] and table["seeds"].isna().tolist() == [False, False, False, True]
+    one_seed = HistoryStore(tmp_path / "one.sqlite")
+    record(one_seed, "a", "2026-11-01", {("fcn", "val_iou"): 0.5, ("fcn", "repeats"): 1.0})
+    assert "seeds" not in history_pivot(one_seed.table(), ["val_iou"]).columns
+
+
 def test_history_shows_the_harness_version_each_run_was_made_with(tmp_path):
     """A night whose scores moved with harness itself (0.1.0's multi-class dice) looked like any
     other: the table had the user's commit, not harness's version."""
