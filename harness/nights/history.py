@@ -339,3 +339,10 @@ def _real(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if number != number else number
+
+
+def seeds_of_each_run(history: pd.DataFrame) -> pd.Series:
+    """run_id -> the training seeds (`train.repeats`) its models' figures are means over, from
+    summary.csv's `repeats` column (absent in runs made before it: left out)."""
+    repeats = history[history["metric"] == "repeats"]
+    return pd.to_numeric(repeats["value"], errors="coerce").groupby(repeats["run_id"]).max().dropna()

@@ -27,7 +27,7 @@ import pandas as pd
 from harness import rundir as rd
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, EXIT_OK, EXIT_REGRESSION, HarnessError, Interrupted, closest, did_you_mean
-from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions
+from harness.nights.history import HistoryStore, RunMeasurements, RunRecord, recorded_versions, seeds_of_each_run
 from harness.nights.regressions import Change, compare, metrics_added, models_added_or_removed
 from harness.nights.common_repeats import over_common_repeats
 from harness.nights.paired import paired_changes
@@ -421,7 +421,7 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
     facts = history.drop_duplicates("run_id").set_index("run_id")[["night", "run_status", "git_commit", "versions", "regressions"]]
     # harness's version beside the user's commit: a night whose scores moved with it says so.
     facts.insert(3, "harness", facts.pop("versions").map(lambda text: str(recorded_versions(text).get("harness", ""))))
-    seeds = _seeds_of_each_run(history)
+    seeds = seeds_of_each_run(history)
     if (seeds > 1).any():  # each night's figures are means over this many seeds: say so where it varies or is above 1
         facts["seeds"] = seeds.reindex(facts.index).astype("Int64")
     measured = history.dropna(subset=["metric"])
@@ -435,13 +435,6 @@ def history_pivot(history: pd.DataFrame, metrics: list[str] | None = None) -> pd
         facts = facts.join(values)
     table = facts.reset_index().rename(columns={"run_status": "status", "git_commit": "commit"})
     return table[["night", "run_id", *[c for c in table.columns if c not in ("night", "run_id")]]]
-
-
-def _seeds_of_each_run(history: pd.DataFrame) -> pd.Series:
-    """run_id -> the training seeds (`train.repeats`) its models' figures are means over, from
-    summary.csv's `repeats` column (absent in runs made before it: left out)."""
-    repeats = history[history["metric"] == "repeats"]
-    return pd.to_numeric(repeats["value"], errors="coerce").groupby(repeats["run_id"]).max().dropna()
 
 
 # ---------------------------------------------------------------------------------------------
