@@ -279,6 +279,10 @@ def test_tonight_with_another_number_of_repeats_is_compared_over_the_repeats_bot
     # The earlier folder gone: compared as recorded, and said.
     kept_now, kept_before, gone = over_common_repeats(now, before, str(tmp_path / "gone"), "r1", tonight, list(thresholds))
     assert kept_now == now and kept_before == before and "compared as recorded" in gone[0]
+    # Its table damaged (no model column left): compared as recorded, and said, not a traceback.
+    (earlier / "summary_members.csv").write_text("garbage\n1\n")
+    kept_now, kept_before, damaged = over_common_repeats(now, before, str(earlier), "r1", tonight, list(thresholds))
+    assert kept_now == now and kept_before == before and "could not be read (KeyError" in damaged[0]
     # The same number of repeats: nothing to do.
     assert over_common_repeats(before, before, str(earlier), "r1", earlier, ["val_iou"]) == (before, before, [])
 

@@ -34,7 +34,11 @@ def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, ea
     if not earlier_dir or not _members_table(Path(earlier_dir)).is_file():
         return now, before, [f"repeats differ from {earlier_id} ({counts}) and its per-member table is gone ({earlier_dir or 'folder not recorded'}): "
                              "compared as recorded, each run's mean over its own seeds"]
-    then_rows, now_rows = _finished_values(Path(earlier_dir)), _finished_values(tonight)
+    try:
+        then_rows, now_rows = _finished_values(Path(earlier_dir)), _finished_values(tonight)
+    except (OSError, ValueError, KeyError) as exc:  # a table cut short or edited (pandas' ParserError is a ValueError)
+        return now, before, [f"repeats differ from {earlier_id} ({counts}) and a per-member table could not be read ({type(exc).__name__}: {exc}): "
+                             "compared as recorded, each run's mean over its own seeds"]
     now, before = dict(now), dict(before)
     said, apart = [], []
     for model in differ:
