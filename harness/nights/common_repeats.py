@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Mapping
-
 import pandas as pd
 
 from harness.config.naming import model_of, repeat_of, repeats_span
-from harness.outputs.tables import finished
+from harness.outputs.tables import scored_seeds
 from harness.rundir.files import read_csv
 
 Values = dict[tuple[str, str], float]
@@ -42,16 +40,17 @@ def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, ea
     now, before = dict(now), dict(before)
     said, apart = [], []
     for model in differ:
-        shared = sorted(set(then_rows.get(model, {})) & set(now_rows.get(model, {})))
+        then_seeds, now_seeds = then_rows.get(model, _NONE), now_rows.get(model, _NONE)
+        shared = sorted(set(then_seeds.index) & set(now_seeds.index))
         if not shared:  # e.g. the one seed they share diverged in one run
             apart.append(model)
             continue
         for metric in metrics:
-            if not all(metric in rows[model][shared[0]] for rows in (then_rows, now_rows)):
+            if metric not in then_seeds or metric not in now_seeds:
                 continue  # a column of summary.csv alone: compared as recorded
-            before[(model, metric)] = _mean(then_rows[model], shared, metric)
-            now[(model, metric)] = _mean(now_rows[model], shared, metric)
-            if len(shared) < len(now_rows[model]):  # tonight's interval is of a mean over more seeds
+            before[(model, metric)] = _mean(then_seeds, shared, metric)
+            now[(model, metric)] = _mean(now_seeds, shared, metric)
+            if len(shared) < len(now_seeds):  # tonight's interval is of a mean over more seeds
                 now[(model, f"{metric}_low")] = now[(model, f"{metric}_high")] = math.nan
         said.append(repeats_span([f"{model}@{r}" for r in shared]))
     unshared = f"; {', '.join(apart)}: no finished repeat in common, compared as recorded" if apart else ""
@@ -59,23 +58,21 @@ def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, ea
                          f"({', '.join(said) or 'none'}), paired by repeat{unshared}; summary.csv keeps each run's mean over all its seeds"]
 
 
+_NONE = pd.DataFrame()
+
+
 def _members_table(folder: Path) -> Path:
     members = folder / "summary_members.csv"
     return members if members.is_file() else folder / "summary.csv"
 
 
-def _finished_values(folder: Path) -> dict[str, dict[int, pd.Series]]:
-    """model -> repeat -> that seed's row, for the seeds that finished (every seed where none did,
-    as summary.csv scores them)."""
+def _finished_values(folder: Path) -> dict[str, pd.DataFrame]:
+    """model -> the rows of the seeds its scores are means over, indexed by repeat."""
     table = read_csv(_members_table(folder))
-    out: dict[str, dict[int, pd.Series]] = {}
-    for model, group in table.groupby(table["model"].astype(str).map(model_of), sort=False):
-        done = group[group["status"].map(finished)] if "status" in group else group
-        rows = done if len(done) else group
-        out[model] = {repeat_of(str(row["model"])): row for _, row in rows.iterrows()}
-    return out
+    names = table["model"].astype(str)
+    table.index = names.map(repeat_of)
+    return {model: scored_seeds(group) for model, group in table.groupby(names.map(model_of).to_numpy(), sort=False)}
 
 
-def _mean(rows: Mapping[int, pd.Series], repeats: list[int], metric: str) -> float:
-    values = pd.to_numeric(pd.Series([rows[r].get(metric, math.nan) for r in repeats]), errors="coerce")
-    return float(values.mean()) if values.notna().any() else math.nan
+def _mean(seeds: pd.DataFrame, repeats: list[int], metric: str) -> float:
+    return float(pd.to_numeric(seeds.loc[repeats, metric], errors="coerce").mean())

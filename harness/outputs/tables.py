@@ -143,7 +143,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
         # scores, as it is of their intervals and pairs (uncertainty.py): its scores are from
         # fewer steps. The status says how many; the verdict names them.
         done = group[group["status"].map(finished)]
-        scored = done if 0 < len(done) < len(group) else group
+        scored = scored_seeds(group)
         for column in group.columns:
             if column in ("model", "status"):
                 continue
@@ -210,6 +210,13 @@ def model_status(statuses: list[str]) -> str:
 def _ended(status) -> list[str]:
     """The ways a model's seeds ended, from its summary status: `diverged (1/3), ok` -> [diverged]."""
     return [part.strip().split(" ")[0] for part in str(status).split(",") if part.strip()]
+
+
+def scored_seeds(group: pd.DataFrame) -> pd.DataFrame:
+    """The rows of one model's seeds its scores are means over: those that finished, or all of
+    them where none did (summary.csv, and the nightly's comparison over common repeats)."""
+    done = group[group["status"].map(finished)] if "status" in group else group
+    return done if len(done) else group
 
 
 def finished(status) -> bool:
