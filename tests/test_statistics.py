@@ -338,6 +338,54 @@ def test_repeats_to_resolve_comes_true_about_as_often_as_it_says_on_simulated_se
     assert 0.6 <= np.mean(resolved) <= 0.95, np.mean(resolved)
 
 
+def test_a_pair_no_repeats_resolve_is_said_to_be_hidden_by_image_noise_only_when_it_is():
+    # Why no number of repeats is likely to resolve a pair: image noise, when even with the seed
+    # part gone (infinitely many seeds, the truth as measured) its test would support it less than
+    # 4 times in 5; otherwise what the seeds measured. Simulated runs of 1,000 seeds, the truth as
+    # measured, each scored with its own draw of image noise, show which it is.
+    from harness.outputs.statistics import across_seeds, repeats_to_resolve, resolve_limit, seed_interval
+
+    def supported_by_many_seeds(diff, seed_std, image_se, pairs):
+        rng = np.random.default_rng(0)
+        runs = [seed_interval(diff + rng.normal(0, image_se) + rng.normal(0, seed_std, 1000), image_se) for _ in range(400)]
+        return np.mean([run.p < 0.05 / pairs and run.mean > 0 for run in runs])
+
+    hidden = (0.022, 0.017, 0.0068, 3, 6)  # real_images with 3 seeds: a test-IoU pair of 44 test images
+    loose = (0.05, 0.05, 0.005, 2, 1)  # two seeds: a difference 10 image errors wide, the spread measured by 1 degree of freedom
+    for diff, seed_std, image_se, seeds, pairs in (hidden, loose):
+        assert repeats_to_resolve(diff, seed_std, image_se, seeds, pairs) == float("inf")
+    assert resolve_limit(0.022, 0.0068, 6) == "images" and supported_by_many_seeds(0.022, 0.017, 0.0068, 6) < 0.8
+    assert resolve_limit(0.05, 0.005, 1) == "seeds" and supported_by_many_seeds(0.05, 0.05, 0.005, 1) > 0.95
+    # A loss ranked without a per-image basis has no image noise at all: never "images".
+    assert repeats_to_resolve(0.1, 0.1, 0.0, 2, 1) == float("inf") and resolve_limit(0.1, 0.0, 1) == resolve_limit(0.1, float("nan"), 3) == "seeds"
+    # And the pairs table says which, beside the inf it explains.
+    per_seed = pd.DataFrame([{"model": m, "repeat": r, "member": f"{m}@{r}", "value": v} for m, values in
+                             {"a": [0.40, 0.20], "b": [0.30, 0.41]}.items() for r, v in enumerate(values, 1)])
+    pairs = across_seeds(per_seed, "val_loss")[1]
+    assert pairs.loc[0, "repeats_to_resolve"] == float("inf") and pairs.loc[0, "resolve_limit"] == "seeds", pairs.T
+
+
+def test_the_verdict_says_why_no_repeats_are_likely_to_resolve_a_pair():
+    from harness.outputs.verdict_text import verdict
+
+    base = {"model_a": ["a", "a", "b"], "model_b": ["b", "c", "c"], "metric": "best_val_loss", "diff": [-0.18, -0.05, -0.04],
+            "diff_low": [-1.7, -0.6, -0.5], "diff_high": [1.3, 0.5, 0.4], "covers": "training seeds (no per-image basis for this metric)",
+            "seeds": 2, "image_se": float("nan"), "p_t": [0.6, 0.7, 0.8], "p_holm": [1.0] * 3, "supported": [False] * 3,
+            "repeats_to_resolve": [float("inf")] * 3}
+    text = verdict(pd.DataFrame({**base, "resolve_limit": ["seeds"] * 3}), "best_val_loss")
+    assert ("a over b (-0.1800 [-1.7000, +1.3000]), too uncertain from 2 seeds to guess how many repeats would resolve it "
+            "(more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread);") in text, text
+    assert "images" not in text.split("Not supported")[1] and text.count("small beside") == 1, text
+    # With an image part that does not hide the difference, the words say so.
+    images = {**base, "metric": "val_iou", "diff": [0.05, 0.04, 0.03], "covers": "training seeds and validation images", "image_se": 0.005}
+    text = verdict(pd.DataFrame({**images, "resolve_limit": ["seeds", "images", "seeds"]}), "val_iou")
+    assert "(image noise alone would not hide it: more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread)" in text, text
+    assert "a over c (+0.0400 [-0.6000, +0.5000]), no number of repeats is likely to resolve it (the true difference may be zero, or too small for these validation images)" in text
+    # A run written before the column says what that version said.
+    text = verdict(pd.DataFrame(images), "val_iou")
+    assert text.count("too small for these validation images") == 1 and "small beside" not in text, text
+
+
 def test_the_verdict_gives_repeats_to_resolve_as_a_guess_and_says_when_none_is_likely():
     from harness.outputs.verdict_text import verdict
 

@@ -31,7 +31,8 @@ Sections (rows of bench.csv):
   calibration  (when named) four small models of close quality trained with 16 seeds (data fixed): for R = 1, 3, 5
              seeds, the coverage of the run's 95% intervals of pair differences against the
              held-out seeds' mean, and the share of supported claims with the wrong sign; whether a
-             run of as many held-out seeds as repeats_to_resolve predicts supports the pair
+             run of as many held-out seeds as repeats_to_resolve predicts supports the pair, and
+             how often all held-out seeds resolve a pair it said none likely would (by resolve_limit)
   calibration_bootstrap  (when named) the same, each seed trained on its own bootstrap of the training set
              (data.bootstrap_train): the seeds vary the data sampled too
   calibration_images  (when named) the same models, 8 seeds, scored once on 4,096 held-out images: the

@@ -86,7 +86,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
     models = list(dict.fromkeys(model_of(n) for n in scored))
     per_seed = per_seed_values(scored)
     rng, check_rng = np.random.default_rng(seed), np.random.default_rng(seed + 1)
-    outcomes, checks = [], []
+    outcomes, checks, nevers = [], [], []
     for _ in range(subsets):
         chosen = sorted(rng.choice(np.arange(1, seeds + 1), size, replace=False).tolist())
         held_out = [r for r in range(1, seeds + 1) if r not in chosen]
@@ -94,6 +94,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         outcomes += _judge(pairs, _held_out_differences(per_seed, held_out))
         if size > 1:
             checks += _resolve_checks(scored, per_seed, pairs, held_out, check_rng, resamples)
+            nevers += _never_checks(scored, per_seed, pairs, held_out, resamples)
     frame = pd.DataFrame(outcomes)
     m = seeds - size
     row = {
@@ -114,6 +115,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         row["prediction_checked"] = len(within)  # its predicted repeats no more than the seeds held out
         row["median_predicted_repeats"] = float(within["predicted"].median()) if len(within) else math.nan
         row["resolved_as_predicted"] = round(float(within["resolved"].mean()), 3) if len(within) else math.nan  # the claim: 0.8
+        row.update(_never_columns(pd.DataFrame(nevers, columns=["limit", "resolved"])))
     return row
 
 
@@ -254,6 +256,30 @@ def _resolve_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, h
         checks.append({"predicted": predicted, "checked": True,
                        "resolved": bool(rerun["supported"] and np.sign(rerun["diff"]) == np.sign(row.diff))})
     return checks
+
+
+def _never_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, held_out: list[int], resamples: int) -> list[dict]:
+    """"No number of repeats is likely to resolve it" taken at its word: each pair the subset left
+    unsupported with `repeats_to_resolve` inf is asked of a run of every held-out seed (the most
+    repeats this task can check), with the reason the verdict gave (`resolve_limit`); resolved when
+    that run supports the pair with the same sign. The words say less than 1 in 5."""
+    never = [row for row in pairs.itertuples(index=False) if not row.supported and math.isinf(row.repeats_to_resolve)]
+    if not never or len(held_out) < 2:  # one seed supports nothing: no check
+        return []
+    rerun = _subset_pairs(scored, per_seed, held_out, len(held_out), resamples).set_index(["model_a", "model_b"])
+    return [{"limit": row.resolve_limit,
+             "resolved": bool(rerun.loc[(row.model_a, row.model_b), "supported"] and np.sign(rerun.loc[(row.model_a, row.model_b), "diff"]) == np.sign(row.diff))}
+            for row in never]
+
+
+def _never_columns(nevers: pd.DataFrame) -> dict:
+    """Per reason a never-verdict gave: how many pairs got it, and the share a run of every held-out seed resolved."""
+    out = {}
+    for limit in ("images", "seeds"):
+        given = nevers[nevers["limit"] == limit]
+        out[f"never_{limit}"] = len(given)
+        out[f"never_{limit}_resolved"] = round(float(given["resolved"].mean()), 3) if len(given) else math.nan
+    return out
 
 
 def ideal_coverage(size: int, held_out: int) -> float:

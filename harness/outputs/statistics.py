@@ -299,6 +299,7 @@ def across_seeds(per_seed: pd.DataFrame, metric: str, draws: dict[str, np.ndarra
         pairs["p_holm"] = holm(pairs["p_t"].to_numpy())
         pairs["supported"] = pairs["p_holm"] < 1 - CONFIDENCE
         pairs["repeats_to_resolve"] = _resolve_guesses(pairs)
+        pairs["resolve_limit"] = _resolve_limits(pairs)
     return pd.DataFrame(model_rows), pairs
 
 
@@ -310,6 +311,31 @@ def _resolve_guesses(pairs: pd.DataFrame) -> list[float]:
     tested = int(pairs["p_t"].notna().sum())
     return [math.nan if row.supported or row.seeds < 2 else repeats_to_resolve(row.diff, row.seed_std, row.image_se, row.seeds, tested)
             for row in pairs.itertuples(index=False)]
+
+
+def _resolve_limits(pairs: pd.DataFrame) -> list[str | None]:
+    """`resolve_limit` per pair whose `repeats_to_resolve` is inf (else None), at the same Holm step."""
+    tested = int(pairs["p_t"].notna().sum())
+    return [resolve_limit(row.diff, row.image_se, tested) if math.isinf(row.repeats_to_resolve) else None
+            for row in pairs.itertuples(index=False)]
+
+
+def resolve_limit(diff: float, image_se: float, pairs: int = 1) -> str:
+    """What keeps a pair that no number of repeats is likely to resolve from it, for its words:
+    "images" when image noise alone hides the difference as measured, whatever the seeds: with
+    the seed part gone (infinitely many repeats) its test at Holm's strictest step would support it
+    less than 4 times in 5 (more or other images would help, more seeds would not); "seeds"
+    otherwise: the difference is small beside the seed-to-seed spread, or the seeds measured leave
+    both too uncertain (two seeds of a loss ranked without a per-image basis, say, where no image
+    noise is involved at all)."""
+    image_se = image_se if math.isfinite(image_se) else 0.0
+    if image_se <= 0:
+        return "seeds"
+    from scipy import special
+
+    alpha = (1 - CONFIDENCE) / max(pairs, 1)
+    chance = special.ndtr(abs(diff) / image_se - special.ndtri(1 - alpha / 2))
+    return "images" if chance < POWER else "seeds"
 
 
 def holm(pvalues) -> np.ndarray:

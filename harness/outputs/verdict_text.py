@@ -299,12 +299,19 @@ def _before_holm(row) -> str:
 def _to_resolve(row, explained: set) -> str:
     """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
     held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5. Each
-    kind of answer ("never", or a number) is explained after its first pair only: `explained`
-    holds the kinds already said (the same words after every pair made a list hard to read)."""
+    kind of answer (never, where image noise hides the difference; never, by what the seeds
+    measured; or a number: statistics.resolve_limit) is explained after its first pair only, and
+    each kind has words of its own: `explained` holds the kinds already said (the same words after
+    every pair made a list hard to read)."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
-    if math.isinf(needed):
+    if math.isinf(needed) and getattr(row, "resolve_limit", None) == "seeds":
+        seeds, image_se = int(getattr(row, "seeds", 0) or 0), getattr(row, "image_se", math.nan)
+        hides = "image noise alone would not hide it: " if pd.notna(image_se) and image_se > 0 else ""
+        kind, said, why = ("never: seeds", f", too uncertain from {seeds} seeds to guess how many repeats would resolve it",
+                           f" ({hides}more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread)")
+    elif math.isinf(needed):  # image noise hides it (statistics.resolve_limit), or a run that predates the column
         images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
         kind, said, why = "never", ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
     else:
