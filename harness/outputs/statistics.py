@@ -324,7 +324,8 @@ def resolve_limit(diff: float, image_se: float, pairs: int = 1) -> str:
     """What keeps a pair that no number of repeats is likely to resolve from it, for its words:
     "images" when image noise alone hides the difference as measured, whatever the seeds: with
     the seed part gone (infinitely many repeats) its test at Holm's strictest step would support it
-    less than 4 times in 5 (more or other images would help, more seeds would not); "seeds"
+    less than 4 times in 5 (if the difference is as measured, more images would help and more
+    seeds would not; checked on held-out seeds: docs/comparing.md); "seeds"
     otherwise: the difference is small beside the seed-to-seed spread, or the seeds measured leave
     both too uncertain (two seeds of a loss ranked without a per-image basis, say, where no image
     noise is involved at all)."""
