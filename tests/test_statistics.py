@@ -356,6 +356,8 @@ def test_a_pair_no_repeats_resolve_is_said_to_be_hidden_by_image_noise_only_when
         assert repeats_to_resolve(diff, seed_std, image_se, seeds, pairs) == float("inf")
     assert resolve_limit(0.022, 0.0068, 6) == "images" and supported_by_many_seeds(0.022, 0.017, 0.0068, 6) < 0.8
     assert resolve_limit(0.05, 0.005, 1) == "seeds" and supported_by_many_seeds(0.05, 0.05, 0.005, 1) > 0.95
+    # A mean difference of exactly zero (a model beside a copy of itself) is neither.
+    assert resolve_limit(0.0, 0.0, 1) == resolve_limit(0.0, 0.01, 1) == "zero"
     # A loss ranked without a per-image basis has no image noise at all: never "images".
     assert repeats_to_resolve(0.1, 0.1, 0.0, 2, 1) == float("inf") and resolve_limit(0.1, 0.0, 1) == resolve_limit(0.1, float("nan"), 3) == "seeds"
     # And the pairs table says which, beside the inf it explains.
@@ -381,6 +383,8 @@ def test_the_verdict_says_why_no_repeats_are_likely_to_resolve_a_pair():
     text = verdict(pd.DataFrame({**images, "resolve_limit": ["seeds", "images", "seeds"]}), "val_iou")
     assert "(image noise alone would not hide it: more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread)" in text, text
     assert "a over c (+0.0400 [-0.6000, +0.5000]), no number of repeats is likely to resolve it (the true difference may be zero, or too small for these validation images)" in text
+    text = verdict(pd.DataFrame({**images, "diff": [0.0, 0.04, 0.03], "resolve_limit": ["zero", "images", "seeds"]}), "val_iou")
+    assert "a against b (+0.0000 [-1.7000, +1.3000]), no number of repeats is likely to resolve it (the mean difference over the seeds is zero)" in text, text
     # A run written before the column says what that version said.
     text = verdict(pd.DataFrame(images), "val_iou")
     assert text.count("too small for these validation images") == 1 and "small beside" not in text, text

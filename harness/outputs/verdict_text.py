@@ -306,7 +306,10 @@ def _to_resolve(row, explained: set) -> str:
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
-    if math.isinf(needed) and getattr(row, "resolve_limit", None) == "seeds":
+    limit = getattr(row, "resolve_limit", None)
+    if math.isinf(needed) and limit == "zero":
+        kind, said, why = "never: zero", ", no number of repeats is likely to resolve it", " (the mean difference over the seeds is zero)"
+    elif math.isinf(needed) and limit == "seeds":
         seeds, image_se = int(getattr(row, "seeds", 0) or 0), getattr(row, "image_se", math.nan)
         hides = "image noise alone would not hide it: " if pd.notna(image_se) and image_se > 0 else ""
         kind, said, why = ("never: seeds", f", too uncertain from {seeds} seeds to guess how many repeats would resolve it",
