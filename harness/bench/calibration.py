@@ -262,7 +262,8 @@ def _never_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, hel
     """"No number of repeats is likely to resolve it" taken at its word: each pair the subset left
     unsupported with `repeats_to_resolve` inf is asked of a run of every held-out seed (the most
     repeats this task can check), with the reason the verdict gave (`resolve_limit`); resolved when
-    that run supports the pair with the same sign. The words say less than 1 in 5."""
+    that run supports the pair with the same sign. The `images` kind's words say less than 1 in
+    5 for the difference as measured; the `seeds` kind's, that more seeds would tell."""
     never = [row for row in pairs.itertuples(index=False) if not row.supported and math.isinf(row.repeats_to_resolve)]
     if not never or len(held_out) < 2:  # one seed supports nothing: no check
         return []

@@ -299,8 +299,8 @@ def _before_holm(row) -> str:
 def _to_resolve(row, explained: set) -> str:
     """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
     held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5. Each
-    kind of answer (never, where image noise hides the difference; never, by what the seeds
-    measured; or a number: statistics.resolve_limit) is explained after its first pair only, and
+    kind of answer (never, where image noise hides the difference; too uncertain, by what the
+    seeds measured; never, a mean difference of zero: statistics.resolve_limit; or a number) is explained after its first pair only, and
     each kind has words of its own: `explained` holds the kinds already said (the same words after
     every pair made a list hard to read)."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
