@@ -356,7 +356,8 @@ def test_a_pair_no_repeats_resolve_is_said_to_be_hidden_by_image_noise_only_when
         assert repeats_to_resolve(diff, seed_std, image_se, seeds, pairs) == float("inf")
     assert resolve_limit(0.022, 0.0068, 6) == "images" and supported_by_many_seeds(0.022, 0.017, 0.0068, 6) < 0.8
     assert resolve_limit(0.05, 0.005, 1) == "seeds" and supported_by_many_seeds(0.05, 0.05, 0.005, 1) > 0.95
-    # A mean difference of exactly zero (a model beside a copy of itself) is neither.
+    # A mean difference of exactly zero (two models that score the same in every seed, as two
+    # that predict nothing do) is neither.
     assert resolve_limit(0.0, 0.0, 1) == resolve_limit(0.0, 0.01, 1) == "zero"
     # A loss ranked without a per-image basis has no image noise at all: never "images".
     assert repeats_to_resolve(0.1, 0.1, 0.0, 2, 1) == float("inf") and resolve_limit(0.1, 0.0, 1) == resolve_limit(0.1, float("nan"), 3) == "seeds"

@@ -328,8 +328,9 @@ def resolve_limit(diff: float, image_se: float, pairs: int = 1) -> str:
     seeds would not; checked on held-out seeds: docs/comparing.md); "seeds"
     otherwise: the difference is small beside the seed-to-seed spread, or the seeds measured leave
     both too uncertain (two seeds of a loss ranked without a per-image basis, say, where no image
-    noise is involved at all); "zero" where the seeds' mean difference is exactly zero (a model
-    beside a copy of itself), which no number of repeats resolves and neither images nor seeds explain."""
+    noise is involved at all); "zero" where the seeds' mean difference is exactly zero (two models
+    that score the same in every seed, as two that predict nothing do), which no number of
+    repeats resolves and neither images nor seeds explain."""
     if diff == 0:
         return "zero"
     image_se = image_se if math.isfinite(image_se) else 0.0
