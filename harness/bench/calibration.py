@@ -252,9 +252,8 @@ def _resolve_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, h
         r = int(predicted)
         if r not in again:  # one rerun of r seeds per subset serves every pair predicted at r
             again[r] = _subset_pairs(scored, per_seed, sorted(rng.choice(held_out, r, replace=False).tolist()), r, resamples)
-        rerun = again[r].set_index(["model_a", "model_b"]).loc[(row.model_a, row.model_b)]
-        checks.append({"predicted": predicted, "checked": True,
-                       "resolved": bool(rerun["supported"] and np.sign(rerun["diff"]) == np.sign(row.diff))})
+        rerun = again[r].set_index(["model_a", "model_b"])
+        checks.append({"predicted": predicted, "checked": True, "resolved": _resolved(rerun, row)})
     return checks
 
 
@@ -268,9 +267,13 @@ def _never_checks(scored: dict, per_seed: pd.DataFrame, pairs: pd.DataFrame, hel
     if not never or len(held_out) < 2:  # one seed supports nothing: no check
         return []
     rerun = _subset_pairs(scored, per_seed, held_out, len(held_out), resamples).set_index(["model_a", "model_b"])
-    return [{"limit": row.resolve_limit,
-             "resolved": bool(rerun.loc[(row.model_a, row.model_b), "supported"] and np.sign(rerun.loc[(row.model_a, row.model_b), "diff"]) == np.sign(row.diff))}
-            for row in never]
+    return [{"limit": row.resolve_limit, "resolved": _resolved(rerun, row)} for row in never]
+
+
+def _resolved(rerun: pd.DataFrame, row) -> bool:
+    """Whether a rerun (its pairs indexed by model_a, model_b) supports `row`'s pair with its sign."""
+    again = rerun.loc[(row.model_a, row.model_b)]
+    return bool(again["supported"] and np.sign(again["diff"]) == np.sign(row.diff))
 
 
 def _never_columns(nevers: pd.DataFrame) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+
 import pandas as pd
 
 from harness.config.naming import model_of, repeat_of, repeats_span
@@ -16,6 +17,7 @@ from harness.outputs.tables import scored_seeds
 from harness.rundir.files import read_csv
 
 Values = dict[tuple[str, str], float]
+_NONE = pd.DataFrame()  # a model one run lacks: no seeds
 
 
 def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, earlier_id: str, tonight: Path,
@@ -56,9 +58,6 @@ def over_common_repeats(now: Values, before: Values, earlier_dir: str | None, ea
     unshared = f"; {', '.join(apart)}: no finished repeat in common, compared as recorded" if apart else ""
     return now, before, [f"repeats differ from {earlier_id} ({counts}): each model compared over the repeats both runs trained "
                          f"({', '.join(said) or 'none'}), paired by repeat{unshared}; summary.csv keeps each run's mean over all its seeds"]
-
-
-_NONE = pd.DataFrame()
 
 
 def _members_table(folder: Path) -> Path:

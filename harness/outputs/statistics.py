@@ -216,6 +216,11 @@ def seed_interval(values, image_se: float = 0.0, bounds: tuple[float, float] | N
     return SeedInterval(mean, sd, image_se, low, high, df, p)
 
 
+def _strictest_alpha(pairs: int) -> float:
+    """The level of Holm's strictest step over `pairs` tested pairs: what a pair must clear first."""
+    return (1 - CONFIDENCE) / max(pairs, 1)
+
+
 def repeats_to_resolve(diff: float, seed_std: float, image_se: float, seeds: int, pairs: int = 1) -> float:
     """The fewest repeats whose run would support this difference, with its sign, 4 times in 5
     (its t-test at 0.05 / pairs: Holm's strictest step), that chance averaged over what the `seeds`
@@ -226,9 +231,9 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, seeds: int
     check, where it promised 80% (`harness bench --section calibration`): the pairs a few seeds
     leave just short of support are mostly those whose spread they measured too small. This form
     reaches its 4 in 5 where true differences are as spread as it assumes (a simulation in the
-    tests), but on the calibration task its small predictions came true 13-17% of the time: three
-    seeds cannot tell a fluke, so it is printed as a guess. inf when no number up to 1,000 reaches
-    4 in 5: the true difference may well be zero, or too small for these images to show."""
+    tests), but on the calibration task its small predictions came true 0-17% of the time with the
+    data fixed (69-85% with a bootstrap per seed): three seeds cannot tell a fluke, so it is printed
+    as a guess. inf when no number up to 1,000 reaches 4 in 5; `resolve_limit` says why."""
     if not all(math.isfinite(x) for x in (diff, seed_std)) or diff == 0 or seeds < 2:
         return math.inf
     image_var = (image_se if math.isfinite(image_se) else 0.0) ** 2
@@ -239,7 +244,7 @@ def repeats_to_resolve(diff: float, seed_std: float, image_se: float, seeds: int
     grid = (np.arange(RESOLVE_QUADRATURE) + 0.5) / RESOLVE_QUADRATURE
     spread_var = (seeds - 1) * seed_std**2 / special.chdtri(seeds - 1, 1 - grid)[:, None]  # chi^2 quantiles; [sigma draws, 1]
     true_diff = abs(diff) + np.sqrt(spread_var / seeds + image_var) * special.ndtri(grid)[None, :]  # positive: as measured
-    alpha = (1 - CONFIDENCE) / max(pairs, 1)
+    alpha = _strictest_alpha(pairs)
 
     def chance(r: int) -> float:
         critical = special.stdtrit(r - 1, 1 - alpha / 2)
@@ -338,8 +343,7 @@ def resolve_limit(diff: float, image_se: float, pairs: int = 1) -> str:
         return "seeds"
     from scipy import special
 
-    alpha = (1 - CONFIDENCE) / max(pairs, 1)
-    chance = special.ndtr(abs(diff) / image_se - special.ndtri(1 - alpha / 2))
+    chance = special.ndtr(abs(diff) / image_se - special.ndtri(1 - _strictest_alpha(pairs) / 2))
     return "images" if chance < POWER else "seeds"
 
 

@@ -287,6 +287,22 @@ def _seeds_better(row, rank_by: str) -> str:
     return f", better in {int(a if _a_is_better(row, rank_by) else b)} of {int(seeds)} seeds"
 
 
+def _never_words(row) -> tuple[str, str, str]:
+    """(kind, words, why) for a pair no number of repeats is likely to resolve, by
+    statistics.resolve_limit: a mean difference of zero; the seeds too few to guess from; or image
+    noise hiding it (also a run written before the column, in the words it printed then)."""
+    limit = getattr(row, "resolve_limit", None)
+    if limit == "zero":
+        return "never: zero", ", no number of repeats is likely to resolve it", " (the mean difference over the seeds is zero)"
+    if limit == "seeds":
+        seeds, image_se = int(getattr(row, "seeds", 0) or 0), getattr(row, "image_se", math.nan)
+        hides = "image noise alone would not hide it: " if pd.notna(image_se) and image_se > 0 else ""
+        return ("never: seeds", f", too uncertain from {seeds} seeds to guess how many repeats would resolve it",
+                f" ({hides}more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread)")
+    images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
+    return "never", ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
+
+
 def _before_holm(row) -> str:
     """An unsupported difference whose interval excludes 0: the interval is the pair's own, the
     verdict is adjusted for every pair compared (Holm), and a reader should not have to guess."""
@@ -299,24 +315,14 @@ def _before_holm(row) -> str:
 def _to_resolve(row, explained: set) -> str:
     """What more repeats might do (statistics.repeats_to_resolve). Said as a guess: checked on
     held-out seeds, the small numbers a few seeds give came true far less often than 4 in 5. Each
-    kind of answer (never, where image noise hides the difference; too uncertain, by what the
-    seeds measured; never, a mean difference of zero: statistics.resolve_limit; or a number) is explained after its first pair only, and
-    each kind has words of its own: `explained` holds the kinds already said (the same words after
-    every pair made a list hard to read)."""
+    kind of answer (a number, or why none is likely: `_never_words`) is explained after its first
+    pair only, and each kind has words of its own: `explained` holds the kinds already said (the
+    same words after every pair made a list hard to read)."""
     needed = getattr(row, "repeats_to_resolve", math.nan)
     if needed is None or pd.isna(needed):
         return ""
-    limit = getattr(row, "resolve_limit", None)
-    if math.isinf(needed) and limit == "zero":
-        kind, said, why = "never: zero", ", no number of repeats is likely to resolve it", " (the mean difference over the seeds is zero)"
-    elif math.isinf(needed) and limit == "seeds":
-        seeds, image_se = int(getattr(row, "seeds", 0) or 0), getattr(row, "image_se", math.nan)
-        hides = "image noise alone would not hide it: " if pd.notna(image_se) and image_se > 0 else ""
-        kind, said, why = ("never: seeds", f", too uncertain from {seeds} seeds to guess how many repeats would resolve it",
-                           f" ({hides}more seeds would tell, unless the true difference is zero or small beside the seed-to-seed spread)")
-    elif math.isinf(needed):  # image noise hides it (statistics.resolve_limit), or a run that predates the column
-        images = "test" if "test images" in str(getattr(row, "covers", "")) else "validation"
-        kind, said, why = "never", ", no number of repeats is likely to resolve it", f" (the true difference may be zero, or too small for these {images} images)"
+    if math.isinf(needed):
+        kind, said, why = _never_words(row)
     else:
         kind, said, why = "guess", f", perhaps {int(needed)} repeats would resolve it", f" (a guess from {int(getattr(row, 'seeds', 0) or 0)} seeds, often optimistic)"
     if kind in explained:
