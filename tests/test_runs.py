@@ -251,8 +251,9 @@ def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that
     differing, not_had = setting_lines([old, new])
     assert differing == ["data.test_size: old/20261201-000000 = - (then 0), new/20261201-000000 = 8",  # not its default: a change
                          "train.epochs: old/20261201-000000 = 2, new/20261201-000000 = 3",
-                         "train.race: old/20261201-000000 = None, new/20261201-000000 = -",
-                         "train.race.rungs: old/20261201-000000 = -, new/20261201-000000 = [1]"], differing
+                         # one line, the section beside the null: setting by setting it read
+                         # `train.race: old = None, new = -` and `train.race.rungs: old = -, new = [1]`
+                         "train.race: old/20261201-000000 = None, new/20261201-000000 = {rungs: [1]}"], differing
     assert not_had == ["data.exif_orientation: old/20261201-000000 = -, new/20261201-000000 = ignore",
                        "models.fcn.weights: old/20261201-000000 = -, new/20261201-000000 = None"], not_had
     print_settings([old, new])
@@ -262,6 +263,24 @@ def test_settings_an_older_harness_did_not_have_are_listed_apart_from_those_that
     assert setting_lines([old, same]) == ([], ["data.exif_orientation: old/20261201-000000 = -, same/20261201-000000 = ignore"])
     print_settings([old, same])
     assert capsys.readouterr().out.startswith("the settings every run's harness had are the same")
+
+
+def test_a_section_set_in_one_run_and_null_in_another_is_one_line_with_the_whole_section(tmp_path):
+    """A race against a run without one read `train.race: a = -, b = None` and a line per rung
+    setting with `-` on the other side, as if neither run had a race; nested settings of both stay
+    lines of their own where both runs set the section."""
+    from harness.outputs.compare import setting_lines
+
+    runs = []
+    for name, train in (("raced", {"race": {"rungs": [1, 3], "keep": 0.6}, "early_stopping": None, "optimizer": {"learning_rate": 0.1}}),
+                        ("stopped", {"race": None, "early_stopping": {"patience": 2}, "optimizer": {"learning_rate": 0.2}})):
+        folder = tmp_path / name / "20261207-000000"
+        folder.mkdir(parents=True)
+        runs.append(write_yaml(folder / "config.yaml", {"models": [{"name": "fcn", "arch": "tiny_fcn"}], "train": train}).parent)
+    assert setting_lines(runs)[0] == [
+        "train.early_stopping: raced/20261207-000000 = None, stopped/20261207-000000 = {patience: 2}",
+        "train.optimizer.learning_rate: raced/20261207-000000 = 0.1, stopped/20261207-000000 = 0.2",
+        "train.race: raced/20261207-000000 = {rungs: [1, 3], keep: 0.6}, stopped/20261207-000000 = None"]
 
 
 def test_compare_compares_an_interrupted_run_on_what_it_has_and_says_so(results, tmp_path):

@@ -301,6 +301,7 @@ def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
     for key in sorted(set().union(*flat.values())):
         if not any(key.startswith(f"models.{name}.") for name in partial):
             settings[key] = {label: values.get(key, ABSENT) for label, values in flat.items()}
+    _section_against_leaf(settings, flat)
     differing = {key: values for key, values in sorted(settings.items()) if len({repr(v) for v in values.values()}) > 1}
     in_every = set.intersection(*(set(held) for held in models.values()))
     not_had = {key: values for key, values in differing.items() if _not_had(key, values, flat, in_every)}
@@ -313,6 +314,27 @@ def setting_lines(run_dirs: list[Path]) -> tuple[list[str], list[str]]:
 
 
 ABSENT = "-"  # a setting's value where a run's config.yaml has no such key
+
+
+def _section_against_leaf(settings: dict[str, dict], flat: dict[str, dict]) -> None:
+    """A section set in some runs and a leaf in others (`train.race: null` against its rungs, keep
+    and metric) becomes one line, each run's whole section beside the other's value: listed setting
+    by setting it read `train.race: a = -, b = None` and `train.race.keep: a = 0.6, b = -`, as if
+    neither run had a race."""
+    leaves = {key for held in flat.values() for key in held}
+    for key in sorted(leaves, key=len):
+        inside = f"{key}."
+        if key not in settings or not any(other.startswith(inside) for other in settings):
+            continue
+        settings[key] = {label: held[key] if key in held else _section_text(held, inside) for label, held in flat.items()}
+        for other in [other for other in settings if other.startswith(inside)]:
+            del settings[other]
+
+
+def _section_text(held: dict, inside: str) -> str:
+    """A run's section under `inside` as one flow mapping (`{rungs: [1, 3], keep: 0.6}`), `-` where it has none."""
+    parts = [f"{key[len(inside):]}: {value}" for key, value in held.items() if key.startswith(inside)]
+    return "{" + ", ".join(parts) + "}" if parts else ABSENT
 
 
 def _not_had(key: str, values: dict, flat: dict[str, dict], model_names: set[str]) -> bool:
