@@ -29,7 +29,7 @@ def run(config: ExperimentConfig | str | Path | dict, overrides: Overrides = Non
 
 def plan(config: ExperimentConfig | str | Path | dict, overrides: Overrides = None, results_dir: str | Path | None = None):
     """`harness plan`: each model measured alone (cached) and packed into groups, without
-    training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.to_json()`) and writes
+    training; returns the `Plan` (`.models`, `.groups`, `.estimated_s`, `.race_estimated_s`, `.to_json()`) and writes
     results/<name>/plan.json."""
     return planned(config, overrides, results_dir)[0]
 

@@ -85,6 +85,28 @@ def test_the_estimate_counts_each_groups_trace_before_its_steps():
     assert unmeasured[0].trace_s is None and Plan(None, None, Devices(0, None, (None,)), [], unmeasured, [], 24).trace_s is None
 
 
+def test_a_races_estimate_keeps_the_fastest_or_the_slowest_models_at_each_rung():
+    """A race's plan gave only every member's time to the end: race.yaml's rungs leave 3 of 8
+    members for half its steps, and a race took 0.62-0.67 of its full run."""
+    from harness.scale.plan import Devices, Plan
+
+    needs = [Need("a", 100, 10.0, 1.0), Need("b", 100, 20.0, 1.0), Need("c", 100, 30.0, 1.0), Need("d", 100, 40.0, 1.0)]
+    models = [{"model": n.name, "ms_per_step": n.ms_per_step} for n in needs]
+    one = pack(needs, None, None).groups
+    plan = Plan(None, None, Devices(0, None, (None,)), models, one, [], total_steps=300, race_rung_steps=(100, 200), race_keep=0.5)
+    assert plan.race_kept == [2, 1] and plan.estimated_s == 4.0 + 100 * 300 / 1000
+    # 100 steps of all four (100 ms), 100 of two (30 or 70 ms), 100 of one (10 or 40 ms), then the trace
+    assert plan.race_estimated_s == pytest.approx((4.0 + (10_000 + 3_000 + 1_000) / 1000, 4.0 + (10_000 + 7_000 + 4_000) / 1000))
+    assert "keep 2 then 1 of the 4 models: about 18 s to 25 s with its trace" in plan.describe()[-1]
+    assert "estimated training time with every member to the end: 34 s" in plan.describe()[-2]
+    written = json.loads(json.dumps(plan.to_json()))  # plan.json
+    assert written["race_estimated_s"] == pytest.approx(list(plan.race_estimated_s)) and written["race_kept"] == [2, 1]
+    plain = Plan(None, None, Devices(0, None, (None,)), models, one, [], total_steps=300)
+    assert plain.race_estimated_s is None and "the race" not in " ".join(plain.describe())
+    two = pack(needs, 150, None).groups  # a race runs in one fused step: no race estimate over groups
+    assert len(two) > 1 and Plan(None, None, Devices(0, None, (None,)), models, two, [], 300, 1, (100, 200), 0.5).race_estimated_s is None
+
+
 def test_makespan_fills_the_first_free_slot():
     assert makespan_s([4, 3, 2, 1], slots=2) == 5
     assert makespan_s([4, 3, 2, 1], slots=1) == 10

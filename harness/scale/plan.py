@@ -6,6 +6,7 @@ writes plan.json; `harness run` makes it itself when the members may not fit one
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
@@ -44,6 +45,8 @@ class Plan:
     too_big: list[str]
     total_steps: int
     repeats: int = 1  # train.repeats: each model's figures are for all its seeds
+    race_rung_steps: tuple[int, ...] = ()  # train.race: the steps after which its rungs drop models
+    race_keep: float = 1.0  # the share of the models each rung keeps
 
     @property
     def group_seconds(self) -> list[float | None]:
@@ -62,6 +65,33 @@ class Plan:
         seconds = self.group_seconds
         return None if not seconds or None in seconds else makespan_s(seconds, len(self.devices.slots))  # type: ignore[arg-type]
 
+    @property
+    def race_kept(self) -> list[int]:
+        """How many models train after each rung (each keeps `ceil(keep x models)`, more where
+        models tie with the last one kept)."""
+        kept, left = [], len(self.models)
+        for _ in self.race_rung_steps:
+            left = max(1, math.ceil(self.race_keep * left))
+            kept.append(left)
+        return kept
+
+    @property
+    def race_estimated_s(self) -> tuple[float, float] | None:
+        """A race's training (its one group's trace, then its steps with the members each rung
+        leaves): with the fastest models kept at every rung, and with the slowest. Which are kept
+        is known only at the rungs; `estimated_s` is every member to the end."""
+        times = [m.get("ms_per_step") for m in self.models]
+        if not self.race_rung_steps or len(self.groups) != 1 or None in times:
+            return None
+        trace = self.groups[0].trace_s or 0.0
+        ends = (*self.race_rung_steps, self.total_steps)
+        counts = [len(times), *self.race_kept]
+        bounds = []
+        for ordered in (sorted(times), sorted(times, reverse=True)):
+            starts = (0, *self.race_rung_steps)
+            bounds.append(trace + sum(sum(ordered[:n]) * (end - start) for n, start, end in zip(counts, starts, ends)) / 1000)
+        return bounds[0], bounds[1]
+
     def device_of(self, index: int) -> str:
         """Where the index-th group starts when groups start in order on the free slots."""
         slot = self.devices.slots[index % len(self.devices.slots)]
@@ -76,6 +106,7 @@ class Plan:
             "models": self.models, "too_big": self.too_big, "total_steps": self.total_steps, "repeats": self.repeats,
             "groups": [{**asdict(g), "device": self.device_of(i), "estimated_s": s} for i, (g, s) in enumerate(zip(self.groups, self.group_seconds))],
             "estimated_s": self.estimated_s, "trace_s": self.trace_s,
+            "race_estimated_s": self.race_estimated_s, "race_rung_steps": list(self.race_rung_steps), "race_kept": self.race_kept,
             "estimate_note": "group memory, step time and trace are the sums of their members' (safe side); run time on the slots in order, "
                              "each group's trace and steps; validation, checkpoints and the end of the run not in it",
         }
@@ -97,9 +128,15 @@ class Plan:
                          f"{_ms(group.ms_per_step)}/step, about {_duration(seconds)} with its trace")
         for name in self.too_big:
             lines.append(f"  {name}: needs more than the budget even alone: it would be marked oom")
-        lines.append(f"  estimated training time: {_duration(self.estimated_s)} for {self.total_steps} steps, {_duration(self.trace_s, short=True)} of it "
+        everyone = " with every member to the end" if self.race_rung_steps else ""
+        lines.append(f"  estimated training time{everyone}: {_duration(self.estimated_s)} for {self.total_steps} steps, {_duration(self.trace_s, short=True)} of it "
                      "tracing (sums of alone-times: for the steps an upper estimate, for the trace a lower one; not counted: validation, "
                      "checkpoints, and the end of the run: probes, test split, outputs)")
+        if (race := self.race_estimated_s) is not None:
+            kept = " then ".join(str(n) for n in self.race_kept)
+            lines.append(f"  the race: its rungs after steps {', '.join(str(s) for s in self.race_rung_steps)} keep {kept} of the "
+                         f"{len(self.models)} models: about {_duration(race[0])} to {_duration(race[1])} with its trace (the fastest "
+                         "or the slowest models kept at every rung; which go on is known only at the rungs)")
         return lines
 
 
@@ -153,7 +190,10 @@ def make_plan(config: ExperimentConfig, cache: Path, measure_members: bool, say=
     needs = [Need(m["model"], m.get("peak_mb"), m.get("ms_per_step"), m.get("trace_s")) for m in models]
     packing = pack(needs, budget, config.placement.max_members_per_group)
     groups = spread(packing.groups, needs, len(devices.slots))
-    return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps, repeats)
+    race = config.train.race
+    rung_steps = tuple(epoch * config.data.steps_per_epoch for epoch in race.rungs) if race is not None else ()
+    return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps, repeats,
+                rung_steps, race.keep if race is not None else 1.0)
 
 
 def uses_groups(config: ExperimentConfig) -> bool:
