@@ -153,12 +153,12 @@ def test_serving_is_measured_once_per_network_not_per_learning_rate(tmp_path, mo
 
     measured = []
 
-    def counting(model, *args, **kwargs):
-        measured.append(model.name)
-        return real(model, *args, **kwargs)
+    def counting(models, *args, **kwargs):
+        measured.extend(model.name for model, _ in models.values())
+        return real(models, *args, **kwargs)
 
-    real = actions.measure_serving
-    monkeypatch.setattr(actions, "measure_serving", counting)
+    real = actions.measure_serving_all
+    monkeypatch.setattr(actions, "measure_serving_all", counting)
     models = [{"name": "fcn", "arch": "tiny_fcn", "grid": {"optimizer.learning_rate": [0.01, 0.001]}}, {"name": "unet", "arch": "tiny_unet"}]
     result = run(validate_config(tiny_config(models=models, train={"epochs": 1}, output={"serve_probe": True, "serve_batch": 4})), results_dir=tmp_path)
     assert sorted(measured) == ["tiny_fcn", "tiny_unet"]  # two networks, three members
@@ -193,6 +193,57 @@ def test_serving_timing_stops_early_for_slow_models_but_never_below_its_least_ca
     stopped = len(_timed_calls(slow, None, most=50, least=3, seconds=0.2)[0])
     assert 3 <= stopped <= 7  # the first call past 0.2 s (sooner when a sleep overshoots)
     assert slow.calls == 2 * WARMUP_CALLS + 10 + stopped
+
+
+class _Clocked:
+    """An inference function whose calls take what the shared clock says now (slower and slower,
+    as a machine another process starts to load), recording which model ran at each call."""
+
+    def __init__(self, name: str, log: list, clock: dict, ms: float):
+        self.name, self.log, self.clock, self.ms = name, log, clock, ms
+
+    def __call__(self, images):
+        self.log.append(self.name)
+        self.clock["now"] += self.ms * self.clock["slowdown"]
+        self.clock["slowdown"] *= 1.02
+        return self
+
+    def numpy(self):
+        return np.zeros(1)
+
+
+def test_batch_1_calls_are_interleaved_across_models_so_a_slowing_machine_slows_them_alike(monkeypatch):
+    """Timed one model after another, a machine that slows during the probe made the last model
+    timed look the dearest: of three equal networks the first read 1.09 and the last 1.62 here
+    (1.49x). Interleaved in rounds, every model in each, the order turned each round, they read
+    within 1.13x."""
+    from harness.training import serve
+
+    log, clock = [], {"now": 0.0, "slowdown": 1.0}
+    monkeypatch.setattr(serve.time, "perf_counter", lambda: clock["now"])
+    infers = {name: _Clocked(name, log, clock, 1.0) for name in ("a", "b", "c")}
+    times = serve._interleaved_calls(infers, dict.fromkeys(infers), None, calls=10)
+    assert all(len(t) == 10 for t in times.values())
+    timed = log[3 * serve.WARMUP_CALLS:]  # after each model's warm-up
+    rounds = [timed[i:i + 9] for i in range(0, len(timed), 9)]  # a settling call and 2 timed calls each
+    assert [r[0::3] for r in rounds] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"], ["b", "c", "a"]]
+    medians = {name: np.median(t) for name, t in times.items()}
+    assert max(medians.values()) / min(medians.values()) < 1.2  # 1.13: five rounds turn three models unevenly
+
+    log.clear()
+    clock.update(now=0.0, slowdown=1.0)
+    one = serve._interleaved_calls({"a": infers["a"]}, {"a": None}, None, calls=10)
+    assert len(one["a"]) == 10 and log == ["a"] * (serve.WARMUP_CALLS + 10)  # alone: no settling call
+
+    log.clear()
+    clock.update(now=0.0, slowdown=1.0)
+    sequential = {name: [] for name in infers}
+    for name, infer in infers.items():  # the probe before: each model's calls back to back
+        for _ in range(10):
+            began = clock["now"]
+            infer(None)
+            sequential[name].append(clock["now"] - began)
+    assert np.median(sequential["c"]) / np.median(sequential["a"]) > 1.4  # what interleaving prevents
 
 
 def test_latency_at_batch_1_is_timed_over_every_one_of_its_calls_however_long_they_take():

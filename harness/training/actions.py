@@ -28,7 +28,7 @@ from harness.training.probe import held_in_memory, probe_input_wait_share, probe
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
 from harness.training.run_book import RunBook
-from harness.training.serve import exported_mb, measure_serving
+from harness.training.serve import exported_mb, measure_serving_all
 
 
 @dataclass
@@ -154,16 +154,17 @@ def export_models(done: FinishedRun) -> None:
 def probe_serving(done: FinishedRun) -> None:
     """Each model's serving cost, measured once per network (`network_of`: 4 measurements, not 40,
     for a grid of 4 architectures x 10 learning rates; the same network's figures would differ
-    only by the noise of timing), one model at a time, in inference mode: the weights are only read."""
+    only by the noise of timing), batch 1's calls interleaved across the networks (serve.py), in
+    inference mode: the weights are only read."""
     if not done.config.output.serve_probe:
         return
-    data, measured = done.config.data, {}
+    networks = {}
     for member in done.members:
-        network = network_of(member)
-        if network not in measured:
-            measured[network] = measure_serving(member.model, data.input_shape, done.config.output.serve_batch, device=member.device)
+        networks.setdefault(network_of(member), (member.model, member.device))
+    measured = measure_serving_all(networks, done.config.data.input_shape, done.config.output.serve_batch)
+    for member in done.members:
         record = done.records[member.name]
-        for key, value in measured[network].items():
+        for key, value in measured[network_of(member)].items():
             setattr(record, key, value)
         record.model_mb = exported_mb(done.run.path / "models" / member.name)
     done.book.write()

@@ -1,8 +1,15 @@
-"""What a trained model costs to serve: measured after training, one model at a time, on the
-run's device, in inference mode (`training=False`: no weight, no BatchNorm statistic changes).
+"""What a trained model costs to serve: measured after training, on the run's device (each
+model's own with `per_model`), in inference mode (`training=False`: no weight, no BatchNorm
+statistic changes).
 
 - latency at batch 1: median and 90th percentile over `calls` (50) calls after a warm-up, however
-  long they take: a 90th percentile of 10 calls is their largest but one (a 48-ms FPN: 2.4 s);
+  long they take: a 90th percentile of 10 calls is their largest but one (a 48-ms FPN: 2.4 s).
+  The models' calls are interleaved, in LATENCY_ROUNDS rounds of a fifth of them each, every
+  model in turn, the order turned round by round: a machine that slows for a moment (another
+  process, the clock) slows every model's latency alike, not only the one being timed then. On
+  smoke's three networks, 20 probes in one process, the ratio of two models' latencies moved with a
+  coefficient of variation of 0.11-0.18 timed one model after another, 0.06-0.07 interleaved, and
+  fcn's and deconv's order flipped in 1 probe of 20 against none;
 - throughput at the serving batch (`output.serve_batch`): images per second at the median of at
   most `calls // 5` calls, at least 3, fewer once they took `seconds`;
 - peak memory the measurement added: the peak of TensorFlow's allocator for the model's device
@@ -28,6 +35,7 @@ import gc
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,27 +44,69 @@ from harness.core.member_step import on_device
 
 tf = import_tf()
 WARMUP_CALLS = 3
+LATENCY_ROUNDS = 5  # batch 1's calls in 5 rounds, every model in each (10 calls a round of the default 50)
 
 
 def measure_serving(model, input_shape: tuple[int, ...], serve_batch: int, calls: int = 50, device: str | None = None, seconds: float = 1.0) -> dict[str, float | None]:
-    """Latency (ms) at batch 1, images/s at `serve_batch`, and the memory a call at `serve_batch`
-    adds at its peak (MB): the median over its timed calls, each measured alone, so that what
-    another thread allocates during one call (a tf.data pipeline refilling its buffers: a 4 MB
-    output read 17.0 MB with one beside it) is not counted."""
-    with on_device(device), _no_garbage_collection():
-        infer = serving_function(model, input_shape)
+    """One model's serving cost (`measure_serving_all` of it alone)."""
+    return measure_serving_all({"model": (model, device)}, input_shape, serve_batch, calls, seconds)["model"]
+
+
+def measure_serving_all(models: dict[str, tuple[Any, str | None]], input_shape: tuple[int, ...], serve_batch: int, calls: int = 50,
+                        seconds: float = 1.0) -> dict[str, dict[str, float | None]]:
+    """Each model's (key: (model, its device)) latency (ms) at batch 1, images/s at `serve_batch`
+    and the memory a call at `serve_batch` adds at its peak (MB). Batch 1's calls interleaved across
+    the models (`_interleaved_calls`); the serving batch's timed model by model, each call's memory
+    measured alone and the median taken, so that what another thread allocates during one call (a
+    tf.data pipeline refilling its buffers: a 4 MB output read 17.0 MB with one beside it) is not
+    counted."""
+    figures = {}
+    with _no_garbage_collection():
+        infers = {}
+        for key, (model, device) in models.items():
+            with on_device(device):
+                infers[key] = serving_function(model, input_shape)
         one = tf.zeros((1, *input_shape), tf.float32)
-        batch = tf.zeros((serve_batch, *input_shape), tf.float32)
-        whole = PeakMemory(device)  # the resident set's window, where TensorFlow keeps no peak
-        single, _ = _timed_calls(infer, one, most=calls, least=calls, seconds=seconds)
-        batched, call_mb = _timed_calls(infer, batch, most=max(3, calls // 5), least=3, seconds=seconds, allocator=whole.device)
-        added_mb = statistics.median(call_mb) if call_mb else whole.added_mb()
-    return {
-        "latency_ms": round(1000 * statistics.median(single), 3),
-        "latency_p90_ms": round(1000 * float(np.percentile(single, 90)), 3),
-        "serve_images_per_s": round(serve_batch / statistics.median(batched), 1),
-        "serve_peak_mb": None if added_mb is None else round(added_mb, 1),
-    }
+        singles = _interleaved_calls(infers, {key: device for key, (_, device) in models.items()}, one, calls)
+        for key, (_, device) in models.items():
+            with on_device(device):
+                batch = tf.zeros((serve_batch, *input_shape), tf.float32)
+                whole = PeakMemory(device)  # the resident set's window, where TensorFlow keeps no peak
+                batched, call_mb = _timed_calls(infers[key], batch, most=max(3, calls // 5), least=3, seconds=seconds, allocator=whole.device)
+                added_mb = statistics.median(call_mb) if call_mb else whole.added_mb()
+            figures[key] = {
+                "latency_ms": round(1000 * statistics.median(singles[key]), 3),
+                "latency_p90_ms": round(1000 * float(np.percentile(singles[key], 90)), 3),
+                "serve_images_per_s": round(serve_batch / statistics.median(batched), 1),
+                "serve_peak_mb": None if added_mb is None else round(added_mb, 1),
+            }
+    return figures
+
+
+def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], images, calls: int) -> dict[str, list[float]]:
+    """`calls` timed calls of each function on `images`, after its warm-up, in LATENCY_ROUNDS
+    rounds (fewer when there are fewer calls): each round times every function in turn, starting
+    one further along the list each round, so that no model is always timed first or after the
+    same one. After another model's calls, a model's first call is not timed (its caches are the
+    other's then); alone, its calls run back to back as before."""
+    keys = list(infers)
+    for key in keys:
+        with on_device(devices[key]):
+            for _ in range(WARMUP_CALLS):
+                infers[key](images).numpy()
+    rounds = max(1, min(LATENCY_ROUNDS, calls))
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    for r in range(rounds):
+        in_round = calls // rounds + (r < calls % rounds)
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            with on_device(devices[key]):
+                if len(keys) > 1:
+                    infers[key](images).numpy()
+                for _ in range(in_round):
+                    began = time.perf_counter()
+                    infers[key](images).numpy()
+                    times[key].append(time.perf_counter() - began)
+    return times
 
 
 @contextlib.contextmanager
