@@ -222,7 +222,7 @@ def test_batch_1_calls_are_interleaved_across_models_so_a_slowing_machine_slows_
     log, clock = [], {"now": 0.0, "slowdown": 1.0}
     monkeypatch.setattr(serve.time, "perf_counter", lambda: clock["now"])
     infers = {name: _Clocked(name, log, clock, 1.0) for name in ("a", "b", "c")}
-    times = serve._interleaved_calls(infers, dict.fromkeys(infers), None, calls=10)
+    times = serve._interleaved_calls(infers, dict.fromkeys(infers), dict.fromkeys(infers), calls=10)
     assert all(len(t) == 10 for t in times.values())
     timed = log[3 * serve.WARMUP_CALLS:]  # after each model's warm-up
     rounds = [timed[i:i + 9] for i in range(0, len(timed), 9)]  # a settling call and 2 timed calls each
@@ -232,7 +232,7 @@ def test_batch_1_calls_are_interleaved_across_models_so_a_slowing_machine_slows_
 
     log.clear()
     clock.update(now=0.0, slowdown=1.0)
-    one = serve._interleaved_calls({"a": infers["a"]}, {"a": None}, None, calls=10)
+    one = serve._interleaved_calls({"a": infers["a"]}, {"a": None}, {"a": None}, calls=10)
     assert len(one["a"]) == 10 and log == ["a"] * (serve.WARMUP_CALLS + 10)  # alone: no settling call
 
     log.clear()

@@ -62,12 +62,12 @@ def measure_serving_all(models: dict[str, tuple[Any, str | None]], input_shape: 
     counted."""
     figures = {}
     with _no_garbage_collection():
-        infers = {}
+        infers, ones = {}, {}
         for key, (model, device) in models.items():
-            with on_device(device):
+            with on_device(device):  # the image on the model's device, as a served request's is
                 infers[key] = serving_function(model, input_shape)
-        one = tf.zeros((1, *input_shape), tf.float32)
-        singles = _interleaved_calls(infers, {key: device for key, (_, device) in models.items()}, one, calls)
+                ones[key] = tf.zeros((1, *input_shape), tf.float32)
+        singles = _interleaved_calls(infers, {key: device for key, (_, device) in models.items()}, ones, calls)
         for key, (_, device) in models.items():
             with on_device(device):
                 batch = tf.zeros((serve_batch, *input_shape), tf.float32)
@@ -83,8 +83,8 @@ def measure_serving_all(models: dict[str, tuple[Any, str | None]], input_shape: 
     return figures
 
 
-def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], images, calls: int) -> dict[str, list[float]]:
-    """`calls` timed calls of each function on `images`, after its warm-up, in LATENCY_ROUNDS
+def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], images: dict[str, Any], calls: int) -> dict[str, list[float]]:
+    """`calls` timed calls of each function on its `images`, after its warm-up, in LATENCY_ROUNDS
     rounds (fewer when there are fewer calls): each round times every function in turn, starting
     one further along the list each round, so that no model is always timed first or after the
     same one. After another model's calls, a model's first call is not timed (its caches are the
@@ -93,7 +93,7 @@ def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], i
     for key in keys:
         with on_device(devices[key]):
             for _ in range(WARMUP_CALLS):
-                infers[key](images).numpy()
+                infers[key](images[key]).numpy()
     rounds = max(1, min(LATENCY_ROUNDS, calls))
     times: dict[str, list[float]] = {key: [] for key in keys}
     for r in range(rounds):
@@ -101,10 +101,10 @@ def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], i
         for key in keys[r % len(keys):] + keys[:r % len(keys)]:
             with on_device(devices[key]):
                 if len(keys) > 1:
-                    infers[key](images).numpy()
+                    infers[key](images[key]).numpy()
                 for _ in range(in_round):
                     began = time.perf_counter()
-                    infers[key](images).numpy()
+                    infers[key](images[key]).numpy()
                     times[key].append(time.perf_counter() - began)
     return times
 
