@@ -104,7 +104,8 @@ def test_a_races_estimate_keeps_the_fastest_or_the_slowest_models_at_each_rung()
     plain = Plan(None, None, Devices(0, None, (None,)), models, one, [], total_steps=300)
     assert plain.race_estimated_s is None and "the race" not in " ".join(plain.describe())
     two = pack(needs, 150, None).groups  # a race runs in one fused step: no race estimate over groups
-    assert len(two) > 1 and Plan(None, None, Devices(0, None, (None,)), models, two, [], 300, 1, (100, 200), 0.5).race_estimated_s is None
+    split = Plan(None, None, Devices(0, None, (None,)), models, two, [], total_steps=300, race_rung_steps=(100, 200), race_keep=0.5)
+    assert len(two) > 1 and split.race_estimated_s is None
 
 
 def test_makespan_fills_the_first_free_slot():
