@@ -232,3 +232,14 @@ def test_the_bench_has_a_thunk_for_every_section_name_and_no_other(tmp_path):
 
     assert SECTIONS == DEFAULT_SECTIONS + ON_REQUEST_SECTIONS
     assert tuple(_sections("tiny", tmp_path, None, None)) == DEFAULT_SECTIONS + ON_REQUEST_SECTIONS
+
+
+def test_the_serving_section_times_both_orders_of_the_latency_calls_for_every_pair():
+    from harness.bench.serving import bench_serving
+    from harness.bench.suites import STANDARD
+
+    table = bench_serving(STANDARD, probes=3, calls=4).set_index("contender")
+    pairs = ["unet / deconv", "unet / fcn", "deconv / fcn"]
+    assert list(table.index) == [f"{order}: {pair}" for order in ("one after another", "interleaved") for pair in pairs]
+    assert (table["ratio_low"] <= table["median_ratio"]).all() and (table["median_ratio"] <= table["ratio_high"]).all()
+    assert (table["ratio_low"] > 0).all() and table["order_flips"].between(0, 1).all() and (table["probes"] == 3).all()

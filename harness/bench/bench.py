@@ -53,6 +53,9 @@ Sections (rows of bench.csv):
              the seed-003 loop doing the same steps and validations (harness/bench/fixed.py)
   trace      (when named) the first call of the hand loop and of the fused step at one and ten
              steps per call, with and without the members' switches, each in a fresh process
+  serving    (when named) the serving probe's batch-1 calls timed one model after another and
+             interleaved across the models, alternating probe by probe: how much the ratio of two
+             models' latencies moves between probes and how often their order flips
   gpu        with --gpu (or when named) on a machine with GPUs: float32 vs mixed_float16, XLA, mirrored vs per_model
 """
 
@@ -77,6 +80,7 @@ from harness.bench.calibration import bench_calibration
 from harness.bench.calibration_images import bench_calibration_images
 from harness.bench.repeats import bench_repeats
 from harness.bench.scale import bench_scale
+from harness.bench.serving import bench_serving
 from harness.bench.statistics import bench_statistics
 from harness.bench.stream import bench_stream
 from harness.bench.suites import DEFAULT_SECTIONS, SUITES
@@ -175,6 +179,7 @@ def _sections(suite: str, folder: Path, rounds: int | None, steps: int | None) -
         "repeats": lambda: bench_repeats(base, 4 if tiny else 100, asked_rounds or (1 if tiny else 2), folder),
         "fixed": lambda: bench_fixed(folder, suite, asked_rounds or 1),  # whole commands, fresh processes: minutes
         "trace": lambda: bench_trace(suite, asked_rounds or (1 if tiny else 3)),  # a fresh process per first call
+        "serving": lambda: bench_serving(base, asked_rounds or (2 if tiny else 20), 10 if tiny else 50),
     }
     return work  # keyed by suites.SECTIONS, in its order (tested)
 

@@ -8,7 +8,7 @@ DEFAULT_SECTIONS = ("loop", "overhead", "dispatch", "fit", "compile", "scaling",
                     "input", "statistics", "stream", "scale")
 # Run only when named (--section; `gpu` also by --gpu): each trains for minutes at full size, or
 # needs a GPU.
-ON_REQUEST_SECTIONS = ("gpu", "calibration", "calibration_bootstrap", "calibration_images", "repeats", "fixed", "trace")
+ON_REQUEST_SECTIONS = ("gpu", "calibration", "calibration_bootstrap", "calibration_images", "repeats", "fixed", "trace", "serving")
 SECTIONS = DEFAULT_SECTIONS + ON_REQUEST_SECTIONS
 
 
