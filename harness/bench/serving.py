@@ -20,11 +20,7 @@ import pandas as pd
 
 from harness.bench.contenders import _members
 from harness.bench.timing import _section, _with, rotated
-from harness.core.backend import import_tf
-from harness.core.member_step import on_device
-from harness.training.serve import _interleaved_calls, _timed_calls, serving_function
-
-tf = import_tf()
+from harness.training.serve import _interleaved_calls, _timed_calls, serving_functions
 
 
 def bench_serving(base, probes: int, calls: int = 50) -> pd.DataFrame:
@@ -33,12 +29,7 @@ def bench_serving(base, probes: int, calls: int = 50) -> pd.DataFrame:
     way round."""
     config = _with(base)
     _, members, _ = _members(config)
-    infers, images, devices = {}, {}, {}
-    for member in members:
-        with on_device(member.device):
-            infers[member.name] = serving_function(member.model, config.data.input_shape)
-            images[member.name] = tf.zeros((1, *config.data.input_shape), tf.float32)
-        devices[member.name] = member.device
+    infers, images, devices = serving_functions({m.name: (m.model, m.device) for m in members}, config.data.input_shape)
     orders = {
         "one after another": lambda: {key: _timed_calls(infers[key], images[key], most=calls, least=calls, seconds=math.inf)[0] for key in infers},
         "interleaved": lambda: _interleaved_calls(infers, devices, images, calls),

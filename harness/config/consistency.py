@@ -67,7 +67,7 @@ def sized_problems(config) -> list[str]:
     problems = []
     total, per_epoch = config.total_steps, config.data.steps_per_epoch
     race = config.train.race
-    if race is not None and (late := [e for e in race.rungs if e * per_epoch >= total]):
+    if race is not None and (late := [e for e, step in zip(race.rungs, race.rung_steps(per_epoch)) if step >= total]):
         problems.append(
             f"train.race.rungs: epoch(s) {late} are at or after the end of the run ({total} steps, "
             f"{total // per_epoch} epoch(s) of {per_epoch} steps): a rung must leave training to save"

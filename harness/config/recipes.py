@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
@@ -98,8 +100,18 @@ class RaceSpec(Strict):
     keep: Annotated[float, Field(gt=0, lt=1)] = 0.5  # the fraction of models kept at each rung
     metric: Literal[WATCHABLE] = "val_iou"  # type: ignore[valid-type]
 
+    def rung_steps(self, steps_per_epoch: int) -> list[int]:
+        """The steps after which the rungs cut, in order."""
+        return [epoch * steps_per_epoch for epoch in self.rungs]
+
     @model_validator(mode="after")
     def _increasing(self) -> "RaceSpec":
         if not self.rungs or self.rungs != sorted(set(self.rungs)):
             raise ValueError(f"rungs: one or more epochs in increasing order, got {self.rungs}")
         return self
+
+
+def models_kept(keep: float, models: int) -> int:
+    """How many of `models` a race's rung keeps: `ceil(keep x models)`, at least one (the race
+    keeps more where models tie with the last one kept)."""
+    return max(1, math.ceil(keep * models))

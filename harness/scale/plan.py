@@ -6,13 +6,13 @@ writes plan.json; `harness run` makes it itself when the members may not fit one
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.config.recipes import models_kept
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError
 from harness.scale.packing import Group, Need, makespan_s, pack, spread
@@ -71,7 +71,7 @@ class Plan:
         models tie with the last one kept)."""
         kept, left = [], len(self.models)
         for _ in self.race_rung_steps:
-            left = max(1, math.ceil(self.race_keep * left))
+            left = models_kept(self.race_keep, left)
             kept.append(left)
         return kept
 
@@ -191,7 +191,7 @@ def make_plan(config: ExperimentConfig, cache: Path, measure_members: bool, say=
     packing = pack(needs, budget, config.placement.max_members_per_group)
     groups = spread(packing.groups, needs, len(devices.slots))
     race = config.train.race
-    rung_steps = tuple(epoch * config.data.steps_per_epoch for epoch in race.rungs) if race is not None else ()
+    rung_steps = tuple(race.rung_steps(config.data.steps_per_epoch)) if race is not None else ()
     return Plan(budget, config.placement.max_members_per_group, devices, models, groups, [n.name for n in packing.too_big], config.total_steps, repeats,
                 rung_steps, race.keep if race is not None else 1.0)
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from harness.config.metrics import higher_is_better, metric_of
 from harness.config.naming import seeds_of_each_model
+from harness.config.recipes import models_kept
 
 MIN_MODELS_FOR_CORRELATION = 3  # with two, a rank correlation is +1 or -1 whatever the scores
 
@@ -38,7 +39,7 @@ def rank_models(values: dict[str, float], higher: bool) -> list[tuple[str, float
 def decide(values: dict[str, float], keep: float, higher: bool) -> tuple[list[dict[str, Any]], list[str]]:
     """One rung: (the ranking, each row {model, value, rank, kept}; the members dropped)."""
     ranked = rank_models(values, higher)
-    n_keep = max(1, math.ceil(keep * len(ranked)))
+    n_keep = models_kept(keep, len(ranked))
     cut = ranked[n_keep - 1][1]
     ranking, dropped = [], []
     for rank, (model, value, members) in enumerate(ranked, start=1):
@@ -102,7 +103,7 @@ def make_race(spec, steps_per_epoch: int, total_steps: int, info: dict[str, Any]
     if spec is None:
         return None
     kept = [r for r in (info.get("race") or {}).get("rungs", []) if r["step"] <= start]
-    return Race(spec.metric, spec.keep, {e * steps_per_epoch: e for e in spec.rungs}, kept)
+    return Race(spec.metric, spec.keep, dict(zip(spec.rung_steps(steps_per_epoch), spec.rungs)), kept)
 
 
 def final_scores(losses: pd.DataFrame, metric: str, finished: list[str]) -> dict[str, float]:

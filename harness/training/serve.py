@@ -62,12 +62,8 @@ def measure_serving_all(models: dict[str, tuple[Any, str | None]], input_shape: 
     counted."""
     figures = {}
     with _no_garbage_collection():
-        infers, ones = {}, {}
-        for key, (model, device) in models.items():
-            with on_device(device):  # the image on the model's device, as a served request's is
-                infers[key] = serving_function(model, input_shape)
-                ones[key] = tf.zeros((1, *input_shape), tf.float32)
-        singles = _interleaved_calls(infers, {key: device for key, (_, device) in models.items()}, ones, calls)
+        infers, ones, devices = serving_functions(models, input_shape)
+        singles = _interleaved_calls(infers, devices, ones, calls)
         for key, (_, device) in models.items():
             with on_device(device):
                 batch = tf.zeros((serve_batch, *input_shape), tf.float32)
@@ -81,6 +77,17 @@ def measure_serving_all(models: dict[str, tuple[Any, str | None]], input_shape: 
                 "serve_peak_mb": None if added_mb is None else round(added_mb, 1),
             }
     return figures
+
+
+def serving_functions(models: dict[str, tuple[Any, str | None]], input_shape: tuple[int, ...]) -> tuple[dict, dict, dict]:
+    """For each model (key: (model, its device)): its serving function, an image at batch 1 on its
+    device (as a served request's is) and the device."""
+    infers, ones = {}, {}
+    for key, (model, device) in models.items():
+        with on_device(device):
+            infers[key] = serving_function(model, input_shape)
+            ones[key] = tf.zeros((1, *input_shape), tf.float32)
+    return infers, ones, {key: device for key, (_, device) in models.items()}
 
 
 def _interleaved_calls(infers: dict[str, Any], devices: dict[str, str | None], images: dict[str, Any], calls: int) -> dict[str, list[float]]:
