@@ -51,6 +51,8 @@ COSTS = {
     "model_mb": Metric("model_mb", False, "file MB", ".2f"),
     "best_val_loss": Metric("best_val_loss", False, "best val loss", ".4f"),
     "final_train_loss": Metric("final_train_loss", False, "train loss", ".4f"),
+    # How much the output varies from image to image, as a share of the targets' (near 0: stuck).
+    "output_spread": Metric("output_spread", True, "output spread", ".3g"),
 }
 
 # What early stopping and a race may watch (validation scores), and what a run may be ranked by.

@@ -104,6 +104,7 @@ def build_member_summary(losses: pd.DataFrame, members: Mapping[str, Mapping[str
             "images_per_s": facts.get("images_per_s"),
             **{k: facts.get(k) for k in SERVE_COLUMNS},
             "diverged_step": facts.get("diverged_step"),
+            "output_spread": facts.get("output_spread"),
         }
         if "loss" in val and val["loss"].notna().any():
             record["best_val_loss"] = float(val["loss"].min())

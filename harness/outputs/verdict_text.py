@@ -11,6 +11,7 @@ import pandas as pd
 
 from harness.config.metrics import higher_is_better, metric_of, on_split, split_column
 from harness.outputs.statistics import covers_training
+from harness.outputs.stuck import stuck_models_text
 from harness.outputs.tables import failed, finished
 
 MAX_LISTED = 3  # differences named in a sentence, the largest first; the rest counted (every pair is in pairs.csv)
@@ -49,7 +50,7 @@ def _one_seed_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, ta
                  f"{', the largest' if len(beyond) > MAX_LISTED else ''}: {_listed(beyond, rank_by, f'{table}, beyond_image_noise')}.")
     if summary is not None and "status" in summary and (left := [f"{m} ({s})" for m, s in zip(summary["model"], summary["status"]) if not finished(s)]):
         text += f" Not compared, as they did not finish (a score from fewer steps): {', '.join(left)}."
-    return text
+    return " ".join(filter(None, [text, stuck_models_text(summary)]))
 
 
 def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table: str) -> str:
@@ -84,7 +85,7 @@ def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table
         parts.append(f"Not every seed finished: {', '.join(failing)}. A model's seeds that did not finish are left out of its "
                      "score, interval and pairs (one none of whose seeds finished has no interval and no pair); a seed that "
                      "diverges is a cost of its model too.")
-    return " ".join(parts)
+    return " ".join(filter(None, [*parts, stuck_models_text(summary)]))
 
 
 def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:

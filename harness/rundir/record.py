@@ -68,6 +68,8 @@ class MemberRecord:
     model_mb: float | None = None
     higher_is_better: list[str] = field(default_factory=list)  # the kind's own metrics that go up when better
     trained_params: int | None = None  # every network trained: more than params for a GAN (its discriminator)
+    # How much its output varies from image to image, as a share of the targets' (training/output_spread.py)
+    output_spread: float | None = None
 
     def __post_init__(self):
         self.status = MemberStatus(self.status)

@@ -22,7 +22,7 @@ from harness.rundir import FolderLock
 from harness.scale.engines import LocalEngine, RayEngine
 from harness.scale.groups import GroupsRun, new_group_entry
 from harness.scale.plan import Plan, find_devices, make_plan, save_plan, uses_groups
-from harness.training.actions import data_warnings, log_mlflow, mark_completed, validation_warnings, write_final_report
+from harness.training.actions import end_of_run_warnings, log_mlflow, mark_completed, write_final_report
 from harness.training.entry import ACCEPT_CHANGED_DATA, load_result, nothing_to_resume, refuse_changed_config, resolve_data_sizes, resume_run, run_experiment
 from harness.training.records import RunResult
 from harness.training.run_book import RunBook
@@ -130,7 +130,7 @@ def finish_groups(groups_run: GroupsRun) -> None:
     config, run, record = groups_run.config, groups_run.run, groups_run.record
     _say(config, "harness: merging the groups: tables, statistics, plots and the report ...")
     summary = write_outputs(run, config, record, samples_from_exports(run, config))
-    warnings = data_warnings(config, record) + validation_warnings(summary, config)
+    warnings = end_of_run_warnings(config, record, summary)
     oom = [g["models"][0] for g in record.groups if g["status"] == "oom"]
     if oom:
         warnings.append(f"{', '.join(oom)} did not fit in device memory even alone (status oom); the other members completed")

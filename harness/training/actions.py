@@ -19,11 +19,13 @@ from harness.config.schema import ExperimentConfig
 from harness.data.duplicates import duplicates_warning
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
+from harness.outputs.stuck import stuck_output_warnings
 from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
 from harness.training.flops import forward_flops
 from harness.training.held_out import score_test_split
+from harness.training.output_spread import first_images, member_output_spread
 from harness.training.probe import held_in_memory, probe_input_wait_share, probe_ms_per_step, probe_switched_ms_per_step
 from harness.training.race import correlations, final_scores
 from harness.training.records import StepTiming
@@ -138,6 +140,17 @@ def count_flops(done: FinishedRun) -> None:
     done.book.write()
 
 
+def measure_output_spread(done: FinishedRun) -> None:
+    """Whether each member's output depends on its input, with the weights training ended on
+    (output_spread.py): a stuck network is named by a warning at the tables. Members whose weights
+    diverged are left out (their outputs are not numbers)."""
+    images, masks = first_images(done.datasets.val)
+    for member in done.members:
+        record = done.records[member.name]
+        record.output_spread = None if record.status.failed else member_output_spread(member, images, masks)
+    done.book.write()
+
+
 def export_models(done: FinishedRun) -> None:
     if not done.config.output.export:
         return
@@ -206,7 +219,7 @@ def write_tables(done: FinishedRun) -> None:
 
     samples = done.samples or samples_from_models(done.config, {m.name: m.predict for m in done.members}, done.scan, done.datasets.val)
     summary = write_outputs(done.run, done.config, done.book.record, samples)
-    done.warnings += data_warnings(done.config, done.book.record) + validation_warnings(summary, done.config)
+    done.warnings += end_of_run_warnings(done.config, done.book.record, summary)
     for warning in done.warnings:
         print(f"harness: warning: {warning}", file=sys.stderr)
 
@@ -242,10 +255,10 @@ def log_mlflow(done: FinishedRun) -> None:
     done.book.update(mlflow=record)
 
 
-END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, score_test, write_tables, mark_completed, write_final_report, log_mlflow)
+END_OF_RUN = (record_trace_count, record_race, probe_input_share, probe_step_times, count_flops, measure_output_spread, export_models, probe_serving, score_test, write_tables, mark_completed, write_final_report, log_mlflow)
 # A group of a larger run measures and exports its members; the run's driver merges the groups
 # and writes the one comparison (tables, report, MLflow) for all of them.
-GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, export_models, probe_serving, score_test, mark_completed)
+GROUP_END_OF_RUN = (record_trace_count, probe_input_share, probe_step_times, count_flops, measure_output_spread, export_models, probe_serving, score_test, mark_completed)
 # What the terminal says while an action runs, when it has something to do (quick ones say nothing).
 PHASES: dict[Callable, Callable[[FinishedRun], str | None]] = {
     probe_input_share: lambda d: "probing the input pipeline's share of the step" if d.config.output.probe_steps else None,
@@ -277,6 +290,12 @@ def not_yet_written(done: FinishedRun, actions) -> str:
             continue
         names += [name for name in WRITES.get(action, ()) if name not in names]
     return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]])) if names else ""
+
+
+def end_of_run_warnings(config: ExperimentConfig, record, summary) -> list[str]:
+    """Every warning a run's tables come with: the data's, the validation's, stuck networks'."""
+    spreads = {name: member.output_spread for name, member in record.models.items()}
+    return data_warnings(config, record) + validation_warnings(summary, config) + stuck_output_warnings(spreads)
 
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:

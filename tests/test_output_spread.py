@@ -1,0 +1,87 @@
+"""Whether each network's output depends on its input: output_spread measured at the end of a run,
+and a stuck network named in the run's warnings and its verdict."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import tiny_config
+
+from harness.api import run
+from harness.config.loading import validate_config
+from harness.core.backend import import_tf
+from harness.outputs.stuck import STUCK_BELOW, stuck_models_text, stuck_output_warnings
+from harness.outputs.verdict_text import verdict
+from harness.training.output_spread import first_images, member_output_spread, output_spread
+
+tf = import_tf()
+RNG = np.random.default_rng(0)
+IMAGES = RNG.random((6, 4, 4, 3)).astype(np.float32)
+MASKS = (RNG.random((6, 4, 4, 1)) > 0.5).astype(np.float32)
+
+
+def test_the_spread_is_the_outputs_variation_across_images_as_a_share_of_the_targets():
+    assert output_spread(MASKS, MASKS) == 1.0
+    assert output_spread(np.full_like(MASKS, 0.3), MASKS) == 0.0  # the same output for every image
+    assert output_spread(0.5 * MASKS + 0.2, MASKS) == 0.5  # a shift does not vary across images
+    # Variation within one image is not variation across images: each image the same checkerboard.
+    board = np.broadcast_to(np.indices((4, 4)).sum(axis=0)[..., None] % 2, MASKS.shape).astype(np.float32)
+    assert output_spread(board, MASKS) == 0.0
+
+
+def test_no_spread_where_it_says_nothing():
+    assert output_spread(MASKS[:1], MASKS[:1]) is None  # one image
+    assert output_spread(MASKS, np.zeros_like(MASKS)) is None  # targets all alike
+    assert output_spread(np.full_like(MASKS, np.nan), MASKS) is None  # a diverged network
+
+
+def test_the_first_images_are_taken_across_batches():
+    dataset = tf.data.Dataset.from_tensor_slices((IMAGES, MASKS)).batch(4)
+    images, masks = first_images(dataset, 5)
+    assert np.array_equal(images, IMAGES[:5]) and np.array_equal(masks, MASKS[:5])
+    assert len(first_images(dataset, 50)[0]) == 6
+
+
+def test_a_member_is_measured_against_its_own_targets():
+    def member(task, predict):
+        return SimpleNamespace(task=task, predict=predict, device=None)
+
+    assert member_output_spread(member("reconstruction", lambda x: x), IMAGES, MASKS) == 1.0  # an autoencoder's targets: its images
+    assert member_output_spread(member("segmentation", lambda x: x), IMAGES, MASKS) != 1.0
+    ignored = np.where(MASKS > 0, MASKS, -1.0)  # data.ignore_label's pixels: no class, negative
+    assert member_output_spread(member("segmentation", lambda x: np.maximum(ignored, 0)), IMAGES, ignored) == 1.0
+    assert member_output_spread(member("segmentation", lambda x: x), IMAGES[:1], MASKS[:1]) is None
+
+
+def test_a_stuck_seed_is_named_with_its_figure_and_a_healthy_model_is_not():
+    warnings = stuck_output_warnings({"unet@1": 0.41, "unet@2": 3.2e-7, "unet@3": None, "fcn@1": 0.5, "fcn@2": 0.35})
+    assert len(warnings) == 1
+    assert warnings[0].startswith("unet, in 1 of 2 seeds (unet@2), gives nearly the same output for every validation image (output_spread 3.2e-07, under 0.01)")
+    assert stuck_output_warnings({"ae": 0.0})[0].startswith("ae gives nearly the same output")
+    assert stuck_output_warnings({"ae": STUCK_BELOW, "b": None}) == []
+
+
+def test_the_verdict_names_a_model_whose_seeds_are_stuck_on_average():
+    summary = pd.DataFrame({"model": ["small", "deep"], "output_spread": [0.6, 0.0011]})
+    assert stuck_models_text(summary).startswith("Stuck, the output nearly the same for every image (output_spread under 0.01): deep (0.0011);")
+    assert stuck_models_text(summary.assign(output_spread=[0.6, 0.2])) == ""
+    assert stuck_models_text(summary.drop(columns="output_spread")) == ""  # a run from before the measure
+    pairs = pd.DataFrame({"model_a": ["small"], "model_b": ["deep"], "diff": [-0.004], "diff_low": [-0.005], "diff_high": [-0.003],
+                          "supported": [False], "beyond_image_noise": [True], "covers": ["validation images"]})
+    assert verdict(pairs, "val_loss", summary).endswith(stuck_models_text(summary))
+
+
+def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
+    raw = tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.01}},
+                              {"name": "stuck", "kind": "custom_kinds:ConstantOutput", "arch": "tiny_fcn"}],
+                      train={"epochs": 3})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    summary = result.summary.set_index("model")
+    assert summary.loc["stuck", "output_spread"] == 0.0 and summary.loc["fcn", "output_spread"] > STUCK_BELOW
+    stuck = [w for w in result.info["warnings"] if "nearly the same output" in w]
+    assert len(stuck) == 1 and stuck[0].startswith("stuck gives nearly the same output")
+    assert result.info["models"]["stuck"]["output_spread"] == 0.0
+    assert "Stuck, the output nearly the same for every image (output_spread under 0.01): stuck (0);" in (result.run_dir / "report.html").read_text()
