@@ -14,6 +14,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.core.backend import import_tf
 from harness.outputs.stuck import STUCK_BELOW, stuck_models_text, stuck_output_warnings
+from harness.outputs.tables import build_summary
 from harness.outputs.verdict_text import verdict
 from harness.training.output_spread import first_images, member_output_spread, output_spread
 
@@ -64,14 +65,21 @@ def test_a_stuck_seed_is_named_with_its_figure_and_a_healthy_model_is_not():
     assert stuck_output_warnings({"ae": STUCK_BELOW, "b": None}) == []
 
 
-def test_the_verdict_names_a_model_whose_seeds_are_stuck_on_average():
-    summary = pd.DataFrame({"model": ["small", "deep"], "output_spread": [0.6, 0.0011]})
-    assert stuck_models_text(summary).startswith("Stuck, the output nearly the same for every image (output_spread under 0.01): deep (0.0011);")
-    assert stuck_models_text(summary.assign(output_spread=[0.6, 0.2])) == ""
-    assert stuck_models_text(summary.drop(columns="output_spread")) == ""  # a run from before the measure
+def test_summary_names_each_models_stuck_seeds_and_the_verdict_says_them():
+    members = pd.DataFrame({"model": ["deep@1", "deep@2", "deep@3", "small@1", "small@2", "small@3"], "status": ["ok"] * 6,
+                            "val_loss": [0.012, 0.009, 0.012, 0.005, 0.004, 0.005], "output_spread": [3.2e-7, 0.31, 0.0, 0.6, 0.5, 0.55]})
+    summary = build_summary(members, rank_by="val_loss").set_index("model")
+    # The seeds' mean (0.10) is over the threshold: only the column of stuck seeds tells.
+    assert summary.loc["deep", "output_spread"] > STUCK_BELOW
+    assert summary.loc["deep", "stuck_seeds"] == "deep@1 3.2e-07, deep@3 0 (2 of 3)" and pd.isna(summary.loc["small", "stuck_seeds"])
+    said = stuck_models_text(summary.reset_index())
+    assert said.startswith("Stuck, the output nearly the same for every image (output_spread under 0.01): deep@1 3.2e-07, deep@3 0 (2 of 3);")
+    assert stuck_models_text(summary.reset_index().assign(stuck_seeds=None)) == ""
+    assert stuck_models_text(summary.reset_index().drop(columns="stuck_seeds")) == ""  # a run from before the measure
+    assert "stuck_seeds" not in build_summary(members.drop(columns="output_spread"), rank_by="val_loss")
     pairs = pd.DataFrame({"model_a": ["small"], "model_b": ["deep"], "diff": [-0.004], "diff_low": [-0.005], "diff_high": [-0.003],
                           "supported": [False], "beyond_image_noise": [True], "covers": ["validation images"]})
-    assert verdict(pairs, "val_loss", summary).endswith(stuck_models_text(summary))
+    assert verdict(pairs, "val_loss", summary.reset_index()).endswith(said)
 
 
 def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
@@ -84,4 +92,5 @@ def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
     stuck = [w for w in result.info["warnings"] if "nearly the same output" in w]
     assert len(stuck) == 1 and stuck[0].startswith("stuck gives nearly the same output")
     assert result.info["models"]["stuck"]["output_spread"] == 0.0
-    assert "Stuck, the output nearly the same for every image (output_spread under 0.01): stuck (0);" in (result.run_dir / "report.html").read_text()
+    assert result.summary.set_index("model").loc["stuck", "stuck_seeds"] == "stuck 0"
+    assert "Stuck, the output nearly the same for every image (output_spread under 0.01): stuck 0;" in (result.run_dir / "report.html").read_text()

@@ -1,6 +1,6 @@
 """Networks whose output hardly depends on their input (`output_spread`, measured at the end of a
-run: training/output_spread.py): which count as stuck, and how the run says so, per seed in its
-warnings and per model in its verdict.
+run: training/output_spread.py): which count as stuck, and how the run says so: in its warnings,
+summary.csv's `stuck_seeds` and its verdict, each naming the stuck seeds.
 
 STUCK_BELOW: this project's trained networks measured 0.31-0.62; networks at initialisation
 0.0004-0.36; experiments/autoencoders.yaml's four-level autoencoder, on the plateau of the mean
@@ -9,6 +9,8 @@ networks"): 0.01 is 30x under the first and 3x over the last.
 """
 
 from __future__ import annotations
+
+from typing import Mapping
 
 import pandas as pd
 
@@ -23,28 +25,45 @@ def is_stuck(spread) -> bool:
     return spread is not None and not pd.isna(spread) and float(spread) < STUCK_BELOW
 
 
-def stuck_output_warnings(spreads: dict[str, float | None]) -> list[str]:
-    """One warning per model any of whose seeds is stuck (`spreads`: member -> output_spread, None
-    where not measured), naming the seeds."""
-    warnings = []
+def stuck_seeds(spreads: Mapping[str, float | None]) -> dict[str, tuple[list[str], int]]:
+    """model -> (its stuck members, how many of its members were measured), for each model with
+    one (`spreads`: member -> output_spread, None or NaN where not measured)."""
+    found = {}
     for model, members in seeds_of_each_model(spreads).items():
-        measured = [m for m in members if spreads[m] is not None]
-        if not (stuck := [m for m in measured if is_stuck(spreads[m])]):
-            continue
+        measured = [m for m in members if spreads[m] is not None and not pd.isna(spreads[m])]
+        if stuck := [m for m in measured if is_stuck(spreads[m])]:
+            found[model] = (stuck, len(measured))
+    return found
+
+
+def stuck_output_warnings(spreads: Mapping[str, float | None]) -> list[str]:
+    """One warning per model any of whose seeds is stuck, naming the seeds with their figures."""
+    warnings = []
+    for model, (stuck, measured) in stuck_seeds(spreads).items():
         figures = ", ".join(f"{spreads[m]:.2g}" for m in stuck)
-        which = model if len(measured) == 1 else f"{model}, in {len(stuck)} of {len(measured)} seeds ({members_said(stuck)}),"
+        which = model if measured == 1 else f"{model}, in {len(stuck)} of {measured} seeds ({members_said(stuck)}),"
         warnings.append(f"{which} gives nearly the same output for every validation image (output_spread {figures}, under "
                         f"{STUCK_BELOW}): {WHAT_IT_MEANS}; train it longer or at another learning rate (docs/comparing.md, "
                         "\"Stuck networks\")")
     return warnings
 
 
+def stuck_cell(members: pd.DataFrame) -> str | None:
+    """summary.csv's `stuck_seeds` for one model from its members' rows: each stuck one with its
+    figure and how many were measured (`seed002@1 3.2e-07, seed002@3 0 (2 of 3)`), or None."""
+    spreads = dict(zip(members["model"].astype(str), pd.to_numeric(members["output_spread"], errors="coerce")))
+    found = stuck_seeds(spreads)
+    if not found:
+        return None
+    ((stuck, measured),) = found.values()
+    return ", ".join(f"{m} {spreads[m]:.2g}" for m in stuck) + (f" ({len(stuck)} of {measured})" if measured > 1 else "")
+
+
 def stuck_models_text(summary: pd.DataFrame | None) -> str:
-    """The verdict's sentence on models whose output_spread (their seeds' mean) is under
-    STUCK_BELOW, or ""."""
-    if summary is None or "output_spread" not in summary:
+    """The verdict's sentence on the models with a stuck seed (summary.csv's `stuck_seeds`), or ""."""
+    if summary is None or "stuck_seeds" not in summary:
         return ""
-    stuck = [f"{m} ({v:.2g})" for m, v in zip(summary["model"], summary["output_spread"]) if is_stuck(v)]
-    if not stuck:
+    cells = [cell for cell in summary["stuck_seeds"] if isinstance(cell, str) and cell]
+    if not cells:
         return ""
-    return f"Stuck, the output nearly the same for every image (output_spread under {STUCK_BELOW}): {', '.join(stuck)}; {WHAT_IT_MEANS}."
+    return f"Stuck, the output nearly the same for every image (output_spread under {STUCK_BELOW}): {'; '.join(cells)}; {WHAT_IT_MEANS}."
