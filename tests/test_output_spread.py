@@ -55,6 +55,8 @@ def test_a_member_is_measured_against_its_own_targets():
     ignored = np.where(MASKS > 0, MASKS, -1.0)  # data.ignore_label's pixels: no class, negative
     assert member_output_spread(member("segmentation", lambda x: np.maximum(ignored, 0)), IMAGES, ignored) == 1.0
     assert member_output_spread(member("segmentation", lambda x: x), IMAGES[:1], MASKS[:1]) is None
+    assert member_output_spread(member("segmentation", lambda x: {"mask": x, "edges": x[..., :1]}), IMAGES, MASKS) is None  # a kind's own output
+    assert member_output_spread(member("segmentation", lambda x: x[:1]), IMAGES, MASKS) is None  # not one output per image
 
 
 def test_a_stuck_seed_is_named_with_its_figure_and_a_healthy_model_is_not():

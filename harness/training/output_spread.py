@@ -57,8 +57,13 @@ def member_output_spread(member, images: np.ndarray, masks: np.ndarray) -> float
         return None
     import tensorflow as tf
 
-    with tf.device(member.device) if member.device else contextlib.nullcontext():
-        predictions = np.asarray(member.predict(images), np.float32)
+    try:
+        with tf.device(member.device) if member.device else contextlib.nullcontext():
+            predictions = np.asarray(member.predict(images), np.float32)
+    except Exception:  # noqa: BLE001 (a kind of a user's whose predict gives no array, or runs only in graph code: not measured; a diagnostic never costs the run)
+        return None
+    if predictions.shape[:1] != images.shape[:1]:
+        return None
     # Pixels that `data.ignore_label` leaves without a class are negative in the masks: no target.
     targets = images if member.task == "reconstruction" else np.maximum(masks, 0)
     return output_spread(predictions, targets)
