@@ -2,7 +2,7 @@
 run: training/output_spread.py): which count as stuck, and how the run says so: in its warnings,
 summary.csv's `stuck_seeds` and its verdict, each naming the stuck seeds.
 
-STUCK_BELOW: this project's trained networks measured 0.31-0.62; networks at initialisation
+STUCK_BELOW: this project's trained networks measured 0.31-0.88; networks at initialisation
 0.0004-0.36; experiments/autoencoders.yaml's four-level autoencoder, on the plateau of the mean
 image after its 128 steps, 3e-7, 0.0033 and 0 in three seeds (docs/comparing.md, "Stuck
 networks"): 0.01 is 30x under the first and 3x over the last.
