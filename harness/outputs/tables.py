@@ -137,40 +137,7 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
     frame = member_summary.copy()
     frame["model"] = frame["model"].map(base_model)
     repeated = frame.groupby("model", sort=False).size().max() > 1
-    rows = []
-    for model, group in frame.groupby("model", sort=False):
-        row: dict[str, Any] = {"model": model}
-        row["status"] = model_status(group["status"].tolist())
-        # A seed that failed (diverged) beside seeds that finished is left out of its model's
-        # scores, as it is of their intervals and pairs (uncertainty.py): its scores are from
-        # fewer steps. The status says how many; the verdict names them.
-        done = group[group["status"].map(finished)]
-        scored = scored_seeds(group)
-        for column in group.columns:
-            if column in ("model", "status"):
-                continue
-            score = split_column(column)[0] is not None or column.startswith(("final_", "best_val"))
-            values = pd.to_numeric((scored if score else group)[column], errors="coerce")
-            if column == "diverged_step":
-                row[column] = values.min() if values.notna().any() else pd.NA
-                continue
-            mean = float(values.mean()) if values.notna().any() else float("nan")
-            # A cost's mean over seeds (ms_per_step, images_per_s), to 12 significant digits: the
-            # members' own figures are rounded, and their mean's binary noise (21.119999999999997)
-            # is no measurement. Scores keep every digit (statistics and nightly read them back).
-            row[column] = mean if score else float(f"{mean:.12g}")
-            if repeated and score and len(done):
-                # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
-                # A model none of whose seeds finished has none: as it has no pair (its spread over
-                # diverged seeds, often 0, would read as seeds that agree).
-                interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
-                row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
-        row["repeats"] = len(group)
-        if "output_spread" in member_summary:  # measured since harness 0.3.7
-            row["stuck_seeds"] = stuck_cell(member_summary.loc[group.index])
-        if repeated:
-            row["unusual_seeds"] = _unusual(member_summary.loc[done.index], rank_by)
-        rows.append(row)
+    rows = [_model_row(model, group, member_summary, repeated, rank_by) for model, group in frame.groupby("model", sort=False)]
     summary = pd.DataFrame(rows)
     if intervals is not None and len(intervals):
         replaced = [c for c in intervals.columns if c != "model" and c in summary]
@@ -180,6 +147,43 @@ def build_summary(member_summary: pd.DataFrame, rank_by: str = "val_iou", interv
         if column in summary:
             summary[column] = summary[column].round().astype("Int64")
     return summary
+
+
+def _model_row(model: str, group: pd.DataFrame, member_summary: pd.DataFrame, repeated: bool, rank_by: str) -> dict[str, Any]:
+    """A model's row from its seeds' rows (`group`, named by model): their means, with repeats
+    each score's spread and interval over the seeds, and what the seeds say apart."""
+    row: dict[str, Any] = {"model": model}
+    row["status"] = model_status(group["status"].tolist())
+    # A seed that failed (diverged) beside seeds that finished is left out of its model's
+    # scores, as it is of their intervals and pairs (uncertainty.py): its scores are from
+    # fewer steps. The status says how many; the verdict names them.
+    done = group[group["status"].map(finished)]
+    scored = scored_seeds(group)
+    for column in group.columns:
+        if column in ("model", "status"):
+            continue
+        score = split_column(column)[0] is not None or column.startswith(("final_", "best_val"))
+        values = pd.to_numeric((scored if score else group)[column], errors="coerce")
+        if column == "diverged_step":
+            row[column] = values.min() if values.notna().any() else pd.NA
+            continue
+        mean = float(values.mean()) if values.notna().any() else float("nan")
+        # A cost's mean over seeds (ms_per_step, images_per_s), to 12 significant digits: the
+        # members' own figures are rounded, and their mean's binary noise (21.119999999999997)
+        # is no measurement. Scores keep every digit (statistics and nightly read them back).
+        row[column] = mean if score else float(f"{mean:.12g}")
+        if repeated and score and len(done):
+            # Over seeds alone; the validation metrics' intervals (seeds and images) replace these.
+            # A model none of whose seeds finished has none: as it has no pair (its spread over
+            # diverged seeds, often 0, would read as seeds that agree).
+            interval = seed_interval(values.dropna(), bounds=metric_bounds(column))
+            row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
+    row["repeats"] = len(group)
+    if "output_spread" in member_summary:  # measured since harness 0.3.7
+        row["stuck_seeds"] = stuck_cell(member_summary.loc[group.index])
+    if repeated:
+        row["unusual_seeds"] = _unusual(member_summary.loc[done.index], rank_by)
+    return row
 
 
 def _unusual(members: pd.DataFrame, rank_by: str) -> str | None:
