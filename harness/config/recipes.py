@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator

@@ -13,9 +13,9 @@ the end of the run; what counts as stuck, and the words for it: outputs/stuck.py
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
+
+from harness.core.member_step import on_device
 
 SPREAD_IMAGES = 8  # a collapse shows on two; eight steady a working network's figure (on 4 the quickstart's moved up to 30%)
 
@@ -55,10 +55,8 @@ def member_output_spread(member, images: np.ndarray, masks: np.ndarray) -> float
     against its targets, computed on its own device."""
     if len(images) < 2:
         return None
-    import tensorflow as tf
-
     try:
-        with tf.device(member.device) if member.device else contextlib.nullcontext():
+        with on_device(member.device):
             predictions = np.asarray(member.predict(images), np.float32)
     except Exception:  # noqa: BLE001 (a kind of a user's whose predict gives no array, or runs only in graph code: not measured; a diagnostic never costs the run)
         return None
