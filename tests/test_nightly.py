@@ -114,6 +114,40 @@ def test_a_seed_that_fails_is_a_regression_and_one_that_stops_early_or_leaves_a_
     assert {c.model for c in changes if c.metric == "status" and c.regressed} == {"b", "d", "e"}
 
 
+def test_a_model_that_learned_before_and_is_stuck_tonight_is_a_regression():
+    """Counted stuck seeds (outputs/stuck.py) against the earlier run's: a model every seed of which
+    learned then and one of which is stuck now has regressed, whether or not a threshold watches it."""
+    before = {("unet", "stuck_seeds"): 0.0, ("unet", "output_spread"): 0.42, ("fpn", "stuck_seeds"): 1.0,
+              ("psp", "stuck_seeds"): 0.0, ("own", "stuck_seeds"): 0.0, ("old", "val_iou"): 0.5}
+    now = {("unet", "stuck_seeds"): 1.0, ("unet", "output_spread"): 0.0031, ("fpn", "stuck_seeds"): 2.0,
+           ("psp", "stuck_seeds"): 0.0, ("old", "stuck_seeds"): 1.0}  # own: not measured tonight; old: not before
+    status = {m: "ok" for m in ("unet", "fpn", "psp", "own", "old")}
+    changes = compare(now, before, status, status, {}, "previous", "a")
+    assert [(c.model, c.metric, c.regressed) for c in changes] == [("unet", "stuck_seeds", True)]  # fpn was stuck then too
+    assert changes[0].describe() == (
+        "unet stuck_seeds vs previous a: 0 -> 1 (allowed: no stuck seed) stuck now, learning then: output_spread 0.42 -> 0.0031 "
+        "(the seeds' mean; under 0.01 a seed's output is nearly the same for every image); summary.csv's stuck_seeds names the seeds")
+
+
+def test_a_nightly_whose_model_got_stuck_exits_6_naming_it(tmp_path):
+    """Two nights through the nightly itself: the second night's `b` gives the same output for every
+    image (tests/custom_kinds.py ConstantOutput). Its history records each model's stuck seeds, and
+    the night is a regression (exit 6) whose nightly.md names the model."""
+    from harness.nights.tonight import run_nightly
+
+    fcn = {"name": "fcn", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.01}}
+    learning = tiny_config(models=[fcn, {**fcn, "name": "b"}], train={"epochs": 3})
+    assert run_nightly(validate_config(learning), tmp_path, "2026-12-05").exit_code == 0
+    stuck = tiny_config(models=[fcn, {"name": "b", "kind": "custom_kinds:ConstantOutput", "arch": "tiny_fcn"}], train={"epochs": 3})
+    result = run_nightly(validate_config(stuck), tmp_path, "2026-12-06")
+    assert result.exit_code == 6
+    assert ("b", "stuck_seeds") in {(c.model, c.metric) for c in result.regressions}
+    assert not any(c.metric == "stuck_seeds" for c in result.changes if c.model == "fcn")
+    store = HistoryStore.beside(tmp_path / "tiny")
+    assert store.metrics_of(result.run_dir.name)[("b", "stuck_seeds")] == 1 and store.metrics_of(result.run_dir.name)[("fcn", "stuck_seeds")] == 0
+    assert "| b | stuck\\_seeds | 0 | 1 | +1 | no stuck seed | **REGRESSION** (stuck now, learning then" in (result.run_dir / "nightly.md").read_text()
+
+
 def test_with_a_test_split_the_default_thresholds_watch_the_test_score_too():
     assert list(validate_config(tiny_config(data={"test_size": 8})).nightly_thresholds()) == ["test_iou", "val_iou", "best_val_loss"]  # what the ranking reports first
     assert set(validate_config(tiny_config()).nightly_thresholds()) == {"val_iou", "best_val_loss"}

@@ -2,7 +2,8 @@
 
 A change is a regression when the metric moved in its bad direction by more than its threshold
 (strictly more: a change exactly at the threshold is allowed), when a value that was finite is
-now missing or not finite, or when a model that trained fine before diverged.
+now missing or not finite, when a model that trained fine before diverged, or when one whose every
+seed learned before has a seed stuck now (its output nearly the same for every image).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Mapping
 from harness.config.nightly_spec import ThresholdSpec
 from harness.config import metrics
 from harness.outputs import columns
+from harness.outputs.stuck import STUCK_BELOW, STUCK_SEEDS
 from harness.outputs.tables import failed
 _ROUNDING = 1e-9
 
@@ -97,6 +99,8 @@ def compare(
                 Change(against, against_run, model, "status", math.nan, math.nan, math.nan, "must not diverge or run out of memory", True,
                        f"{before_status[model]} -> {now_status[model]}")
             )
+        if stuck := _newly_stuck(against, against_run, model, now, before):
+            changes.append(stuck)
         for metric, threshold in sorted(thresholds.items()):
             if (model, metric) not in before:
                 continue
@@ -110,6 +114,19 @@ def compare(
                 change = replace(change, regressed=False, note=f"not judged: {other_machine}")
             changes.append(change)
     return changes
+
+
+def _newly_stuck(against: str, run: str, model: str, now: Mapping[tuple[str, str], float], before: Mapping[tuple[str, str], float]) -> Change | None:
+    """A model every measured seed of which learned in the earlier run and one of which is stuck
+    tonight (outputs/stuck.py), as a regression; None otherwise, and where either run did not
+    measure it (a run before harness 0.3.7; a kind whose prediction is not one array)."""
+    then, tonight = before.get((model, STUCK_SEEDS)), now.get((model, STUCK_SEEDS))
+    if then != 0 or not columns.is_finite(tonight) or not tonight > 0:
+        return None
+    spreads = f"{_shown(before.get((model, 'output_spread'), math.nan))} -> {_shown(now.get((model, 'output_spread'), math.nan))}"
+    return Change(against, run, model, STUCK_SEEDS, then, tonight, tonight - then, "no stuck seed", True,
+                  f"stuck now, learning then: output_spread {spreads} (the seeds' mean; under {STUCK_BELOW} a seed's output is "
+                  "nearly the same for every image); summary.csv's stuck_seeds names the seeds")
 
 
 def noise_covered(metric: str, repeats: float, resampled: bool = False) -> str:

@@ -35,6 +35,7 @@ from harness.outputs import pool
 from harness.outputs.columns import format_cell, is_finite, markdown_text
 from harness.outputs.compare import setting_lines
 from harness.outputs.derived import write_report_page
+from harness.outputs.stuck import STUCK_SEEDS, stuck_seed_counts
 from harness.rundir import FolderLock, read_csv
 from harness.rundir.hardware import describe as describe_machine, differs, several
 
@@ -196,6 +197,9 @@ def measurements(run: rd.RunDir, night: str | None, commit: str | None, regressi
                 number = pd.to_numeric(value, errors="coerce")
                 if pd.notna(number) or column.startswith(("val_", "best_", "final_")):
                     metrics[(model, str(column))] = float(number) if pd.notna(number) else math.nan
+    # Each model's stuck seeds counted (summary.csv names them): regressions.compare judges them.
+    spreads = {member: facts.output_spread for member, facts in info.models.items()}
+    metrics.update({(model, STUCK_SEEDS): float(count) for model, count in stuck_seed_counts(spreads).items()})
     record = RunRecord(
         run_id=run.path.name,
         night=night,

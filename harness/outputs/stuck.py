@@ -10,13 +10,14 @@ networks"): 0.01 is 30x under the first and 3x over the last.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import pandas as pd
 
 from harness.config.naming import members_said, seeds_of_each_model
 
 STUCK_BELOW = 0.01
+STUCK_SEEDS = "stuck_seeds"  # summary.csv's column naming them; in a nightly's history, their number
 WHAT_IT_MEANS = ("a stuck network has not learned to use its input (a plateau, dead units or a collapse): its place in the "
                  "ranking and its differences with the others say how far it is from learning, not what its architecture can do")
 
@@ -25,15 +26,24 @@ def is_stuck(spread) -> bool:
     return spread is not None and not pd.isna(spread) and float(spread) < STUCK_BELOW
 
 
-def stuck_seeds(spreads: Mapping[str, float | None]) -> dict[str, tuple[list[str], int]]:
-    """model -> (its stuck members, how many of its members were measured), for each model with
-    one (`spreads`: member -> output_spread, None or NaN where not measured)."""
-    found = {}
+def _measured(spreads: Mapping[str, float | None]) -> Iterator[tuple[str, list[str], list[str]]]:
+    """(model, its measured members, the stuck ones among them) for each model with a member
+    measured (`spreads`: member -> output_spread, None or NaN where not measured: a failed seed,
+    a kind whose prediction is not one array)."""
     for model, members in seeds_of_each_model(spreads).items():
-        measured = [m for m in members if spreads[m] is not None and not pd.isna(spreads[m])]
-        if stuck := [m for m in measured if is_stuck(spreads[m])]:
-            found[model] = (stuck, len(measured))
-    return found
+        if measured := [m for m in members if spreads[m] is not None and not pd.isna(spreads[m])]:
+            yield model, measured, [m for m in measured if is_stuck(spreads[m])]
+
+
+def stuck_seeds(spreads: Mapping[str, float | None]) -> dict[str, tuple[list[str], int]]:
+    """model -> (its stuck members, how many of its members were measured), for each model with one."""
+    return {model: (stuck, len(measured)) for model, measured, stuck in _measured(spreads) if stuck}
+
+
+def stuck_seed_counts(spreads: Mapping[str, float | None]) -> dict[str, int]:
+    """model -> how many of its seeds are stuck, 0 for a model whose every measured seed learned;
+    for each model with a seed measured (what a nightly compares with the night before)."""
+    return {model: len(stuck) for model, _, stuck in _measured(spreads)}
 
 
 def stuck_output_warnings(spreads: Mapping[str, float | None]) -> list[str]:
@@ -61,9 +71,9 @@ def stuck_cell(members: pd.DataFrame) -> str | None:
 
 def stuck_models_text(summary: pd.DataFrame | None) -> str:
     """The verdict's sentence on the models with a stuck seed (summary.csv's `stuck_seeds`), or ""."""
-    if summary is None or "stuck_seeds" not in summary:
+    if summary is None or STUCK_SEEDS not in summary:
         return ""
-    cells = [cell for cell in summary["stuck_seeds"] if isinstance(cell, str) and cell]
+    cells = [cell for cell in summary[STUCK_SEEDS] if isinstance(cell, str) and cell]
     if not cells:
         return ""
     return f"Stuck, the output nearly the same for every image (output_spread under {STUCK_BELOW}): {'; '.join(cells)}; {WHAT_IT_MEANS}."

@@ -19,7 +19,7 @@ from harness.config.metrics import column as metric_column, split_column
 from harness.config.metrics import bounds as metric_bounds, higher_is_better
 from harness.outputs.columns import is_finite
 from harness.outputs.statistics import covers_training, indistinguishable, seed_interval
-from harness.outputs.stuck import stuck_cell
+from harness.outputs.stuck import STUCK_SEEDS, stuck_cell
 from harness.outputs.unusual_seeds import unusual_seeds
 from harness.outputs.writers import COLUMNS
 
@@ -180,7 +180,7 @@ def _model_row(model: str, group: pd.DataFrame, member_summary: pd.DataFrame, re
             row[f"{column}_std"], row[f"{column}_low"], row[f"{column}_high"] = interval.seed_std, interval.low, interval.high
     row["repeats"] = len(group)
     if "output_spread" in member_summary:  # measured since harness 0.3.7
-        row["stuck_seeds"] = stuck_cell(member_summary.loc[group.index])
+        row[STUCK_SEEDS] = stuck_cell(member_summary.loc[group.index])
     if repeated:
         row["unusual_seeds"] = _unusual(member_summary.loc[done.index], rank_by)
     return row
