@@ -13,6 +13,7 @@ from conftest import tiny_config
 from harness.api import run
 from harness.config.loading import validate_config
 from harness.core.backend import import_tf
+from harness.outputs.compare import best_index, compare_runs, comparison_note
 from harness.outputs.stuck import STUCK_BELOW, stuck_models_text, stuck_output_warnings
 from harness.outputs.tables import build_summary
 from harness.outputs.verdict_text import verdict
@@ -96,3 +97,8 @@ def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
     assert result.info["models"]["stuck"]["output_spread"] == 0.0
     assert result.summary.set_index("model").loc["stuck", "stuck_seeds"] == "stuck 0"
     assert "Stuck, the output nearly the same for every image (output_spread under 0.01): stuck 0;" in (result.run_dir / "report.html").read_text()
+    # `harness compare` names it under the run it is in, and calls no spread the best (0.8 is not better than 0.4).
+    table = compare_runs([result.run_dir])
+    assert table.set_index("model").loc["stuck", "stuck_seeds"] == "stuck 0" and best_index(table, "output_spread") is None
+    assert f"(output_spread under 0.01): {table['run'].iloc[0]}: stuck 0; a stuck network" in comparison_note(table)
+    assert "Stuck" not in comparison_note(table[table["model"] == "fcn"])

@@ -28,6 +28,8 @@ class Metric:
     format: str  # a format spec for one value: ".4f", ".1f", ".2f"; "count" for 15.0 k / 8.8 M
     bounds: tuple[float, float] | None = None  # the values it can take, where the metric itself fixes them
     timed: bool = False  # measured on the run's machine (times, throughput, memory): compared across machines it measures them
+    # A best among models means something: not for output_spread, where above 0.01 more is not better (0.4 against 0.8).
+    has_best: bool = True
 
 
 # Scores measured on images: each is a validation column, a test column and a per-image score.
@@ -52,7 +54,7 @@ COSTS = {
     "best_val_loss": Metric("best_val_loss", False, "best val loss", ".4f"),
     "final_train_loss": Metric("final_train_loss", False, "train loss", ".4f"),
     # How much the output varies from image to image, as a share of the targets' (near 0: stuck).
-    "output_spread": Metric("output_spread", True, "output spread", ".3g"),
+    "output_spread": Metric("output_spread", True, "output spread", ".3g", has_best=False),
 }
 
 # What early stopping and a race may watch (validation scores), and what a run may be ranked by.
@@ -151,7 +153,9 @@ def higher_is_better(name: str, declared: Iterable[str] = ()) -> bool:
 
 
 def has_direction(name: str) -> bool:
-    return describe(name) is not None or metric_of(name) in _DECLARED_HIGHER
+    """Whether one model's value of the column can be called the best of several."""
+    known = describe(name)
+    return known.has_best if known is not None else metric_of(name) in _DECLARED_HIGHER
 
 
 def label(name: str) -> str:

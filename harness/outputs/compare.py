@@ -18,6 +18,7 @@ from harness.config.schema import ExperimentConfig
 from harness.config.metrics import OWN_LOSS_COLUMNS, SPLIT_WORDS, has_direction, higher_is_better, is_per_class, is_timed
 from harness.outputs.tables import build_member_summary, load_losses, load_summary
 from harness.outputs.columns import plain_text, with_intervals
+from harness.outputs.stuck import STUCK_SEEDS, stuck_models_text
 from harness.outputs.terminal import TerminalTable, print_table
 
 COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", "flops_per_example", "ms_per_step",
@@ -25,6 +26,7 @@ COLUMNS = ["run", "name", "run_id", "model", "status", "compared_on", "params", 
            "final_train_loss", "best_val_loss", "val_loss", "val_iou", "val_f1", "test_loss", "test_iou", "test_f1",
            # each score's 95% interval: in --csv and --json, and at the terminal beside a ranking column's value
            *(f"{split}_{score}_{side}" for split in ("val", "test") for score in ("loss", "iou", "f1") for side in ("low", "high")),
+           "output_spread", STUCK_SEEDS,  # whether the output depends on the input (outputs/stuck.py)
            "kind", "loss", "repeats", "interval_covers", "machine"]  # kind, loss: what each trained on
 INTERVAL_SIDES = ("_low", "_high")
 FINISHED = "summary.csv"
@@ -258,6 +260,9 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
     stopped = sorted(set(table.loc[stopped_run, "run"]))
     if stopped:
         note += f" Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): {', '.join(stopped)}."
+    if STUCK_SEEDS in table:  # each stuck model under the run it is in
+        stuck = table[table[STUCK_SEEDS].map(lambda cell: isinstance(cell, str) and bool(cell))]
+        note += f" {stuck_models_text(stuck.assign(**{STUCK_SEEDS: stuck['run'] + ': ' + stuck[STUCK_SEEDS]}))}".rstrip()
     return note
 
 
