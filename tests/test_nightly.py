@@ -129,6 +129,7 @@ def test_a_model_that_learned_before_and_is_stuck_tonight_is_a_regression():
         "(the seeds' mean; under 0.01 a seed's output is nearly the same for every image); summary.csv's stuck_seeds names the seeds")
 
 
+@pytest.mark.slow  # two runs; compare() on counts is the fast tier's
 def test_a_nightly_whose_model_got_stuck_exits_6_naming_it(tmp_path):
     """Two nights through the nightly itself: the second night's `b` gives the same output for every
     image (tests/custom_kinds.py ConstantOutput). Its history records each model's stuck seeds, and
