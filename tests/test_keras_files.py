@@ -25,7 +25,8 @@ def _shared_and_nested():
     return keras.Model(inputs, shared(inner(shared(inputs))), name="outer")
 
 
-@pytest.mark.parametrize("make", [lambda: build_model("Unet", "resnet18", {}, (32, 32, 3), 1), _shared_and_nested], ids=["unet", "shared"])
+@pytest.mark.parametrize("make", [pytest.param(lambda: build_model("Unet", "resnet18", {}, (32, 32, 3), 1), marks=pytest.mark.slow),  # 11 s
+                                  _shared_and_nested], ids=["unet", "shared"])
 def test_a_model_file_loads_as_tf_keras_loads_it_without_load_model(make, tmp_path, monkeypatch):
     keras = import_keras()
     model = make()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from conftest import tiny_config
 from harness.config.loading import validate_config
@@ -52,6 +53,7 @@ def test_each_member_is_timed_alone_in_the_runs_own_loop_without_a_new_trace_and
     assert seen["ms"]["big"] > 1.5 * seen["ms"]["small"] > 0, seen["ms"]
 
 
+@pytest.mark.slow  # 10-15 s: kept out of the fast tier
 def test_over_several_replicas_each_members_step_is_traced_alone(tmp_path):
     seen: dict = {}
     config = validate_config(tiny_config(models=SMALL_AND_BIG[:1] + [{"name": "fcn", "arch": "tiny_fcn"}],

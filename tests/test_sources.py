@@ -359,6 +359,7 @@ def test_resume_refuses_data_that_changed_since_the_run_started(tmp_path):
     assert re.search(r"data\.(train|val)_size: (\d+) -> (\d+)", refused.stderr), refused.stderr  # the split ex03 was in shrank
 
 
+@pytest.mark.slow  # 10-15 s: kept out of the fast tier
 def test_resume_refuses_examples_moved_between_splits_by_an_edited_manifest(tmp_path):
     """Swapping a train row and a val row of a manifest's split column keeps every file's content
     and every split's size: the content fingerprints and the sizes saw nothing, and the resumed

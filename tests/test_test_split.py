@@ -345,6 +345,7 @@ def test_a_run_of_several_groups_scores_test_in_each_and_compares_the_chosen_acr
     assert "Each group at its best on validation" in printed and " ahead " in printed and "no verdict" in printed
 
 
+@pytest.mark.slow  # 10-15 s: kept out of the fast tier
 def test_the_test_split_is_scored_by_the_runs_eval_function_without_a_new_trace(tmp_path):
     from harness.training.actions import score_test
     from harness.training.entry import run_experiment
