@@ -260,9 +260,7 @@ def comparison_note(table: pd.DataFrame, pairs_tested: bool = False) -> str:
     stopped = sorted(set(table.loc[stopped_run, "run"]))
     if stopped:
         note += f" Not at their end, compared on the summary.csv harness report wrote when they stopped (see compared_on): {', '.join(stopped)}."
-    if STUCK_SEEDS in table:  # each stuck model under the run it is in
-        stuck = table[table[STUCK_SEEDS].map(lambda cell: isinstance(cell, str) and bool(cell))]
-        note += f" {stuck_models_text(stuck.assign(**{STUCK_SEEDS: stuck['run'] + ': ' + stuck[STUCK_SEEDS]}))}".rstrip()
+    note += f" {stuck_models_text(table, under='run')}".rstrip()  # each stuck model under the run it is in
     return note
 
 

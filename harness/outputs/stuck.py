@@ -69,11 +69,13 @@ def stuck_cell(members: pd.DataFrame) -> str | None:
     return ", ".join(f"{m} {spreads[m]:.2g}" for m in stuck) + (f" ({len(stuck)} of {measured})" if measured > 1 else "")
 
 
-def stuck_models_text(summary: pd.DataFrame | None) -> str:
-    """The verdict's sentence on the models with a stuck seed (summary.csv's `stuck_seeds`), or ""."""
+def stuck_models_text(summary: pd.DataFrame | None, under: str | None = None) -> str:
+    """The verdict's sentence on the models with a stuck seed (summary.csv's `stuck_seeds`), or "";
+    `under`: a column each model is named under (`harness compare`'s `run`)."""
     if summary is None or STUCK_SEEDS not in summary:
         return ""
-    cells = [cell for cell in summary[STUCK_SEEDS] if isinstance(cell, str) and cell]
+    named = summary[summary[STUCK_SEEDS].map(lambda cell: isinstance(cell, str) and bool(cell))]
+    cells = [f"{where}: {cell}" if under else cell for where, cell in zip(named[under] if under else named.index, named[STUCK_SEEDS])]
     if not cells:
         return ""
     return f"Stuck, the output nearly the same for every image (output_spread under {STUCK_BELOW}): {'; '.join(cells)}; {WHAT_IT_MEANS}."
