@@ -4,7 +4,7 @@ the README shows: maths only, no device pinning, no loss scaling, no apply."""
 from __future__ import annotations
 
 from harness.core.backend import import_tf
-from harness.members import Member, StepOutput, gradients
+from harness.members import Member, StepOutput, Update, gradients
 
 tf = import_tf()
 
@@ -63,3 +63,22 @@ class ConstantOutput(Member):
 
     def predict(self, images):
         return tf.zeros_like(self.model(images, training=False)) + 0.5
+
+
+class CollapsesLate(Member):
+    """A network that learns, then collapses: after step COLLAPSE_AFTER each step sets every weight
+    to zero (with plain SGD, whose step is the learning rate times the gradient, a gradient of
+    weight / rate), and its output is the same for every image. Its best validation state is from
+    before the collapse."""
+
+    COLLAPSE_AFTER = 8
+
+    def train_step(self, batch):
+        with tf.GradientTape() as tape:
+            predictions = self.model(batch.images, training=True)
+            loss = batch.mean(self.loss_fn(batch.masks, predictions))
+        update = gradients(tape, loss, self.model.trainable_variables, self.optimizer)
+        collapsing = batch.step > self.COLLAPSE_AFTER
+        rate = tf.cast(self.optimizer.learning_rate, tf.float32)
+        steps = [tf.where(collapsing, variable / rate, gradient) for gradient, variable in zip(update.gradients, update.variables)]
+        return StepOutput({"loss": loss}, [Update(self.optimizer, steps, update.variables, loss)], predictions)

@@ -102,3 +102,20 @@ def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
     assert table.set_index("model").loc["stuck", "stuck_seeds"] == "stuck 0" and best_index(table, "output_spread") is None
     assert f"(output_spread under 0.01): {table['run'].iloc[0]}: stuck 0; a stuck network" in comparison_note(table)
     assert "Stuck" not in comparison_note(table[table["model"] == "fcn"])
+
+
+def test_with_a_test_split_the_spread_is_of_the_weights_it_scored_not_the_last(tmp_path):
+    # `late` learns for 8 steps, then every weight goes to zero: its last weights give one output
+    # for every image, its chosen ones (best on validation, scored on test) do not.
+    raw = tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.01}},
+                              {"name": "late", "kind": "custom_kinds:CollapsesLate", "arch": "tiny_fcn",
+                               "optimizer": {"name": "sgd", "learning_rate": 0.1}}],
+                      train={"epochs": 3}, data={"test_size": 8})
+    result = run(validate_config(raw), results_dir=tmp_path)
+    chosen = result.info["test"]["members"]["late"]
+    assert chosen["weights"] == "best" and chosen["step"] <= 8 < result.info["steps_done"]
+    images, masks = RNG.random((6, 16, 16, 3)).astype(np.float32), MASKS.repeat(4, axis=1).repeat(4, axis=2)  # any: its last weights ignore them
+    assert output_spread(result.models["late"](images, training=False).numpy(), masks) == 0.0
+    assert result.info["models"]["late"]["output_spread"] > STUCK_BELOW
+    assert pd.isna(result.summary.set_index("model").loc["late", "stuck_seeds"])
+    assert not [w for w in result.info["warnings"] if "nearly the same output" in w]

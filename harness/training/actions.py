@@ -141,14 +141,21 @@ def count_flops(done: FinishedRun) -> None:
 
 
 def measure_output_spread(done: FinishedRun) -> None:
-    """Whether each member's output depends on its input, with the weights training ended on
-    (output_spread.py): a stuck network is named by a warning at the tables. Members whose weights
-    diverged are left out (their outputs are not numbers)."""
-    images, masks = first_images(done.datasets.val)
-    for member in done.members:
-        record = done.records[member.name]
-        record.output_spread = None if record.status.failed else member_output_spread(member, images, masks)
-    done.book.write()
+    """Whether each member's output depends on its input, with the weights the ranking scores
+    (output_spread.py): a stuck network is named by a warning at the tables. With a test split
+    those are the weights chosen on validation, measured by `score_test` while it holds them;
+    else the weights training ended on, here."""
+    if done.datasets.test is None:
+        images, masks = first_images(done.datasets.val)
+        record_output_spreads(done, {m.name: member_output_spread(m, images, masks) for m in done.members})
+        done.book.write()
+
+
+def record_output_spreads(done: FinishedRun, spreads: dict[str, float | None]) -> None:
+    """Members that failed are left out (a diverged one's outputs are not numbers)."""
+    for name, spread in spreads.items():
+        record = done.records[name]
+        record.output_spread = None if record.status.failed else spread
 
 
 def export_models(done: FinishedRun) -> None:
@@ -200,13 +207,14 @@ def score_test(done: FinishedRun) -> None:
     final_step = int(done.global_step.numpy())
     frozen_at = {m.name: done.records[m.name].frozen_at for m in done.members}  # None: trained to the end
     last_steps = {name: final_step if step is None else step for name, step in frozen_at.items()}
-    record, predicted = score_test_split(done.members, done.datasets.test, done.config, done.run.path, last_steps,
-                                         lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
-                                         pictured=pictured)
-    done.book.update(test=record)
+    scored = score_test_split(done.members, done.datasets.test, done.config, done.run.path, last_steps,
+                              lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
+                              pictured=pictured, spread_images=first_images(done.datasets.val))
+    record_output_spreads(done, scored.spreads)
+    done.book.update(test=scored.record)
     if samples:
         images, masks, firsts = samples
-        done.samples = (images, masks, {model: _already(predicted[member.name]) for model, member in firsts.items()})
+        done.samples = (images, masks, {model: _already(scored.predicted[member.name]) for model, member in firsts.items()})
 
 
 def _already(prediction):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,19 +24,31 @@ from harness.core.keras_files import load_keras_weights
 from harness.members.base import preserved_state
 from harness.outputs.writers import ValScoresWriter
 from harness.rundir import RunDir
+from harness.training.output_spread import member_output_spread
 
 tf = import_tf()
 
 
+class TestScoring(NamedTuple):
+    """What scoring the test split gives, all of it with the weights it scored: run.json's `test`
+    record, the predictions of the pictured images and each member's output spread."""
+
+    record: dict[str, Any]
+    predicted: dict[str, Any]
+    spreads: dict[str, float | None]
+
+
 def score_test_split(members: list, test_dataset, config, run_path: Path, last_steps: dict[str, int], epoch_of, evaluate=None,
-                     pictured: tuple[Any, list] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                     pictured: tuple[Any, list] | None = None, spread_images: tuple[Any, Any] | None = None) -> TestScoring:
     """Write test_scores.csv (per member and test image, like val_scores.csv; `step` is the step
-    whose weights were scored) and return what run.json records under `test`, and the predictions
-    of `pictured` = (images, members) with the same weights, made while they are loaded (for
-    samples.png: loading them again took 11 s of backbones.yaml's end). `last_steps`: each
-    member's last trained step, whose weights it holds (the run's last, or the step it stopped,
-    diverged or was dropped at). `evaluate`: an eval function over exactly `members` to reuse (it
-    reads their weights when called)."""
+    whose weights were scored) and return what run.json records under `test`, with what else is
+    made while those weights are loaded: the predictions of `pictured` = (images, members) (for
+    samples.png: loading them again took 11 s of backbones.yaml's end) and each member's output
+    spread on `spread_images` = (images, masks) (a network stuck at its end whose chosen weights
+    were not is not what the ranking scored). `last_steps`: each member's last trained step, whose
+    weights it holds (the run's last, or the step it stopped, diverged or was dropped at).
+    `evaluate`: an eval function over exactly `members` to reuse (it reads their weights when
+    called)."""
     path = RunDir(run_path).test_scores_csv
     path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
     selected = {m.name: _selected(m.name, config, run_path, last_steps[m.name]) for m in members}
@@ -49,6 +61,7 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, last_s
         per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(test_dataset))
         images, shown = pictured or (None, [])
         predicted = {m.name: np.asarray(m.predict(images)) for m in shown}
+        spreads = {m.name: member_output_spread(m, *spread_images) for m in members} if spread_images else {}
     writer = ValScoresWriter(path, config.data.classes, config.losses_differ())
     try:
         for member in members:
@@ -57,7 +70,8 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, last_s
             writer.write(step, epoch_of(step), member.name, mine, member.eval_scores(mine, 1))
     finally:
         writer.close()
-    return {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}, predicted
+    record = {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}
+    return TestScoring(record, predicted, spreads)
 
 
 def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, Any]:

@@ -8,7 +8,8 @@ The measure, `output_spread`: over the first SPREAD_IMAGES validation images, ea
 element's standard deviation across the images, averaged over the elements, as a share of the same
 for the targets (the masks; the images, for an autoencoder). It asks nothing of the scores, so it
 tells a stuck network from a weak one. One forward pass of those images per member, eagerly, at
-the end of the run; what counts as stuck, and the words for it: outputs/stuck.py.
+the end of the run, with the weights the ranking scores (with a test split, those it scored:
+held_out.py); what counts as stuck, and the words for it: outputs/stuck.py.
 """
 
 from __future__ import annotations
