@@ -21,6 +21,7 @@ import numpy as np
 from harness.core.backend import import_tf
 from harness.core.evaluation import make_eval_fn
 from harness.core.keras_files import load_keras_weights
+from harness.errors import ConfigError
 from harness.members.base import preserved_state
 from harness.outputs.writers import ValScoresWriter
 from harness.rundir import RunDir
@@ -81,7 +82,7 @@ def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, An
         return {"weights": "final", "step": last_step}
     record = _best_record(run_path / "models" / name)
     if record is None:
-        why = "output.export is off: no best state on disk" if not config.output.export else "no finite validation score"
+        why = "output.export is off: no best state on disk" if not config.output.export else "no best.keras on disk: no finite validation score, or the file was removed"
         return {"weights": "final", "step": last_step, "note": why}
     return {"weights": "best", "step": int(record["step"])}
 
@@ -96,5 +97,16 @@ def _best_record(folder: Path) -> dict | None:
 
 def _load_best(member, run_path: Path) -> None:
     """Only the weights, into the member's own model (best.keras was saved from it): rebuilding
-    the model from the file took 3-4 s per resnet18 network."""
-    load_keras_weights(member.model, run_path / "models" / member.name / "best.keras")
+    the model from the file took 3-4 s per resnet18 network. A damaged file is named (exit 2), with
+    the two ways on: scoring other weights in its place would rank this member on weights nothing
+    chose while the verdict says they were chosen."""
+    path = run_path / "models" / member.name / "best.keras"
+    try:
+        load_keras_weights(member.model, path)
+    except Exception as exc:  # noqa: BLE001 (a cut or overwritten file: zipfile, h5py and Keras each raise their own)
+        raise ConfigError(
+            f"{path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else 'no detail'}): it holds "
+            f"{member.name}'s weights chosen on validation, which the test split scores. Put back a good copy and run "
+            f"`harness resume {run_path}`, or remove it with best.json beside it and resume: {member.name}'s final "
+            "weights are scored instead, and run.json's `test` says so. The training and its checkpoints are intact."
+        ) from None
