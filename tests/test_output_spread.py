@@ -104,6 +104,7 @@ def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
     assert "Stuck" not in comparison_note(table[table["model"] == "fcn"])
 
 
+@pytest.mark.slow  # a tiny run with a test split, 7 s: the fast tier is near its 3-minute line
 def test_with_a_test_split_the_spread_is_of_the_weights_it_scored_not_the_last(tmp_path):
     # `late` learns for 8 steps, then every weight goes to zero: its last weights give one output
     # for every image, its chosen ones (best on validation, scored on test) do not.
