@@ -430,7 +430,8 @@ def test_the_api_gives_the_models_the_ranking_scored_beside_the_end_of_run_ones(
 
 
 @pytest.mark.slow  # two short runs' worth: 10 s
-def test_a_damaged_best_keras_is_named_and_removed_the_final_weights_are_scored_and_said_to_be(tmp_path):
+@pytest.mark.parametrize("damaged_file", ["best.keras", "best.json"])
+def test_a_damaged_best_file_is_named_and_removed_the_final_weights_are_scored_and_said_to_be(tmp_path, damaged_file):
     from harness.training.actions import END_OF_RUN, score_test
     from harness.training.entry import resume_run, run_experiment
 
@@ -439,7 +440,7 @@ def test_a_damaged_best_keras_is_named_and_removed_the_final_weights_are_scored_
     def damage(done):  # a chosen state other than the last: the one score_test must read from disk
         steps = {m.name: json.loads((done.run.path / "models" / m.name / "best.json").read_text())["step"] for m in done.members}
         name = next(name for name, step in steps.items() if step < int(done.global_step.numpy()))
-        (done.run.path / "models" / name / "best.keras").write_bytes(b"not a zip file")
+        (done.run.path / "models" / name / damaged_file).write_bytes(b"not a zip file")
         damaged.append(name)
 
     at = END_OF_RUN.index(score_test)
@@ -449,9 +450,11 @@ def test_a_damaged_best_keras_is_named_and_removed_the_final_weights_are_scored_
     (name,) = damaged
     (run_dir,) = (tmp_path / "tiny").iterdir()
     said = raised.value.render()
-    assert f"{run_dir / 'models' / name / 'best.keras'} cannot be read (BadZipFile" in said and f"harness resume {run_dir}" in said
+    reason = "BadZipFile" if damaged_file == "best.keras" else "JSONDecodeError"
+    assert f"{run_dir / 'models' / name / damaged_file} cannot be read ({reason}" in said and f"harness resume {run_dir}" in said
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
-    (run_dir / "models" / name / "best.keras").unlink()
+    for chosen in ("best.keras", "best.json"):
+        (run_dir / "models" / name / chosen).unlink()
     resumed = resume_run(run_dir)
     scored = resumed.info["test"]["members"]
     assert scored[name]["weights"] == "final" and scored[name]["step"] == resumed.info["steps_done"] and "removed" in scored[name]["note"]

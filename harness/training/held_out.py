@@ -88,25 +88,38 @@ def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, An
 
 
 def _best_record(folder: Path) -> dict | None:
-    try:
-        record = json.loads((folder / "best.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """best.json's record of the member's chosen weights in best.keras beside it; None where there
+    is no best state (exports off, no finite score, or the files removed). A damaged best.json is
+    named like a damaged best.keras: without it the step of the chosen weights is unknown."""
+    meta = folder / "best.json"
+    if not (folder / "best.keras").is_file() or not meta.is_file():
         return None
-    return record if (folder / "best.keras").is_file() and "step" in record else None
+    try:
+        record = json.loads(meta.read_text(encoding="utf-8"))
+        int(record["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _damaged(meta, exc, folder.name, folder.parent.parent) from None
+    return record
 
 
 def _load_best(member, run_path: Path) -> None:
     """Only the weights, into the member's own model (best.keras was saved from it): rebuilding
-    the model from the file took 3-4 s per resnet18 network. A damaged file is named (exit 2), with
-    the two ways on: scoring other weights in its place would rank this member on weights nothing
-    chose while the verdict says they were chosen."""
+    the model from the file took 3-4 s per resnet18 network."""
     path = run_path / "models" / member.name / "best.keras"
     try:
         load_keras_weights(member.model, path)
     except Exception as exc:  # noqa: BLE001 (a cut or overwritten file: zipfile, h5py and Keras each raise their own)
-        raise ConfigError(
-            f"{path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else 'no detail'}): it holds "
-            f"{member.name}'s weights chosen on validation, which the test split scores. Put back a good copy and run "
-            f"`harness resume {run_path}`, or remove it with best.json beside it and resume: {member.name}'s final "
-            "weights are scored instead, and run.json's `test` says so. The training and its checkpoints are intact."
-        ) from None
+        raise _damaged(path, exc, member.name, run_path) from None
+
+
+def _damaged(path: Path, exc: Exception, name: str, run_path: Path) -> ConfigError:
+    """A file of the chosen weights that cannot be read: named (exit 2) with the two ways on, not
+    replaced by other weights, which would rank the member on weights nothing chose while the
+    verdict says they were chosen."""
+    said = str(exc).splitlines()[0][:200] if str(exc) else "no detail"
+    return ConfigError(
+        f"{path} cannot be read ({type(exc).__name__}: {said}). best.keras and best.json in {path.parent} hold {name}'s "
+        f"weights chosen on validation and their step, which the test split scores: put back good copies and run "
+        f"`harness resume {run_path}`, or remove both and resume: {name}'s final weights are scored instead, and run.json's "
+        "`test` says so. The training and its checkpoints are intact."
+    )
