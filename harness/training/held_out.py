@@ -80,17 +80,18 @@ def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, An
     last step, which for a member that stopped early is not the run's last)."""
     if config.output.select_by == "final":
         return {"weights": "final", "step": last_step}
-    record = _best_record(run_path / "models" / name)
+    record = _best_record(run_path, name)
     if record is None:
         why = "output.export is off: no best state on disk" if not config.output.export else "no best.keras on disk: no finite validation score, or the file was removed"
         return {"weights": "final", "step": last_step, "note": why}
     return {"weights": "best", "step": int(record["step"])}
 
 
-def _best_record(folder: Path) -> dict | None:
+def _best_record(run_path: Path, name: str) -> dict | None:
     """best.json's record of the member's chosen weights in best.keras beside it; None where there
     is no best state (exports off, no finite score, or the files removed). A damaged best.json is
     named like a damaged best.keras: without it the step of the chosen weights is unknown."""
+    folder = run_path / "models" / name
     meta = folder / "best.json"
     if not (folder / "best.keras").is_file() or not meta.is_file():
         return None
@@ -98,7 +99,7 @@ def _best_record(folder: Path) -> dict | None:
         record = json.loads(meta.read_text(encoding="utf-8"))
         int(record["step"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise _damaged(meta, exc, folder.name, folder.parent.parent) from None
+        raise _damaged(meta, exc, name, run_path) from None
     return record
 
 
