@@ -13,7 +13,7 @@ from harness.core.backend import import_keras, import_tf, select_legacy_keras
 
 select_legacy_keras()
 
-__version__ = "0.3.8"  # raised when what a run computes changes: run.json records it, compare and nightly name a change
+__version__ = "0.3.9"  # raised when what a run computes changes: run.json records it, compare and nightly name a change
 __all__ = ["load_config", "run", "plan", "resume", "load_run", "nightly", "history", "compare", "compare_pairs", "import_tf", "import_keras", "__version__"]
 
 

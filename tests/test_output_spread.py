@@ -14,7 +14,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.core.backend import import_tf
 from harness.outputs.compare import best_index, compare_runs, comparison_note
-from harness.outputs.stuck import STUCK_BELOW, stuck_models_text, stuck_output_warnings
+from harness.outputs.stuck import STUCK_BELOW, collapsed_late_warnings, stuck_models_text, stuck_output_warnings
 from harness.outputs.tables import build_summary
 from harness.outputs.verdict_text import verdict
 from harness.training.output_spread import first_images, member_output_spread, output_spread
@@ -68,6 +68,15 @@ def test_a_stuck_seed_is_named_with_its_figure_and_a_healthy_model_is_not():
     assert stuck_output_warnings({"ae": STUCK_BELOW, "b": None}) == []
 
 
+def test_a_network_stuck_only_after_its_chosen_weights_is_named_once():
+    # (scored weights' spread, the last weights' or None where they are the scored ones, the chosen step)
+    warnings = collapsed_late_warnings({"late@2": (0.076, 0.0, 8), "both": (0.0, 0.0, 8), "same": (0.5, None, 8),
+                                        "unmeasured": (None, 0.0, 8), "weak": (0.3, 0.02, 5)})
+    assert len(warnings) == 1  # `both` is stuck in what was ranked: the stuck warning names it, not this one
+    assert warnings[0].startswith("late@2's final weights give nearly the same output for every validation image (output_spread 0, under 0.01)")
+    assert "chosen on validation at step 8, measured 0.076: it collapsed after step 8" in warnings[0]
+
+
 def test_summary_names_each_models_stuck_seeds_and_the_verdict_says_them():
     members = pd.DataFrame({"model": ["deep@1", "deep@2", "deep@3", "small@1", "small@2", "small@3"], "status": ["ok"] * 6,
                             "val_loss": [0.012, 0.009, 0.012, 0.005, 0.004, 0.005], "output_spread": [3.2e-7, 0.31, 0.0, 0.6, 0.5, 0.55]})
@@ -105,9 +114,10 @@ def test_a_run_measures_every_member_and_names_the_stuck_one(tmp_path):
 
 
 @pytest.mark.slow  # a tiny run with a test split, 7 s: the fast tier is near its 3-minute line
-def test_with_a_test_split_the_spread_is_of_the_weights_it_scored_not_the_last(tmp_path):
+def test_with_a_test_split_the_spread_is_of_the_weights_it_scored_and_a_late_collapse_is_named(tmp_path):
     # `late` learns for 8 steps, then every weight goes to zero: its last weights give one output
-    # for every image, its chosen ones (best on validation, scored on test) do not.
+    # for every image, its chosen ones (best on validation, scored on test) do not. It is not
+    # called stuck; a warning says it collapsed after its chosen step and which file to serve.
     raw = tiny_config(models=[{"name": "fcn", "arch": "tiny_fcn", "optimizer": {"name": "adam", "learning_rate": 0.01}},
                               {"name": "late", "kind": "custom_kinds:CollapsesLate", "arch": "tiny_fcn",
                                "optimizer": {"name": "sgd", "learning_rate": 0.1}}],
@@ -119,4 +129,7 @@ def test_with_a_test_split_the_spread_is_of_the_weights_it_scored_not_the_last(t
     assert output_spread(result.models["late"](images, training=False).numpy(), masks) == 0.0
     assert result.info["models"]["late"]["output_spread"] > STUCK_BELOW
     assert pd.isna(result.summary.set_index("model").loc["late", "stuck_seeds"])
-    assert not [w for w in result.info["warnings"] if "nearly the same output" in w]
+    assert result.info["models"]["late"]["last_output_spread"] == 0.0
+    named = [w for w in result.info["warnings"] if "nearly the same output" in w]
+    assert len(named) == 1 and named[0].startswith("late's final weights") and f"collapsed after step {chosen['step']}" in named[0]
+    assert "serve models/late/best.keras" in named[0]

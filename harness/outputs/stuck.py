@@ -58,6 +58,21 @@ def stuck_output_warnings(spreads: Mapping[str, float | None]) -> list[str]:
     return warnings
 
 
+def collapsed_late_warnings(spreads: Mapping[str, tuple[float | None, float | None, int | None]]) -> list[str]:
+    """One warning per member whose last weights are stuck where the weights it was ranked with
+    (chosen on validation, scored on the test split) are not: it collapsed after them. The ranking
+    is right; the exported final model is the collapsed one. `spreads`: member -> (output_spread of
+    the scored weights, of the last weights or None where they are the same, the chosen step)."""
+    return [
+        f"{name}'s final weights give nearly the same output for every validation image (output_spread {last:.2g}, under "
+        f"{STUCK_BELOW}), where the weights it is ranked and tested with, chosen on validation at step {step}, measured "
+        f"{scored:.2g}: it collapsed after step {step}. The ranking is of step {step}'s weights: serve models/{name}/best.keras, "
+        f"not the final model beside it, and see its curve (curves.png, losses.csv) for when (docs/comparing.md, \"Stuck networks\")"
+        for name, (scored, last, step) in spreads.items()
+        if is_stuck(last) and scored is not None and not is_stuck(scored)
+    ]
+
+
 def stuck_cell(members: pd.DataFrame) -> str | None:
     """summary.csv's `stuck_seeds` for one model from its members' rows: each stuck one with its
     figure and how many were measured (`seed002@1 3.2e-07, seed002@3 0 (2 of 3)`), or None."""

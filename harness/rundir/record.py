@@ -70,6 +70,9 @@ class MemberRecord:
     trained_params: int | None = None  # every network trained: more than params for a GAN (its discriminator)
     # How much its output varies from image to image, as a share of the targets' (training/output_spread.py)
     output_spread: float | None = None
+    # The same of the weights training ended on, where the ranking scored others (a test split
+    # with weights chosen on validation; training/held_out.py): None where they are the same.
+    last_output_spread: float | None = None
 
     def __post_init__(self):
         self.status = MemberStatus(self.status)
@@ -165,11 +168,19 @@ class RunRecord:
         scores, and a summary.csv `harness report` wrote for it, are from where it stopped."""
         return self.status != RunStatus.COMPLETED and self.total_steps is not None and self.steps_done < self.total_steps
 
+    def _scored_test(self, member: str) -> dict[str, Any]:
+        """run.json `test.members.<member>`: which weights the test split scored and their step."""
+        return (self.extra.get("test") or {}).get("members", {}).get(member) or {}
+
     def chose_weights(self, member: str) -> bool:
         """Whether `member`'s scores on the held-out test split are of its weights chosen on
         validation (models/<member>/best.keras); otherwise (no test split, `select_by: final`, no
         best state on disk) every score the run ranks by is of its end-of-run weights (model.keras)."""
-        return ((self.extra.get("test") or {}).get("members", {}).get(member) or {}).get("weights") == "best"
+        return self._scored_test(member).get("weights") == "best"
+
+    def scored_step(self, member: str) -> int | None:
+        """The step of the member's weights the test split scored; None without a test score."""
+        return self._scored_test(member).get("step")
 
     def chose_any_weights(self) -> bool:
         """Whether the test split scored some member's weights chosen on validation (`chose_weights`):

@@ -19,7 +19,7 @@ from harness.config.schema import ExperimentConfig
 from harness.data.duplicates import duplicates_warning
 from harness.data.pipeline import Datasets, build_datasets
 from harness.errors import ConfigError
-from harness.outputs.stuck import stuck_output_warnings
+from harness.outputs.stuck import collapsed_late_warnings, stuck_output_warnings
 from harness.outputs.tables import load_losses
 from harness.rundir import MemberRecord, RunDir, RunStatus, utc_now
 from harness.training.export import export_model, export_saved_model
@@ -151,11 +151,13 @@ def measure_output_spread(done: FinishedRun) -> None:
         done.book.write()
 
 
-def record_output_spreads(done: FinishedRun, spreads: dict[str, float | None]) -> None:
-    """Members that failed are left out (a diverged one's outputs are not numbers)."""
+def record_output_spreads(done: FinishedRun, spreads: dict[str, float | None], last_spreads: dict[str, float | None] | None = None) -> None:
+    """Members that failed are left out (a diverged one's outputs are not numbers). `last_spreads`:
+    of the last weights of members scored on others."""
     for name, spread in spreads.items():
         record = done.records[name]
         record.output_spread = None if record.status.failed else spread
+        record.last_output_spread = None if record.status.failed else (last_spreads or {}).get(name)
 
 
 def export_models(done: FinishedRun) -> None:
@@ -210,7 +212,7 @@ def score_test(done: FinishedRun) -> None:
     scored = score_test_split(done.members, done.datasets.test, done.config, done.run.path, last_steps,
                               lambda step: (step - 1) // steps_per_epoch + 1, evaluate=done.compiled.eval_fn_over(done.members),
                               pictured=pictured, spread_images=first_images(done.datasets.val))
-    record_output_spreads(done, scored.spreads)
+    record_output_spreads(done, scored.spreads, scored.last_spreads)
     done.book.update(test=scored.record)
     if samples:
         images, masks, firsts = samples
@@ -301,9 +303,11 @@ def not_yet_written(done: FinishedRun, actions) -> str:
 
 
 def end_of_run_warnings(config: ExperimentConfig, record, summary) -> list[str]:
-    """Every warning a run's tables come with: the data's, the validation's, stuck networks'."""
+    """Every warning a run's tables come with: the data's, the validation's, stuck networks' (and
+    those stuck only at their end, after the weights they are ranked with)."""
     spreads = {name: member.output_spread for name, member in record.models.items()}
-    return data_warnings(config, record) + validation_warnings(summary, config) + stuck_output_warnings(spreads)
+    late = {name: (member.output_spread, member.last_output_spread, record.scored_step(name)) for name, member in record.models.items()}
+    return data_warnings(config, record) + validation_warnings(summary, config) + stuck_output_warnings(spreads) + collapsed_late_warnings(late)
 
 
 def data_warnings(config: ExperimentConfig, record) -> list[str]:

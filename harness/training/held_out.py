@@ -32,11 +32,14 @@ tf = import_tf()
 
 class TestScoring(NamedTuple):
     """What scoring the test split gives, all of it with the weights it scored: run.json's `test`
-    record, the predictions of the pictured images and each member's output spread."""
+    record, the predictions of the pictured images and each member's output spread; and the
+    output spread of the last weights of each member scored on others (a network that collapsed
+    after its chosen state: its exported final model is what collapsed)."""
 
     record: dict[str, Any]
     predicted: dict[str, Any]
     spreads: dict[str, float | None]
+    last_spreads: dict[str, float | None]
 
 
 def score_test_split(members: list, test_dataset, config, run_path: Path, last_steps: dict[str, int], epoch_of, evaluate=None,
@@ -46,17 +49,21 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, last_s
     made while those weights are loaded: the predictions of `pictured` = (images, members) (for
     samples.png: loading them again took 11 s of backbones.yaml's end) and each member's output
     spread on `spread_images` = (images, masks) (a network stuck at its end whose chosen weights
-    were not is not what the ranking scored). `last_steps`: each member's last trained step, whose
+    were not is not what the ranking scored), and of the last weights of those scored on others,
+    measured before the chosen ones are loaded (one forward pass of those images each). `last_steps`: each member's last trained step, whose
     weights it holds (the run's last, or the step it stopped, diverged or was dropped at).
     `evaluate`: an eval function over exactly `members` to reuse (it reads their weights when
     called)."""
     path = RunDir(run_path).test_scores_csv
     path.unlink(missing_ok=True)  # scored once per completed run: a rerun of the end replaces it
     selected = {m.name: _selected(m.name, config, run_path, last_steps[m.name]) for m in members}
+    last_spreads: dict[str, float | None] = {}
     with contextlib.ExitStack() as stack:
         for member in members:
             stack.enter_context(preserved_state(member))
             if selected[member.name]["weights"] == "best" and selected[member.name]["step"] != last_steps[member.name]:
+                if spread_images:
+                    last_spreads[member.name] = member_output_spread(member, *spread_images)
                 _load_best(member, run_path)  # best at its last step: those are the weights in memory
         evaluate = evaluate or make_eval_fn(members, config.data.classes)
         per_image = tf.nest.map_structure(lambda t: t.numpy(), evaluate(test_dataset))
@@ -72,7 +79,7 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, last_s
     finally:
         writer.close()
     record = {"select_by": config.output.select_by, "images": config.data.test_size, "members": selected}
-    return TestScoring(record, predicted, spreads)
+    return TestScoring(record, predicted, spreads, last_spreads)
 
 
 def _selected(name: str, config, run_path: Path, last_step: int) -> dict[str, Any]:
