@@ -98,6 +98,15 @@ def test_repeats_to_resolve_is_taken_at_its_word_on_held_out_seeds():
     assert none["unsupported_pairs"] > none["prediction_checked"] and 2 <= none["median_predicted_repeats"] <= 13
 
 
+def test_equivalence_claims_are_judged_against_the_held_out_seeds():
+    # Two models of the same quality and a small seed spread: mostly called equivalent within 0.05
+    # IoU, never falsely. Two 0.07 apart: truly over the margin, and (almost) never called equivalent.
+    same = calibration_row(_seeded(16, {"a": 0.67, "b": 0.67}, 0.005), 5, 16, subsets=30, resamples=200)
+    assert same["equivalence_margin"] == 0.05 and same["equivalent"] >= 0.8 and same["false_equivalence"] == 0.0, same
+    apart = calibration_row(_seeded(16, {"a": 0.72, "b": 0.65}, 0.02), 5, 16, subsets=30, resamples=200)
+    assert apart["truly_at_or_over_margin"] == 1.0 and apart["false_equivalence"] <= 0.05 and apart["equivalent"] == apart["false_equivalence"], apart
+
+
 def _on_fixed_images(seeds: int, quality: dict[str, float], seed_spread: float, image_spread: float, images: int) -> dict:
     """Like `_seeded`, but each image is as hard for every seed, as real networks find it: each
     model's per-image offsets are drawn once, so more seeds do not average image noise away."""

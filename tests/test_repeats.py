@@ -12,6 +12,7 @@ from harness.api import run
 from harness.config.loading import validate_config
 from harness.config.naming import member_name, members_said, model_of, repeat_of, repeats_span, training_seed
 from harness.core.placement import describe_plan
+from harness.rundir import read_csv
 
 
 def rows(result, member: str) -> list[float]:
@@ -29,8 +30,9 @@ AUGMENTED = {"augment": {"flip_left_right": True, "brightness": 0.05}}
 
 @pytest.fixture(scope="module")
 def repeats_run(tmp_path_factory):
-    """Two models, three repeats, augmentation on: six members, three input streams."""
-    raw = tiny_config(train={"epochs": 2, "repeats": 3}, data=AUGMENTED)
+    """Two models, three repeats, augmentation on: six members, three input streams; a margin of
+    equivalence (on val_iou, which lies in [0, 1]) that any two of them are within."""
+    raw = tiny_config(train={"epochs": 2, "repeats": 3}, data=AUGMENTED, output={"equivalence_margin": 1.0})
     raw["models"] = raw["models"][:2]
     return run(validate_config(raw), results_dir=tmp_path_factory.mktemp("repeats"))
 
@@ -63,6 +65,15 @@ def test_a_repeat_equals_the_model_trained_alone_with_that_repeats_seed_bitwise(
     assert val_rows(repeats_run, member) == val_rows(alone, "unet")
     for a, b in zip(repeats_run.models[member].get_weights(), alone.models["unet"].get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_pairs_over_repeats_test_equivalence_within_the_configured_margin(repeats_run):
+    pairs = read_csv(repeats_run.run_dir / "pairs.csv")
+    ranked = pairs[pairs["metric"] == "val_iou"].iloc[0]
+    assert ranked["equivalence_margin"] == 1.0 and ranked["p_equivalent"] < 0.05 and ranked["equivalent"]
+    report = (repeats_run.run_dir / "report.html").read_text(encoding="utf-8")
+    assert "Equivalent within ±1 in val_iou (output.equivalence_margin)" in report
 
 
 @pytest.mark.slow

@@ -450,3 +450,87 @@ def test_a_seed_far_from_its_models_others_is_named_about_5_percent_of_the_time_
     assert unusual_seeds(names[:4], [0.6, 0.6, 0.6, 0.1]) == []  # 4 seeds: one seed's others have 2 degrees of freedom
     assert [s.member for s in unusual_seeds(names[:5], [0.0, 0.0, 0.05, 0.0, 0.0])] == ["unet@3"]  # others stuck at one score
     assert unusual_seeds(names[:5], [0.0] * 5) == [] and unusual_seeds(names[:5], [0.6, np.nan, 0.6, 0.61, 0.1]) == []
+
+
+def _seed_table(means: dict[str, float], seeds: int, spread: float, shared: float = 0.01, seed: int = 1) -> pd.DataFrame:
+    """Per-seed scores of models whose seeds share a repeat's draw (`shared`) plus their own (`spread`)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for repeat in range(1, seeds + 1):
+        common = rng.normal(0, shared)
+        rows += [{"model": m, "repeat": repeat, "member": f"{m}@{repeat}", "value": mu + common + rng.normal(0, spread)} for m, mu in means.items()]
+    return pd.DataFrame(rows)
+
+
+def test_equivalence_is_two_one_sided_tests_holm_adjusted_and_absent_without_a_margin():
+    from harness.outputs.statistics import equivalence_p, mark_equivalence
+
+    _, pairs = across_seeds(_seed_table({"a": 0.80, "b": 0.801, "c": 0.70}, seeds=5, spread=0.002), "val_iou")
+    assert "equivalent" not in mark_equivalence(pairs, None)
+    marked = mark_equivalence(pairs, 0.01).set_index(["model_a", "model_b"])
+    assert marked.loc[("a", "b"), "equivalent"] and not marked.loc[("a", "c"), "equivalent"] and not marked.loc[("b", "c"), "equivalent"]
+    assert (marked["equivalence_margin"] == 0.01).all()
+    row = marked.loc[("a", "b")]
+    raw = [equivalence_p(r.diff, r.seed_std, r.image_se, r.seeds, 0.01) for r in pairs.itertuples(index=False)]
+    assert row["p_equivalent"] == pytest.approx(holm(raw)[0]) and holm(raw)[0] == pytest.approx(min(1.0, 3 * raw[0]))
+    # By hand: the larger one-sided p of the difference against -margin and +margin, on the interval's t.
+    se = math.sqrt(row["seed_std"] ** 2 / 5)
+    by_hand = max(stats.t.sf((row["diff"] + 0.01) / se, 4), stats.t.sf((0.01 - row["diff"]) / se, 4))
+    assert raw[0] == pytest.approx(by_hand)
+    assert equivalence_p(0.02, 0.0, 0.0, 5, 0.01) == 1.0 and equivalence_p(0.005, 0.0, 0.0, 5, 0.01) == 0.0
+    assert math.isnan(equivalence_p(0.0, math.nan, 0.0, 1, 0.01))
+
+
+def test_equivalence_is_claimed_at_most_5_percent_of_the_time_when_the_difference_is_the_margin():
+    # Simulated seeds, measured: a true difference exactly at the margin is called equivalent in at
+    # most 5% of runs (the test's promise); one well inside it, most of the time.
+    from harness.outputs.statistics import equivalence_p
+
+    rng = np.random.default_rng(0)
+
+    def claimed(true_diff: float, spread: float, seeds: int = 5, runs: int = 2000) -> float:
+        diffs = true_diff + rng.normal(0, spread, size=(runs, seeds))
+        return float(np.mean([equivalence_p(d.mean(), d.std(ddof=1), 0.0, seeds, 0.01) < 0.05 for d in diffs]))
+
+    assert claimed(0.01, 0.01) <= 0.05 + 0.015  # binomial sd at 5% over 2000 runs: 0.5 points
+    assert claimed(-0.01, 0.004) <= 0.05 + 0.015
+    assert claimed(0.0, 0.0025) >= 0.9
+
+
+def test_the_verdict_names_equivalent_pairs_and_says_when_none_is():
+    from harness.outputs.statistics import mark_equivalence
+    from harness.outputs.verdict_text import verdict
+
+    _, pairs = across_seeds(_seed_table({"a": 0.80, "b": 0.801, "c": 0.70}, seeds=5, spread=0.002), "val_iou")
+    text = verdict(mark_equivalence(pairs, 0.01), "val_iou")
+    assert ("Equivalent within ±0.01 in val_iou (output.equivalence_margin), their difference inside it with 95% confidence "
+            "(two one-sided tests, Holm-adjusted), 1 of 3 pairs: a over b (") in text, text
+    assert "supported too" not in text
+    # A supported difference smaller than the margin is both: real, and smaller than what matters.
+    text = verdict(mark_equivalence(pairs, 0.2), "val_iou")
+    assert "3 of 3 pairs" in text and "Of these, supported too, a real difference smaller than the margin: a and c, b and c." in text, text
+    text = verdict(mark_equivalence(pairs, 0.0001), "val_iou")
+    assert "No pair is shown equivalent within ±0.0001 in val_iou (output.equivalence_margin)" in text, text
+    assert "equivalent" not in verdict(pairs, "val_iou").lower()
+
+
+def test_the_equivalence_margin_must_be_above_zero():
+    from harness.errors import ConfigError
+
+    assert validate_config(tiny_config(output={"equivalence_margin": 0.01})).output.equivalence_margin == 0.01
+    with pytest.raises(ConfigError, match="equivalence_margin"):
+        validate_config(tiny_config(output={"equivalence_margin": 0}))
+
+
+def test_compare_pairs_tests_equivalence_only_on_a_margin_every_run_set_for_the_metric_compared():
+    from types import SimpleNamespace
+
+    from harness.outputs.cross_run import _shared_margin
+
+    def scores(margin, rank="val_iou"):
+        return SimpleNamespace(config=SimpleNamespace(output=SimpleNamespace(equivalence_margin=margin), ranking_column=lambda: rank))
+
+    assert _shared_margin([scores(0.01), scores(0.01)], "val_iou") == 0.01
+    assert _shared_margin([scores(0.01), scores(0.02)], "val_iou") is None  # which would it be?
+    assert _shared_margin([scores(0.01), scores(None)], "val_iou") is None
+    assert _shared_margin([scores(0.01, "test_iou"), scores(0.01, "test_iou")], "val_f1") is None  # in another metric's units

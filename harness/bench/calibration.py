@@ -12,6 +12,10 @@ on the same validation images. For each subset and pair, the harness's own stati
 - supported: the share of pairs called supported; false claims: supported with the sign opposite
   to the held-out mean. With one seed the image-only interval is reported too (`image_only_*`):
   what calling its exclusion of zero "supported" would claim;
+- with repeats, equivalence (`output.equivalence_margin` at EQUIVALENCE_MARGIN): the share of
+  pairs called equivalent, and false equivalence: called so where the held-out seeds' mean
+  difference is the margin or more (two one-sided tests at 5% promise no more than 5% of pairs
+  whose true difference is at the margin);
 - with repeats, `repeats_to_resolve` taken at its word: a pair left unsupported, predicted to be
   resolved by r repeats (r no more than the seeds held out), is asked of r held-out seeds
   (`resolved_as_predicted`, against the 80% it promises);
@@ -31,11 +35,12 @@ import pandas as pd
 from scipy import stats
 
 from harness.config.naming import member_name, model_of, repeat_of
-from harness.outputs.statistics import CONFIDENCE, across_seeds, bootstrap_metric, image_draws
+from harness.outputs.statistics import CONFIDENCE, across_seeds, bootstrap_metric, image_draws, mark_equivalence
 from harness.outputs.uncertainty import last_evaluations
 
 METRIC = "iou"
 NIGHTLY_DROP = 0.02  # IoU: the default nightly threshold of val_iou
+EQUIVALENCE_MARGIN = 0.05  # IoU: between the task's true differences (0.001-0.075 over 16 seeds), so both kinds occur
 
 # Close in quality on purpose: the pairs a user would want told apart.
 CALIBRATION_MODELS = [
@@ -91,7 +96,7 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         chosen = sorted(rng.choice(np.arange(1, seeds + 1), size, replace=False).tolist())
         held_out = [r for r in range(1, seeds + 1) if r not in chosen]
         pairs = _subset_pairs(scored, per_seed, chosen, size, resamples)
-        outcomes += _judge(pairs, _held_out_differences(per_seed, held_out))
+        outcomes += _judge(mark_equivalence(pairs, EQUIVALENCE_MARGIN) if size > 1 else pairs, _held_out_differences(per_seed, held_out))
         if size > 1:
             checks += _resolve_checks(scored, per_seed, pairs, held_out, check_rng, resamples)
             nevers += _never_checks(scored, per_seed, pairs, held_out, resamples)
@@ -116,6 +121,10 @@ def calibration_row(scored: dict, size: int, seeds: int, subsets: int, resamples
         row["median_predicted_repeats"] = float(within["predicted"].median()) if len(within) else math.nan
         row["resolved_as_predicted"] = round(float(within["resolved"].mean()), 3) if len(within) else math.nan  # the claim: 0.8
         row.update(_never_columns(pd.DataFrame(nevers, columns=["limit", "resolved"])))
+        row["equivalence_margin"] = EQUIVALENCE_MARGIN
+        row["equivalent"] = round(frame["equivalent"].mean(), 3)
+        row["false_equivalence"] = round(frame["false_equivalence"].mean(), 3)  # of all pairs
+        row["truly_at_or_over_margin"] = round(frame["truly_at_or_over_margin"].mean(), 3)
     return row
 
 
@@ -232,6 +241,9 @@ def _judge(pairs: pd.DataFrame, truth: dict) -> list[dict]:
             "false_claim": bool(row.supported and wrong_sign),
             "beyond_image_noise": bool(getattr(row, "beyond_image_noise", False)),
             "image_only_false_claim": bool(getattr(row, "beyond_image_noise", False) and wrong_sign),
+            "equivalent": bool(getattr(row, "equivalent", False)),
+            "false_equivalence": bool(getattr(row, "equivalent", False) and abs(target) >= EQUIVALENCE_MARGIN),
+            "truly_at_or_over_margin": bool(abs(target) >= EQUIVALENCE_MARGIN),
         })
     return out
 

@@ -231,6 +231,10 @@ class OutputSpec(Strict):
     serve_probe: bool = True
     serve_batch: Annotated[int, Field(ge=1, le=4096)] = 8
     rank_by: Literal[metrics.RANK_METRICS] = "val_iou"  # type: ignore[valid-type]
+    # The smallest difference in the ranking metric that matters to you (0.01: one point of IoU).
+    # With train.repeats, pairs.csv says which pairs are equivalent: their difference smaller than
+    # it with 95% confidence (outputs/statistics.py, mark_equivalence).
+    equivalence_margin: Annotated[float, Field(gt=0)] | None = None
     # The weights scored on the test split: best (each member's state at its best validation loss,
     # or by the early-stopping metric when that is on: models/<name>/best.keras) or final.
     select_by: Literal["best", "final"] = "best"

@@ -39,7 +39,7 @@ from harness.config.data_spec import FILE_PATHS
 from harness.config.schema import ExperimentConfig
 from harness.errors import ConfigError, did_you_mean
 from harness.outputs.columns import chosen_rows
-from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws
+from harness.outputs.statistics import across_seeds, bootstrap_metric, image_draws, mark_equivalence
 from harness.outputs.tables import finished, load_summary
 from harness.outputs.uncertainty import BOOTSTRAPPED, last_evaluations
 from harness.rundir import RunDir, differing_versions, given_once, runs_held
@@ -271,7 +271,15 @@ def _statistics(runs: list[RunScores], rank: str, same_model: bool = False) -> p
                          ignore_index=True)
     draws = image_draws(scored, metric) if metric in BOOTSTRAPPED and split in ("val", "test") else None
     _, pairs = across_seeds(per_seed, rank, draws, split, any(r.config.data.bootstrap_train for r in runs), compared=across)
-    return pairs
+    return mark_equivalence(pairs, _shared_margin(runs, rank))
+
+
+def _shared_margin(runs: list[RunScores], rank: str) -> float | None:
+    """The runs' `output.equivalence_margin` where they all set the same one for the metric compared
+    on (their ranking column: the margin is in its units); else none."""
+    margins = {r.config.output.equivalence_margin for r in runs}
+    same_metric = all(r.config.ranking_column() == rank for r in runs)
+    return margins.pop() if len(margins) == 1 and same_metric else None
 
 
 def _labelled(pairs: pd.DataFrame) -> pd.DataFrame:

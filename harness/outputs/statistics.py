@@ -347,6 +347,36 @@ def resolve_limit(diff: float, image_se: float, pairs: int = 1) -> str:
     return "images" if chance < POWER else "seeds"
 
 
+def equivalence_p(diff: float, seed_std: float, image_se: float, seeds: int, margin: float) -> float:
+    """Two one-sided t-tests (TOST) that the true difference lies inside (-margin, +margin), on the
+    interval's own variance and degrees of freedom (`seed_interval`): the larger of the two
+    one-sided p-values. Small: the difference is, with that confidence, smaller than the margin.
+    NaN where the seeds measure no spread (fewer than two)."""
+    if seeds < 2 or not all(math.isfinite(x) for x in (diff, seed_std)):
+        return math.nan
+    se = math.sqrt(seed_std**2 / seeds + (image_se if math.isfinite(image_se) else 0.0) ** 2)
+    if se == 0:
+        return 0.0 if abs(diff) < margin else 1.0
+    t = _scipy_stats().t
+    return float(max(t.sf((diff + margin) / se, seeds - 1), t.sf((margin - diff) / se, seeds - 1)))
+
+
+def mark_equivalence(pairs: pd.DataFrame, margin: float | None) -> pd.DataFrame:
+    """pairs.csv's `p_equivalent` (`equivalence_p`, Holm-adjusted across the pairs tested, as
+    `supported` is) and `equivalent` (under 0.05: the difference is smaller than `margin`,
+    `output.equivalence_margin`, with 95% confidence), for pairs over repeats; none without a
+    margin. Not supported is not the same: it may be a large difference that few seeds left
+    uncertain. A supported pair can be equivalent too: real, and smaller than what matters."""
+    if margin is None or pairs.empty or "seed_std" not in pairs:
+        return pairs
+    raw = [equivalence_p(row.diff, row.seed_std, row.image_se, row.seeds, margin) for row in pairs.itertuples(index=False)]
+    pairs = pairs.copy()
+    pairs["equivalence_margin"] = margin
+    pairs["p_equivalent"] = holm(raw)
+    pairs["equivalent"] = pairs["p_equivalent"] < 1 - CONFIDENCE
+    return pairs
+
+
 def holm(pvalues) -> np.ndarray:
     """Holm's step-down adjustment (controls the family-wise error rate); NaN stays NaN."""
     p = np.asarray(pvalues, float)

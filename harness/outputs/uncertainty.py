@@ -22,7 +22,7 @@ from harness.config.naming import model_of, repeat_of
 from harness.config.schema import ExperimentConfig
 from harness.core.scores import segmentation_scores
 from harness.errors import ConfigError
-from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, seeds_and_images, seeds_only
+from harness.outputs.statistics import Scored, across_seeds, bootstrap_metric, image_draws, images_only, mark_equivalence, seeds_and_images, seeds_only
 from harness.outputs.tables import finished, read_table
 from harness.outputs.writers import VAL_SCORE_BASE, counts_of
 
@@ -104,7 +104,7 @@ def _across_repeats(path: Path, config: ExperimentConfig, member_summary: pd.Dat
             continue
         intervals.append(per_model.set_index("model")[["low", "high"]].rename(columns={"low": f"{name}_low", "high": f"{name}_high"}))
         if name == rank:
-            pair_stats = per_pair
+            pair_stats = mark_equivalence(per_pair, config.output.equivalence_margin)
     return (pd.concat(intervals, axis=1) if intervals else None), pair_stats
 
 

@@ -71,6 +71,7 @@ def _seeds_verdict(rows: list, rank_by: str, summary: pd.DataFrame | None, table
     if unsupported:
         explained: set = set()
         parts.append(f"Not supported: {_listed(unsupported, rank_by, table, lambda row: _seeds_better(row, rank_by) + _before_holm(row) + _to_resolve(row, explained))}.")
+    parts.append(_equivalence_text(tested, rank_by, table))
     if thin:
         parts.append("Too few seeds finished in both for an interval: " + ", ".join(
             f"{row.model_a} and {row.model_b} ({int(getattr(row, 'seeds', 0) or 0)} seed)" for row in thin) + ".")
@@ -276,6 +277,30 @@ def signed_interval(diff: float, low: float, high: float) -> str:
     spec = "+.1e" if small else "+.4f"
     diff, low, high = (v + 0.0 for v in (diff, low, high))  # -0.0 + 0.0 is 0.0: a tie reads +0.0000
     return f"{diff:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
+def _equivalence_text(tested: list, rank_by: str, table: str) -> str:
+    """With `output.equivalence_margin`: the pairs shown to differ by less than it (statistics.
+    mark_equivalence), those among them whose difference is supported too, or that none is: not
+    supported says a difference is uncertain, equivalent that it is small, and a reader should not
+    take the one for the other."""
+    margin = next((row.equivalence_margin for row in tested if _is_set(getattr(row, "equivalence_margin", None))), None)
+    if margin is None:
+        return ""
+    within = f"within ±{margin:g} in {rank_by} (output.equivalence_margin)"
+    equivalent = [row for row in tested if _is_set(getattr(row, "equivalent", None)) and bool(row.equivalent)]
+    if not equivalent:
+        return (f"No pair is shown equivalent {within}: a difference not supported may still be one that matters, "
+                "unless more seeds narrow it inside the margin.")
+    text = (f"Equivalent {within}, their difference inside it with 95% confidence (two one-sided tests, Holm-adjusted), "
+            f"{len(equivalent)} of {_pairs(len(tested))}: {_listed(equivalent, rank_by, f'{table}, equivalent')}.")
+    if real := [row for row in equivalent if row.supported]:
+        text += f" Of these, supported too, a real difference smaller than the margin: {', '.join(f'{r.model_a} and {r.model_b}' for r in real)}."
+    return text
+
+
+def _is_set(value) -> bool:
+    return value is not None and not pd.isna(value)
 
 
 def _seeds_better(row, rank_by: str) -> str:
