@@ -534,3 +534,14 @@ def test_compare_pairs_tests_equivalence_only_on_a_margin_every_run_set_for_the_
     assert _shared_margin([scores(0.01), scores(0.02)], "val_iou") is None  # which would it be?
     assert _shared_margin([scores(0.01), scores(None)], "val_iou") is None
     assert _shared_margin([scores(0.01, "test_iou"), scores(0.01, "test_iou")], "val_f1") is None  # in another metric's units
+
+
+def test_a_pairs_word_says_whether_it_is_inside_the_equivalence_margin():
+    from harness.outputs.statistics import mark_equivalence
+    from harness.outputs.verdict_text import chosen_pairs_text, pair_word
+
+    _, pairs = across_seeds(_seed_table({"a": 0.80, "b": 0.801, "c": 0.70}, seeds=5, spread=0.002), "val_iou")
+    words = {(r.model_a, r.model_b): pair_word(r) for r in mark_equivalence(pairs, 0.2).itertuples(index=False)}
+    assert words == {("a", "b"): "equivalent", ("a", "c"): "supported, within the margin", ("b", "c"): "supported, within the margin"}
+    assert [pair_word(r) for r in pairs.itertuples(index=False)] == ["not supported", "supported", "supported"]  # no margin
+    assert "a over b (+0.0000 [-0.0007, +0.0007]), better in 1 of 5 seeds: equivalent" in chosen_pairs_text(mark_equivalence(pairs, 0.2), "val_iou")

@@ -106,9 +106,13 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
 
 
 def pair_word(row) -> str:
-    """A pair's verdict in a word or three, as a table column shows it."""
+    """A pair's verdict in a word or three, as a table column shows it (with an equivalence
+    margin, whether the difference is inside it: statistics.mark_equivalence)."""
+    equivalent = _is_set(getattr(row, "equivalent", None)) and bool(row.equivalent)
     if getattr(row, "supported", False):
-        return "supported"
+        return "supported, within the margin" if equivalent else "supported"
+    if equivalent:
+        return "equivalent"
     if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
         return "beyond image noise" if row.beyond_image_noise else "within image noise"
     return "not supported"
