@@ -17,7 +17,9 @@ bootstrap says about these two trained networks). With R >= 2 repeats, a model's
 over its seeds and a pair's difference the mean of its per-seed differences; the interval's
 variance is the seed-to-seed variance / R plus the image-bootstrap variance of that mean, with a
 Student-t of R - 1 degrees of freedom. Its
-p-value is adjusted with Holm's method across all pairs; "supported" means p_holm < 0.05.
+p-value is adjusted with Holm's method across all pairs; "supported" means p_holm < 0.05. With
+`output.equivalence_margin` each pair is also tested for a difference inside the margin, on the
+same variance (`mark_equivalence`): not supported means uncertain, equivalent means small.
 Calibration is measured, not argued: `harness bench --section calibration`.
 """
 

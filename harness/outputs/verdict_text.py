@@ -108,10 +108,9 @@ def chosen_pairs_text(pairs: pd.DataFrame, rank_by: str) -> str:
 def pair_word(row) -> str:
     """A pair's verdict in a word or three, as a table column shows it (with an equivalence
     margin, whether the difference is inside it: statistics.mark_equivalence)."""
-    equivalent = _is_set(getattr(row, "equivalent", None)) and bool(row.equivalent)
     if getattr(row, "supported", False):
-        return "supported, within the margin" if equivalent else "supported"
-    if equivalent:
+        return "supported, within the margin" if _is_equivalent(row) else "supported"
+    if _is_equivalent(row):
         return "equivalent"
     if "beyond_image_noise" in row._fields and not pd.isna(row.beyond_image_noise):
         return "beyond image noise" if row.beyond_image_noise else "within image noise"
@@ -292,7 +291,7 @@ def _equivalence_text(tested: list, rank_by: str, table: str) -> str:
     if margin is None:
         return ""
     within = f"within ±{margin:g} in {rank_by} (output.equivalence_margin)"
-    equivalent = [row for row in tested if _is_set(getattr(row, "equivalent", None)) and bool(row.equivalent)]
+    equivalent = [row for row in tested if _is_equivalent(row)]
     if not equivalent:
         return (f"No pair is shown equivalent {within}: a difference not supported may still be one that matters, "
                 "unless more seeds narrow it inside the margin.")
@@ -305,6 +304,11 @@ def _equivalence_text(tested: list, rank_by: str, table: str) -> str:
 
 def _is_set(value) -> bool:
     return value is not None and not pd.isna(value)
+
+
+def _is_equivalent(row) -> bool:
+    """pairs.csv's `equivalent` (a table written without a margin, or before the column, has none)."""
+    return _is_set(getattr(row, "equivalent", None)) and bool(row.equivalent)
 
 
 def _seeds_better(row, rank_by: str) -> str:

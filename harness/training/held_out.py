@@ -50,8 +50,9 @@ def score_test_split(members: list, test_dataset, config, run_path: Path, last_s
     samples.png: loading them again took 11 s of backbones.yaml's end) and each member's output
     spread on `spread_images` = (images, masks) (a network stuck at its end whose chosen weights
     were not is not what the ranking scored), and of the last weights of those scored on others,
-    measured before the chosen ones are loaded (one forward pass of those images each). `last_steps`: each member's last trained step, whose
-    weights it holds (the run's last, or the step it stopped, diverged or was dropped at).
+    measured before the chosen ones are loaded (one forward pass of those images each).
+    `last_steps`: each member's last trained step, whose weights it holds (the run's last, or the
+    step it stopped, diverged or was dropped at).
     `evaluate`: an eval function over exactly `members` to reuse (it reads their weights when
     called)."""
     path = RunDir(run_path).test_scores_csv
