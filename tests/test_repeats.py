@@ -74,6 +74,7 @@ def test_pairs_over_repeats_test_equivalence_within_the_configured_margin(repeat
     assert ranked["equivalence_margin"] == 1.0 and ranked["p_equivalent"] < 0.05 and ranked["equivalent"]
     report = (repeats_run.run_dir / "report.html").read_text(encoding="utf-8")
     assert "Equivalent within ±1 in val_iou (output.equivalence_margin)" in report
+    assert "p_equivalent = two one-sided tests that the difference is inside the margin" in report  # the pairs table's key
 
 
 @pytest.mark.slow

@@ -317,7 +317,9 @@ def _pairs_section(pairs: pd.DataFrame) -> list[str]:
         "p_t; p_holm: Holm-adjusted over all pairs); supported = p_holm below 0.05; repeats_to_resolve = "
         "the fewest repeats whose run would support the difference 4 times in 5 if the truth is as uncertain as "
         "these seeds say (inf: no number is likely to; resolve_limit says why: images = image noise alone hides "
-        "the difference, seeds = what the seeds measured does, zero = a mean difference of exactly zero); a guess, often optimistic from a few seeds.</p>",
+        "the difference, seeds = what the seeds measured does, zero = a mean difference of exactly zero); a guess, often optimistic from a few seeds. "
+        "With output.equivalence_margin: p_equivalent = two one-sided tests that the difference is inside the margin, Holm-adjusted; "
+        "equivalent = p_equivalent below 0.05 (not supported means uncertain; equivalent means small).</p>",
         html_table(pairs),
     ]
 
