@@ -207,15 +207,21 @@ def seed_interval(values, image_se: float = 0.0, bounds: tuple[float, float] | N
     if r < 2:
         return SeedInterval(mean, math.nan, image_se, math.nan, math.nan, math.nan, math.nan)
     sd = float(values.std(ddof=1))
-    total = sd**2 / r + (image_se if math.isfinite(image_se) else 0.0) ** 2
+    se = mean_standard_error(sd, r, image_se)
     df = float(r - 1)
-    if total == 0:
+    if se == 0:
         return SeedInterval(mean, sd, image_se, mean, mean, df, 1.0 if mean == 0 else 0.0)
-    se, t = math.sqrt(total), _scipy_stats().t
+    t = _scipy_stats().t
     half = float(t.ppf(0.5 + CONFIDENCE / 2, df)) * se
     p = float(2 * t.sf(abs(mean) / se, df))
     low, high = (mean - half, mean + half) if bounds is None else (max(mean - half, bounds[0]), min(mean + half, bounds[1]))
     return SeedInterval(mean, sd, image_se, low, high, df, p)
+
+
+def mean_standard_error(seed_std: float, seeds: int, image_se: float) -> float:
+    """The standard error of a mean over `seeds` seeds: seed-to-seed variance / R plus the image
+    part's (unmeasured, NaN: none); what `seed_interval` and `equivalence_p` test on."""
+    return math.sqrt(seed_std**2 / seeds + (image_se if math.isfinite(image_se) else 0.0) ** 2)
 
 
 def _strictest_alpha(pairs: int) -> float:
@@ -356,7 +362,7 @@ def equivalence_p(diff: float, seed_std: float, image_se: float, seeds: int, mar
     NaN where the seeds measure no spread (fewer than two)."""
     if seeds < 2 or not all(math.isfinite(x) for x in (diff, seed_std)):
         return math.nan
-    se = math.sqrt(seed_std**2 / seeds + (image_se if math.isfinite(image_se) else 0.0) ** 2)
+    se = mean_standard_error(seed_std, seeds, image_se)
     if se == 0:
         return 0.0 if abs(diff) < margin else 1.0
     t = _scipy_stats().t
